@@ -1,0 +1,288 @@
+//! The one error type of manifestdb.
+//!
+//! Errors are faults: something the caller must fix or that went wrong underneath. Expected
+//! refusals (a publish stopped by a gate, a non-deterministic rerun) are not errors; they come
+//! back as values (see [`crate::PublishOutcome`]).
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Everything that can go wrong in manifestdb.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another handle (in this process or another) has the store open for writing.
+    #[error("store {path} is already open for writing by another handle or process")]
+    AlreadyOpen {
+        /// The store file.
+        path: PathBuf,
+    },
+
+    /// An operating-system I/O call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What manifestdb was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The embedded database (redb) reported an error.
+    #[error("{context}: {source}")]
+    Storage {
+        /// What manifestdb was doing.
+        context: &'static str,
+        /// The underlying redb error.
+        #[source]
+        source: redb::Error,
+    },
+
+    /// A stored value or key failed its checks: bad frame, CRC mismatch, undecodable payload or
+    /// a record that contradicts itself. Nothing is repaired silently.
+    #[error("corrupted record in table {table}, key {key}: {detail}")]
+    Corrupted {
+        /// The table holding the record.
+        table: &'static str,
+        /// A printable form of the key.
+        key: String,
+        /// What check failed.
+        detail: Corruption,
+    },
+
+    /// The store file was written by a newer (or unknown) format.
+    #[error("store format version {found} is not supported (this build reads version {supported})")]
+    UnsupportedFormat {
+        /// The version found in the file.
+        found: u32,
+        /// The version this build understands.
+        supported: u32,
+    },
+
+    /// A caller-supplied identifier, path or value is not acceptable.
+    #[error("invalid {what} {value:?}: {reason}")]
+    InvalidInput {
+        /// Which input (dataset, run id, partition key, file path, ...).
+        what: &'static str,
+        /// The offending value (shortened if very long).
+        value: String,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// The run was never declared.
+    #[error("unknown run {run:?} of dataset {dataset:?}")]
+    UnknownRun {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+    },
+
+    /// The run exists but declares no task for this partition.
+    #[error("run {run:?} of dataset {dataset:?} declares no task for partition {partition:?}")]
+    UnknownTask {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// Partition key.
+        partition: String,
+    },
+
+    /// No such attempt was ever begun.
+    #[error("unknown attempt {attempt} of task {dataset}/{run}/{partition}")]
+    UnknownAttempt {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// Partition key.
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+    },
+
+    /// A run was declared again with a different snapshot or different tasks.
+    #[error("run {run:?} of dataset {dataset:?} is already declared differently: {detail}")]
+    RunConflict {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// The first difference found.
+        detail: String,
+    },
+
+    /// The run is already published; it takes no new attempts.
+    #[error("run {run:?} of dataset {dataset:?} is already published as generation {generation}")]
+    RunPublished {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// The generation it published.
+        generation: u64,
+    },
+
+    /// An attempt reported a candidate computed from another input snapshot than its run's.
+    #[error("attempt {attempt} of {partition:?} read input snapshot {got:?}, but run {run:?} is pinned to {expected:?}")]
+    ForeignSnapshot {
+        /// Run id.
+        run: String,
+        /// Partition key.
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// The run's pinned snapshot.
+        expected: String,
+        /// The snapshot the candidate reported.
+        got: String,
+    },
+
+    /// An attempt was finished twice with different content.
+    #[error("attempt {attempt} of {partition:?} already finished with a different candidate: {detail}")]
+    CandidateConflict {
+        /// Partition key.
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// The first difference found.
+        detail: String,
+    },
+
+    /// The operation needs the attempt in another state (for example validating an attempt that
+    /// has not finished).
+    #[error("attempt {attempt} of {partition:?} is {state}; {operation} needs {needed}")]
+    AttemptState {
+        /// Partition key.
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// Its current state.
+        state: &'static str,
+        /// The refused operation.
+        operation: &'static str,
+        /// The state it needs.
+        needed: &'static str,
+    },
+
+    /// The side effect is unknown.
+    #[error("no side effect {effect:?} recorded for run {run:?} of dataset {dataset:?}, partition {partition:?}")]
+    UnknownEffect {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// Effect name.
+        effect: String,
+        /// Partition key, empty for a run-level effect.
+        partition: String,
+    },
+
+    /// The side effect's run has not been published yet, so it may not be emitted.
+    #[error("side effect {effect:?} of run {run:?} is not ready: its run is not published")]
+    EffectNotReady {
+        /// Run id.
+        run: String,
+        /// Effect name.
+        effect: String,
+    },
+
+    /// A write failed earlier on this handle (an fsync or write error, or a failed commit). The
+    /// state on disk is whatever the last durable commit left; the handle refuses writes until
+    /// the store is reopened, because a failed fsync cannot be retried and trusted.
+    #[error("store handle refuses writes after an earlier write failure ({cause}); reopen the store")]
+    Poisoned {
+        /// The failure that poisoned the handle.
+        cause: String,
+    },
+}
+
+/// What was wrong with a corrupted record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Corruption {
+    /// The value is shorter than its frame header.
+    Truncated {
+        /// Bytes present.
+        len: usize,
+    },
+    /// The frame names a record version this build cannot read.
+    UnknownVersion {
+        /// The version byte found.
+        version: u8,
+    },
+    /// The payload's CRC32 does not match the one in the frame.
+    ChecksumMismatch {
+        /// CRC32 stored in the frame.
+        expected: u32,
+        /// CRC32 of the payload as read.
+        got: u32,
+    },
+    /// The payload does not decode as the record type.
+    Undecodable {
+        /// The decoder's message.
+        message: String,
+    },
+    /// The record decodes but contradicts itself or the records it refers to.
+    Inconsistent {
+        /// What contradicts what.
+        message: String,
+    },
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Corruption::Truncated { len } => write!(f, "value of {len} bytes is shorter than its frame header"),
+            Corruption::UnknownVersion { version } => write!(f, "unknown record version {version}"),
+            Corruption::ChecksumMismatch { expected, got } => {
+                write!(f, "checksum mismatch: stored crc32 {expected:#010x}, computed {got:#010x}")
+            }
+            Corruption::Undecodable { message } => write!(f, "payload does not decode: {message}"),
+            Corruption::Inconsistent { message } => write!(f, "inconsistent record: {message}"),
+        }
+    }
+}
+
+/// Shorthand for results whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io { context: context.into(), source }
+    }
+
+    pub(crate) fn storage(context: &'static str, source: impl Into<redb::Error>) -> Self {
+        Error::Storage { context, source: source.into() }
+    }
+
+    pub(crate) fn invalid(what: &'static str, value: &str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput { what, value: shorten(value), reason: reason.into() }
+    }
+
+    /// True when the error says the stored data is damaged (as opposed to a caller mistake or a
+    /// transient I/O failure).
+    pub fn is_corruption(&self) -> bool {
+        match self {
+            Error::Corrupted { .. } => true,
+            Error::Storage { source, .. } => matches!(source, redb::Error::Corrupted(_)),
+            _ => false,
+        }
+    }
+}
+
+/// Shortens a caller value for an error message so that a megabyte of garbage does not end up
+/// in a log line.
+fn shorten(value: &str) -> String {
+    const SHOWN_CHARS_MAX: usize = 120;
+    if value.chars().count() <= SHOWN_CHARS_MAX {
+        value.to_owned()
+    } else {
+        let head: String = value.chars().take(SHOWN_CHARS_MAX).collect();
+        format!("{head}... ({} bytes)", value.len())
+    }
+}

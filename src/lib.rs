@@ -1,0 +1,71 @@
+//! manifestdb makes retried work publish exactly once.
+//!
+//! Schedulers run tasks at least once: a worker can write its output and die before its
+//! completion is acknowledged, and the retry leaves two attempts behind. manifestdb is the
+//! commit layer that makes that harmless:
+//!
+//! - every attempt writes into its own private staging directory ([`Store::begin_attempt`]);
+//! - a finished attempt is a *candidate* ([`Store::finish_attempt`]) until the coordinator
+//!   validates it ([`Store::validate_attempt`]) against its run's pinned snapshot and its task's
+//!   expected rows and total;
+//! - per task the lowest-numbered valid attempt is *accepted*, kept in a keyed index;
+//! - [`Store::publish`] checks completeness, the gates and determinism, then writes the next
+//!   generation of the dataset (the previous one with exactly the run's partitions replaced)
+//!   and moves the dataset's generation pointer, all in one redb write transaction;
+//! - readers ([`Snapshot`], also from other processes through [`ReadOnlyStore`]) see the last
+//!   complete generation, never a candidate and never a mix;
+//! - side effects are recorded under a natural key ([`Store::record_effect`]) and become ready
+//!   to emit in the transaction that publishes their run.
+//!
+//! ```
+//! use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, describe_file};
+//!
+//! # fn main() -> Result<(), manifestdb::Error> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+//! store.declare_run(&RunSpec {
+//!     dataset: "daily_units".into(),
+//!     run: "2026-11-29".into(),
+//!     snapshot: "sales@v42".into(),
+//!     tasks: vec![TaskSpec { partition: "date=2026-11-29/region=eu".into(), expected_rows: 2, expected_total: Some(700) }],
+//! })?;
+//! let task = TaskKey::new("daily_units", "2026-11-29", "date=2026-11-29/region=eu");
+//! let ticket = store.begin_attempt(&task)?;
+//! std::fs::write(ticket.staging_dir.join("part.csv"), "store,units\n1,300\n2,400\n").unwrap();
+//! let candidate = Candidate {
+//!     snapshot: "sales@v42".into(),
+//!     rows: 2,
+//!     total: Some(700),
+//!     digest: "sha256:...".into(),
+//!     files: vec![describe_file(&ticket.staging_dir, "part.csv")?],
+//! };
+//! store.finish_attempt(&ticket.key, &candidate)?;
+//! assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum)?.is_valid());
+//! let PublishOutcome::Published(generation) = store.publish("daily_units", "2026-11-29", &PublishOptions::default())? else {
+//!     panic!("refused");
+//! };
+//! assert_eq!(generation.number, 1);
+//! let manifest = store.snapshot()?.manifest("daily_units", None)?.unwrap();
+//! assert_eq!(manifest.partitions[0].attempt, 1);
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+mod codec;
+mod error;
+mod model;
+mod records;
+mod rules;
+mod schema;
+mod store;
+
+pub use error::{Corruption, Error, Result};
+pub use model::{
+    AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
+    FinishOutcome, GateFailure, Generation, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal,
+    RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
+};
+pub use store::{ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};

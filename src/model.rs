@@ -1,0 +1,517 @@
+//! Domain types: what callers hand to the store and what they get back.
+//!
+//! These are plain data. The rules over them live in `rules/`, the tables that hold them in
+//! `schema.rs` and `records.rs`. The small leaf types ([`FileEntry`], [`Candidate`],
+//! [`GateFailure`]) are also embedded in stored records, so changing their fields needs a new
+//! record version (see `codec.rs`).
+
+use serde::{Deserialize, Serialize};
+
+/// Identifies a task: the natural key of one unit of work. A task owns exactly one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TaskKey {
+    /// The dataset the task writes (for example `daily_units`).
+    pub dataset: String,
+    /// The run the task belongs to.
+    pub run: String,
+    /// The partition the task owns (for example `date=2026-11-29/region=eu`).
+    pub partition: String,
+}
+
+impl TaskKey {
+    /// Builds a task key.
+    pub fn new(dataset: impl Into<String>, run: impl Into<String>, partition: impl Into<String>) -> Self {
+        TaskKey { dataset: dataset.into(), run: run.into(), partition: partition.into() }
+    }
+
+    /// The key of attempt number `attempt` of this task.
+    pub fn attempt(&self, attempt: u32) -> AttemptKey {
+        AttemptKey { task: self.clone(), attempt }
+    }
+}
+
+impl std::fmt::Display for TaskKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.dataset, self.run, self.partition)
+    }
+}
+
+/// Identifies one attempt of a task. Attempt numbers are assigned by the store, from 1, in
+/// the order attempts begin.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct AttemptKey {
+    /// The task.
+    pub task: TaskKey,
+    /// The attempt number (1-based).
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for AttemptKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.task, self.attempt)
+    }
+}
+
+/// A run to declare: one execution of a step over one pinned input snapshot, with its tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The dataset the run writes.
+    pub dataset: String,
+    /// The run id, unique within the dataset.
+    pub run: String,
+    /// The input snapshot every task of the run reads.
+    pub snapshot: String,
+    /// The tasks, one per partition, with the expectations derived from the input.
+    pub tasks: Vec<TaskSpec>,
+}
+
+/// One declared task and what its output must reconcile to at the declared grain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// The partition the task owns.
+    pub partition: String,
+    /// Rows the output must hold (one per grain unit, e.g. one per invoice line).
+    pub expected_rows: u64,
+    /// The total the output must sum to (an integer such as cents), if the run declares one.
+    pub expected_total: Option<i64>,
+}
+
+/// What [`crate::Store::declare_run`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum DeclareOutcome {
+    /// The run was new and is now declared.
+    Declared,
+    /// An identical run was already declared; nothing was written.
+    AlreadyDeclared,
+}
+
+/// A begun attempt: its key and its private staging directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptTicket {
+    /// The attempt's key; its number is new for the task.
+    pub key: AttemptKey,
+    /// The attempt's private staging directory, inside the store's staging root. It exists when
+    /// `begin_attempt` returns and no other attempt shares it.
+    pub staging_dir: std::path::PathBuf,
+    /// When the attempt began, in milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+}
+
+/// One output file of an attempt, as its worker reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// Path relative to the attempt's staging directory (`/`-separated, no `..`).
+    pub path: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// CRC32 (IEEE, as computed by [`crate::file_crc32`]) of the file's content.
+    pub crc32: u32,
+}
+
+/// What a finished attempt reports. It is not data until validated, accepted and published.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The input snapshot the attempt read; must be its run's.
+    pub snapshot: String,
+    /// Rows written at the declared grain.
+    pub rows: u64,
+    /// Total of the output's measure (e.g. cents), if computed.
+    pub total: Option<i64>,
+    /// Canonical digest of the output: equal inputs must give equal digests.
+    pub digest: String,
+    /// The files written, relative to the staging directory.
+    pub files: Vec<FileEntry>,
+}
+
+/// What [`crate::Store::finish_attempt`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FinishOutcome {
+    /// The candidate is now recorded.
+    Recorded,
+    /// The same candidate was already recorded; nothing was written.
+    AlreadyRecorded,
+}
+
+/// How thoroughly validation checks an attempt's files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum FileCheck {
+    /// Each file exists as a regular file (not a symlink) with the reported size.
+    #[default]
+    Size,
+    /// As `Size`, and the content's CRC32 equals the reported one (reads every byte).
+    SizeAndChecksum,
+}
+
+/// One reason a candidate or a publish is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum GateFailure {
+    /// The candidate read another input snapshot than its run's.
+    ForeignSnapshot {
+        /// The run's pinned snapshot.
+        expected: String,
+        /// The candidate's.
+        got: String,
+    },
+    /// The row count does not match the task's expectation.
+    RowsMismatch {
+        /// Expected rows.
+        expected: u64,
+        /// Reported rows.
+        got: u64,
+    },
+    /// The total does not match the task's expectation.
+    TotalMismatch {
+        /// Expected total.
+        expected: i64,
+        /// Reported total (`None` if the candidate reported none).
+        got: Option<i64>,
+    },
+    /// A reported file is missing (or is not a regular file).
+    FileMissing {
+        /// Path relative to the staging directory.
+        path: String,
+    },
+    /// A reported file has another size.
+    FileSizeMismatch {
+        /// Path relative to the staging directory.
+        path: String,
+        /// Reported size.
+        expected: u64,
+        /// Size on disk.
+        got: u64,
+    },
+    /// A reported file has other content.
+    FileChecksumMismatch {
+        /// Path relative to the staging directory.
+        path: String,
+        /// Reported CRC32.
+        expected: u32,
+        /// CRC32 on disk.
+        got: u32,
+    },
+    /// A file could not be read (permissions, I/O error).
+    FileUnreadable {
+        /// Path relative to the staging directory.
+        path: String,
+        /// The operating system's message.
+        message: String,
+    },
+}
+
+impl std::fmt::Display for GateFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GateFailure::ForeignSnapshot { expected, got } => {
+                write!(f, "input snapshot {got:?} is not the run's pinned {expected:?}")
+            }
+            GateFailure::RowsMismatch { expected, got } => write!(f, "rows {got} != expected {expected}"),
+            GateFailure::TotalMismatch { expected, got: Some(got) } => write!(f, "total {got} != expected {expected}"),
+            GateFailure::TotalMismatch { expected, got: None } => write!(f, "no total reported, expected {expected}"),
+            GateFailure::FileMissing { path } => write!(f, "file {path:?} is missing or not a regular file"),
+            GateFailure::FileSizeMismatch { path, expected, got } => {
+                write!(f, "file {path:?} has {got} bytes, reported {expected}")
+            }
+            GateFailure::FileChecksumMismatch { path, expected, got } => {
+                write!(f, "file {path:?} has crc32 {got:#010x}, reported {expected:#010x}")
+            }
+            GateFailure::FileUnreadable { path, message } => write!(f, "file {path:?} is unreadable: {message}"),
+        }
+    }
+}
+
+/// The coordinator's verdict on a candidate, stored with the attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// The candidate matches its run's snapshot and its task's expectations, and its files are
+    /// present as reported.
+    Valid,
+    /// The candidate failed; every failed check is listed.
+    Invalid(Vec<GateFailure>),
+}
+
+impl Verdict {
+    /// True for [`Verdict::Valid`].
+    pub fn is_valid(&self) -> bool {
+        matches!(self, Verdict::Valid)
+    }
+}
+
+/// Where an attempt stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum AttemptStatus {
+    /// Begun, no candidate yet.
+    Running,
+    /// Candidate recorded, not yet validated.
+    Finished,
+    /// Candidate validated with this verdict.
+    Validated(Verdict),
+}
+
+impl AttemptStatus {
+    /// A short lowercase name for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AttemptStatus::Running => "running",
+            AttemptStatus::Finished => "finished",
+            AttemptStatus::Validated(Verdict::Valid) => "valid",
+            AttemptStatus::Validated(Verdict::Invalid(_)) => "invalid",
+        }
+    }
+}
+
+/// Everything the store knows about one attempt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AttemptInfo {
+    /// The attempt.
+    pub key: AttemptKey,
+    /// When it began (ms since the Unix epoch).
+    pub started_at_ms: u64,
+    /// Its staging directory relative to the staging root.
+    pub staging_rel: String,
+    /// Its candidate once finished.
+    pub candidate: Option<Candidate>,
+    /// Where it stands.
+    pub status: AttemptStatus,
+}
+
+/// Options of a publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublishOptions {
+    /// Publish even if a partition's digest differs from the one published earlier for the same
+    /// input snapshot. The reason is recorded in the generation's history entry.
+    pub accept_nondeterminism: Option<String>,
+}
+
+/// A generation as recorded in the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Generation {
+    /// The dataset.
+    pub dataset: String,
+    /// The generation number (1 for the first publish).
+    pub number: u64,
+    /// The generation it was derived from (0 for none).
+    pub parent: u64,
+    /// The run whose publish created it.
+    pub run: String,
+    /// That run's input snapshot.
+    pub snapshot: String,
+    /// When it was published (ms since the Unix epoch).
+    pub published_at_ms: u64,
+    /// How many partitions this generation wrote (the run's declared partitions).
+    pub partitions_replaced: u64,
+    /// Set if the publish accepted digests that differ from an earlier publish of the same
+    /// snapshot: the reason given and the partitions concerned.
+    pub nondeterminism_accepted: Option<NondeterminismOverride>,
+}
+
+/// An accepted non-determinism, kept in the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NondeterminismOverride {
+    /// The reason the caller gave.
+    pub reason: String,
+    /// The partitions whose digest differed.
+    pub partitions: Vec<String>,
+}
+
+/// One partition of a generation: the accepted attempt that fills it and its files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PartitionEntry {
+    /// The partition key.
+    pub partition: String,
+    /// The generation that wrote this entry (it is carried over unchanged by later ones).
+    pub since_generation: u64,
+    /// The run of the accepted attempt.
+    pub run: String,
+    /// The accepted attempt's number.
+    pub attempt: u32,
+    /// The input snapshot.
+    pub snapshot: String,
+    /// Rows.
+    pub rows: u64,
+    /// Total, if reported.
+    pub total: Option<i64>,
+    /// Canonical digest.
+    pub digest: String,
+    /// The attempt's staging directory relative to the staging root.
+    pub staging_rel: String,
+    /// Files relative to the staging directory.
+    pub files: Vec<FileEntry>,
+}
+
+/// A generation and all its partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Manifest {
+    /// The generation.
+    pub generation: Generation,
+    /// Its partitions in key order.
+    pub partitions: Vec<PartitionEntry>,
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum PublishOutcome {
+    /// The run is now the dataset's current generation.
+    Published(Generation),
+    /// The run was already published (perhaps by a call whose acknowledgement was lost); this
+    /// is the generation it created. Nothing was written.
+    AlreadyPublished(Generation),
+    /// A gate refused the publish. Nothing was written; the pointer did not move.
+    Refused(PublishRefusal),
+}
+
+/// Why a publish was refused: every failing task and what failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PublishRefusal {
+    /// The dataset.
+    pub dataset: String,
+    /// The run.
+    pub run: String,
+    /// One entry per failing task, in partition order.
+    pub tasks: Vec<TaskRefusal>,
+}
+
+/// One failing task of a refused publish.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaskRefusal {
+    /// The task's partition.
+    pub partition: String,
+    /// What failed.
+    pub reason: RefusalReason,
+}
+
+/// What failed for one task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum RefusalReason {
+    /// No attempt of the task is valid. Each attempt is listed with its status (and for invalid
+    /// ones, the failed checks).
+    NoAcceptedAttempt {
+        /// `(attempt number, status)` for every attempt of the task.
+        attempts: Vec<(u32, AttemptStatus)>,
+    },
+    /// The accepted attempt fails a gate at publish time.
+    Gate {
+        /// The accepted attempt.
+        attempt: u32,
+        /// The failed checks.
+        failures: Vec<GateFailure>,
+    },
+    /// The same input snapshot was published before with another digest for this partition.
+    Nondeterministic {
+        /// The accepted attempt.
+        attempt: u32,
+        /// Its digest.
+        digest: String,
+        /// The digest published earlier.
+        published_digest: String,
+        /// The run that published it.
+        published_run: String,
+        /// The generation it was published in.
+        published_generation: u64,
+    },
+}
+
+impl std::fmt::Display for PublishRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "publish of run {:?} of {:?} refused:", self.run, self.dataset)?;
+        for task in &self.tasks {
+            write!(f, "\n  {}: ", task.partition)?;
+            match &task.reason {
+                RefusalReason::NoAcceptedAttempt { attempts } if attempts.is_empty() => {
+                    write!(f, "no accepted attempt (none begun)")?
+                }
+                RefusalReason::NoAcceptedAttempt { attempts } => {
+                    write!(f, "no accepted attempt")?;
+                    for (n, status) in attempts {
+                        write!(f, "; attempt {n} {}", status.name())?;
+                        if let AttemptStatus::Validated(Verdict::Invalid(failures)) = status {
+                            let reasons: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                            write!(f, " ({})", reasons.join(", "))?;
+                        }
+                    }
+                }
+                RefusalReason::Gate { attempt, failures } => {
+                    let reasons: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                    write!(f, "attempt {attempt} fails gates: {}", reasons.join(", "))?
+                }
+                RefusalReason::Nondeterministic { attempt, digest, published_digest, published_run, published_generation } => write!(
+                    f,
+                    "non-deterministic: attempt {attempt} digest {digest:?} differs from {published_digest:?} published by run {published_run:?} in generation {published_generation} for the same snapshot"
+                )?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The natural key of a side effect: derived from the work, never from the attempt, so a
+/// repeat collides with the first record.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct EffectKey {
+    /// The dataset.
+    pub dataset: String,
+    /// The run.
+    pub run: String,
+    /// The effect's name (e.g. `notify-forecast`).
+    pub effect: String,
+    /// The partition it concerns, or `None` for a run-level effect.
+    pub partition: Option<String>,
+}
+
+/// Where a side effect stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EffectStatus {
+    /// Recorded; its run is not published yet, so it must not be emitted.
+    Recorded,
+    /// Its run is published in this generation: emit it, then mark it emitted.
+    Ready {
+        /// The generation that published the run.
+        generation: u64,
+    },
+    /// Emitted by the caller.
+    Emitted {
+        /// The generation that published the run.
+        generation: u64,
+        /// When the caller marked it emitted (ms since the Unix epoch).
+        emitted_at_ms: u64,
+    },
+}
+
+/// A recorded side effect.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Effect {
+    /// Its natural key.
+    pub key: EffectKey,
+    /// The payload given when it was first recorded.
+    pub payload: Vec<u8>,
+    /// When it was first recorded (ms since the Unix epoch).
+    pub recorded_at_ms: u64,
+    /// Where it stands.
+    pub status: EffectStatus,
+}
+
+/// What [`crate::Store::record_effect`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedEffect {
+    /// The stored effect: the first record under its key.
+    pub effect: Effect,
+    /// False if an effect with this key already existed and nothing was written.
+    pub newly_recorded: bool,
+}
+
+/// A dataset's run as declared.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunInfo {
+    /// The dataset.
+    pub dataset: String,
+    /// The run id.
+    pub run: String,
+    /// Its pinned input snapshot.
+    pub snapshot: String,
+    /// When it was declared (ms since the Unix epoch).
+    pub declared_at_ms: u64,
+    /// The generation that published it, if any.
+    pub published_generation: Option<u64>,
+    /// Its tasks in partition order.
+    pub tasks: Vec<TaskSpec>,
+}

@@ -1,0 +1,139 @@
+//! On-disk records, one per table (see `schema.rs`). Kept apart from the domain types so the
+//! format changes only on purpose. Each record checks itself after decoding
+//! ([`Checked::check`]), so a value that decodes but contradicts itself is reported as
+//! corruption instead of being trusted.
+
+use serde::{Deserialize, Serialize};
+use serde::de::DeserializeOwned;
+
+use crate::model::{Candidate, EffectStatus, FileEntry, NondeterminismOverride, Verdict};
+
+/// A record that can check its own consistency once decoded.
+pub(crate) trait Checked: Serialize + DeserializeOwned {
+    /// `Err(message)` when the record contradicts itself.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MetaRecord {
+    pub(crate) format_version: u32,
+    pub(crate) created_at_ms: u64,
+}
+impl Checked for MetaRecord {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunRecord {
+    pub(crate) snapshot: String,
+    pub(crate) task_count: u64,
+    pub(crate) declared_at_ms: u64,
+    pub(crate) published_generation: Option<u64>,
+}
+impl Checked for RunRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.task_count == 0 {
+            return Err("run declares no task".into());
+        }
+        if self.published_generation == Some(0) {
+            return Err("run published as generation 0".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct TaskRecord {
+    pub(crate) expected_rows: u64,
+    pub(crate) expected_total: Option<i64>,
+    /// The number the next attempt gets; attempts 1..next_attempt exist.
+    pub(crate) next_attempt: u32,
+}
+impl Checked for TaskRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.next_attempt == 0 { Err("next attempt number is 0".into()) } else { Ok(()) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AttemptRecord {
+    pub(crate) started_at_ms: u64,
+    pub(crate) staging_rel: String,
+    pub(crate) candidate: Option<Candidate>,
+    pub(crate) verdict: Option<Verdict>,
+}
+impl Checked for AttemptRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.verdict.is_some() && self.candidate.is_none() {
+            return Err("attempt has a verdict but no candidate".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct AcceptedRecord {
+    pub(crate) attempt: u32,
+}
+impl Checked for AcceptedRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.attempt == 0 { Err("accepted attempt 0".into()) } else { Ok(()) }
+    }
+}
+
+/// The content of one partition from a given generation on. `None` would mark a partition
+/// removed from the dataset (reserved for rollback).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartitionVersionRecord {
+    pub(crate) entry: Option<PartitionEntryRecord>,
+}
+impl Checked for PartitionVersionRecord {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartitionEntryRecord {
+    pub(crate) run: String,
+    pub(crate) attempt: u32,
+    pub(crate) snapshot: String,
+    pub(crate) rows: u64,
+    pub(crate) total: Option<i64>,
+    pub(crate) digest: String,
+    pub(crate) staging_rel: String,
+    pub(crate) files: Vec<FileEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct GenerationRecord {
+    pub(crate) parent: u64,
+    pub(crate) run: String,
+    pub(crate) snapshot: String,
+    pub(crate) published_at_ms: u64,
+    pub(crate) partitions_replaced: u64,
+    pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
+}
+impl Checked for GenerationRecord {}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PointerRecord {
+    pub(crate) generation: u64,
+}
+impl Checked for PointerRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.generation == 0 { Err("pointer names generation 0".into()) } else { Ok(()) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DigestRecord {
+    pub(crate) digest: String,
+    pub(crate) run: String,
+    pub(crate) generation: u64,
+}
+impl Checked for DigestRecord {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EffectRecord {
+    pub(crate) payload: Vec<u8>,
+    pub(crate) recorded_at_ms: u64,
+    pub(crate) status: EffectStatus,
+}
+impl Checked for EffectRecord {}

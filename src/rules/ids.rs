@@ -1,0 +1,206 @@
+//! Identifier checks and the staging-path rule.
+//!
+//! Every name a caller gives is checked here before it reaches a key or a path. Names become
+//! staging directories through [`staging_rel`], an injective encoding: two different
+//! (dataset, run, partition, attempt) never map to the same directory, no directory lies
+//! inside another attempt's, and none leaves the staging root.
+
+use crate::error::{Error, Result};
+use crate::model::{Candidate, RunSpec};
+
+/// Longest dataset, run id, snapshot id or effect name, in bytes.
+pub(crate) const NAME_BYTES_MAX: usize = 200;
+/// Longest partition key, in bytes.
+pub(crate) const PARTITION_BYTES_MAX: usize = 1024;
+/// Longest path component after encoding, in bytes (the usual file-system `NAME_MAX`).
+pub(crate) const PATH_COMPONENT_BYTES_MAX: usize = 255;
+/// Longest staging directory path relative to the staging root, in bytes.
+pub(crate) const STAGING_REL_BYTES_MAX: usize = 3072;
+/// Longest file path inside a staging directory, in bytes.
+pub(crate) const FILE_PATH_BYTES_MAX: usize = 1024;
+/// Longest canonical digest, in bytes.
+pub(crate) const DIGEST_BYTES_MAX: usize = 256;
+/// Most files one candidate may report.
+pub(crate) const CANDIDATE_FILES_MAX: usize = 100_000;
+/// Most tasks one run may declare.
+pub(crate) const RUN_TASKS_MAX: usize = 10_000_000;
+
+/// The prefix of the attempt directory's name. `@` is always percent-encoded inside names, so
+/// no encoded partition component can equal an attempt directory's name.
+const ATTEMPT_DIR_PREFIX: &str = "@attempt-";
+
+fn check_text(what: &'static str, value: &str, bytes_max: usize) -> Result<()> {
+    if value.is_empty() {
+        return Err(Error::invalid(what, value, "must not be empty"));
+    }
+    if value.len() > bytes_max {
+        return Err(Error::invalid(what, value, format!("is {} bytes, longer than the limit of {bytes_max}", value.len())));
+    }
+    if value.contains('\0') {
+        return Err(Error::invalid(what, value, "must not contain a NUL byte"));
+    }
+    if value.chars().any(char::is_control) {
+        return Err(Error::invalid(what, value, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+/// A plain name: dataset, run id, snapshot id, effect name. One path component at most.
+pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
+    check_text(what, value, NAME_BYTES_MAX)?;
+    if what != "snapshot" && value.contains('/') {
+        return Err(Error::invalid(what, value, "must not contain '/'"));
+    }
+    if value == "." || value == ".." {
+        return Err(Error::invalid(what, value, "must not be '.' or '..'"));
+    }
+    Ok(())
+}
+
+/// Checks a `/`-separated relative path: no absolute path, no empty, `.` or `..` component.
+fn check_relative(what: &'static str, value: &str, bytes_max: usize) -> Result<()> {
+    check_text(what, value, bytes_max)?;
+    if value.starts_with('/') {
+        return Err(Error::invalid(what, value, "must be relative, not start with '/'"));
+    }
+    for component in value.split('/') {
+        match component {
+            "" => return Err(Error::invalid(what, value, "must not contain an empty component ('//' or a trailing '/')")),
+            "." | ".." => return Err(Error::invalid(what, value, "must not contain a '.' or '..' component")),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A partition key such as `date=2026-11-29/region=eu`.
+pub(crate) fn check_partition(value: &str) -> Result<()> {
+    check_relative("partition key", value, PARTITION_BYTES_MAX)?;
+    for component in value.split('/') {
+        if encode_component(component).len() > PATH_COMPONENT_BYTES_MAX {
+            return Err(Error::invalid(
+                "partition key",
+                value,
+                format!("component {component:?} is longer than {PATH_COMPONENT_BYTES_MAX} bytes once encoded for a path"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A file path reported by a worker, relative to its staging directory.
+pub(crate) fn check_file_path(value: &str) -> Result<()> {
+    check_relative("file path", value, FILE_PATH_BYTES_MAX)?;
+    if let Some(component) = value.split('/').find(|c| c.len() > PATH_COMPONENT_BYTES_MAX) {
+        return Err(Error::invalid("file path", value, format!("component {component:?} is longer than {PATH_COMPONENT_BYTES_MAX} bytes")));
+    }
+    Ok(())
+}
+
+/// Checks everything in a run declaration that does not depend on stored state.
+pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
+    check_name("dataset", &spec.dataset)?;
+    check_name("run id", &spec.run)?;
+    check_name("snapshot", &spec.snapshot)?;
+    if spec.tasks.is_empty() {
+        return Err(Error::invalid("run", &spec.run, "declares no task"));
+    }
+    if spec.tasks.len() > RUN_TASKS_MAX {
+        return Err(Error::invalid("run", &spec.run, format!("declares {} tasks, more than {RUN_TASKS_MAX}", spec.tasks.len())));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(spec.tasks.len());
+    for task in &spec.tasks {
+        check_partition(&task.partition)?;
+        if !seen.insert(task.partition.as_str()) {
+            return Err(Error::invalid("partition key", &task.partition, "is declared twice in the run"));
+        }
+    }
+    staging_rel(&spec.dataset, &spec.run, &spec.tasks[0].partition, u32::MAX).map(|_| ())
+}
+
+/// Checks a candidate's fields (not its agreement with the run; that is validation).
+pub(crate) fn check_candidate(candidate: &Candidate) -> Result<()> {
+    check_name("snapshot", &candidate.snapshot)?;
+    check_text("digest", &candidate.digest, DIGEST_BYTES_MAX)?;
+    if candidate.files.len() > CANDIDATE_FILES_MAX {
+        return Err(Error::invalid("candidate", &candidate.digest, format!("reports {} files, more than {CANDIDATE_FILES_MAX}", candidate.files.len())));
+    }
+    let mut seen = std::collections::HashSet::with_capacity(candidate.files.len());
+    for file in &candidate.files {
+        check_file_path(&file.path)?;
+        if !seen.insert(file.path.as_str()) {
+            return Err(Error::invalid("file path", &file.path, "is reported twice"));
+        }
+    }
+    Ok(())
+}
+
+/// Percent-encodes one name so it is a safe, unambiguous path component: ASCII letters,
+/// digits and `-_.=+,` stay, every other byte (including `%`, `@` and `/`) becomes `%XX`.
+fn encode_component(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.=+,".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The attempt's staging directory relative to the staging root:
+/// `dataset/run/<partition components>/@attempt-N`, each name percent-encoded.
+///
+/// Callers must have checked the names; this re-checks the length limits.
+pub(crate) fn staging_rel(dataset: &str, run: &str, partition: &str, attempt: u32) -> Result<String> {
+    let mut rel = String::new();
+    for name in [dataset, run].into_iter().chain(partition.split('/')) {
+        let component = encode_component(name);
+        if component.len() > PATH_COMPONENT_BYTES_MAX {
+            return Err(Error::invalid("name", name, format!("is longer than {PATH_COMPONENT_BYTES_MAX} bytes once encoded for a path")));
+        }
+        rel.push_str(&component);
+        rel.push('/');
+    }
+    rel.push_str(ATTEMPT_DIR_PREFIX);
+    rel.push_str(&attempt.to_string());
+    if rel.len() > STAGING_REL_BYTES_MAX {
+        return Err(Error::invalid("partition key", partition, format!("gives a staging path of {} bytes, longer than {STAGING_REL_BYTES_MAX}", rel.len())));
+    }
+    Ok(rel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_absolute_nul_and_overlong_partitions_are_refused() {
+        for bad in ["../x", "a/../b", "/etc/passwd", "a//b", "a/", ".", "a\0b", "a\nb", ""] {
+            assert!(check_partition(bad).is_err(), "{bad:?} accepted");
+        }
+        assert!(check_partition(&"x".repeat(PARTITION_BYTES_MAX + 1)).is_err());
+        assert!(check_partition(&"x".repeat(PATH_COMPONENT_BYTES_MAX + 1)).is_err());
+        check_partition("date=2026-11-29/region=eu").unwrap();
+    }
+
+    #[test]
+    fn staging_paths_are_encoded_and_distinct() {
+        let a = staging_rel("daily_units", "r1", "date=2026-11-29/region=eu", 1).unwrap();
+        assert_eq!(a, "daily_units/r1/date=2026-11-29/region=eu/@attempt-1");
+        // A partition whose component looks like an attempt directory cannot collide with one.
+        let b = staging_rel("daily_units", "r1", "date=2026-11-29/region=eu/@attempt-1", 1).unwrap();
+        assert_ne!(a, b);
+        assert!(!b.starts_with(&format!("{a}/")));
+        // `%` is encoded too, so an already-encoded name stays distinct from its decoding.
+        assert_ne!(staging_rel("d", "r", "a%2Fb", 1).unwrap(), staging_rel("d", "r", "a/b", 1).unwrap());
+    }
+
+    #[test]
+    fn names_may_not_hold_separators() {
+        assert!(check_name("dataset", "a/b").is_err());
+        assert!(check_name("run id", "..").is_err());
+        check_name("snapshot", "s3://bucket/x@v1").unwrap();
+    }
+}

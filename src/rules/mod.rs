@@ -1,0 +1,12 @@
+//! Pure rules: no redb, no clock, no file system.
+//!
+//! Everything that decides (which names are acceptable, where an attempt stages, whether a
+//! candidate is valid, which attempt is accepted, whether a run may publish and what the new
+//! generation holds) lives here as functions over plain values. The store gathers the inputs
+//! from its tables, calls a rule, and writes what the rule decided. A second storage layer
+//! (for example PostgreSQL for multi-host schedulers) calls the same functions.
+
+pub(crate) mod accept;
+pub(crate) mod ids;
+pub(crate) mod publish;
+pub(crate) mod validate;

@@ -1,0 +1,164 @@
+//! The publish decision: completeness, gates and determinism, over one run's tasks.
+//!
+//! Pure: the store reads, for each declared task, its accepted attempt (one keyed lookup), the
+//! digest published earlier for the same snapshot (one keyed lookup) and, only for tasks with
+//! no accepted attempt, the list of its attempts for the report. This function decides; the
+//! store then writes exactly what the plan says, in the same transaction.
+
+use crate::model::{AttemptStatus, Candidate, NondeterminismOverride, PublishRefusal, RefusalReason, TaskRefusal, TaskSpec};
+use crate::rules::validate::expectation_failures;
+
+/// A task's accepted attempt and its candidate.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    pub(crate) attempt: u32,
+    pub(crate) candidate: Candidate,
+    pub(crate) staging_rel: String,
+}
+
+/// The digest an earlier publish recorded for the same (dataset, snapshot, partition).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PublishedDigest {
+    pub(crate) digest: String,
+    pub(crate) run: String,
+    pub(crate) generation: u64,
+}
+
+/// What the store knows of one declared task when it publishes.
+#[derive(Debug, Clone)]
+pub(crate) struct TaskState {
+    pub(crate) spec: TaskSpec,
+    pub(crate) accepted: Option<Accepted>,
+    /// Every attempt and its status; only gathered when `accepted` is `None`.
+    pub(crate) attempts: Vec<(u32, AttemptStatus)>,
+    pub(crate) published: Option<PublishedDigest>,
+}
+
+/// What to write when the publish goes ahead.
+#[derive(Debug)]
+pub(crate) struct PublishPlan {
+    /// One entry per declared task, in the order given.
+    pub(crate) partitions: Vec<(String, Accepted)>,
+    /// Partitions to record in the published-digest index (first publish of their snapshot).
+    pub(crate) new_digests: Vec<usize>,
+    /// Set when digest mismatches were accepted by the caller's override.
+    pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
+}
+
+/// Decides whether the run may publish: every task has an accepted attempt, the accepted
+/// candidate passes the expectation gates, and its digest equals any digest published earlier
+/// for the same input snapshot (unless `accept_nondeterminism` gives a reason to accept it).
+///
+/// Invariant: `Ok` only if no task failed; the refusal lists every failing task, in order.
+pub(crate) fn plan(
+    dataset: &str,
+    run: &str,
+    run_snapshot: &str,
+    tasks: Vec<TaskState>,
+    accept_nondeterminism: Option<&str>,
+) -> Result<PublishPlan, PublishRefusal> {
+    let mut refusals = Vec::new();
+    let mut mismatched = Vec::new();
+    let mut partitions = Vec::with_capacity(tasks.len());
+    let mut new_digests = Vec::new();
+    for task in tasks {
+        let Some(accepted) = task.accepted else {
+            refusals.push(TaskRefusal {
+                partition: task.spec.partition,
+                reason: RefusalReason::NoAcceptedAttempt { attempts: task.attempts },
+            });
+            continue;
+        };
+        let failures = expectation_failures(run_snapshot, &task.spec, &accepted.candidate);
+        if !failures.is_empty() {
+            refusals.push(TaskRefusal {
+                partition: task.spec.partition,
+                reason: RefusalReason::Gate { attempt: accepted.attempt, failures },
+            });
+            continue;
+        }
+        match task.published {
+            None => new_digests.push(partitions.len()),
+            Some(published) if published.digest != accepted.candidate.digest => {
+                mismatched.push(task.spec.partition.clone());
+                if accept_nondeterminism.is_none() {
+                    refusals.push(TaskRefusal {
+                        partition: task.spec.partition,
+                        reason: RefusalReason::Nondeterministic {
+                            attempt: accepted.attempt,
+                            digest: accepted.candidate.digest,
+                            published_digest: published.digest,
+                            published_run: published.run,
+                            published_generation: published.generation,
+                        },
+                    });
+                    continue;
+                }
+            }
+            Some(_) => {}
+        }
+        partitions.push((task.spec.partition, accepted));
+    }
+    if !refusals.is_empty() {
+        return Err(PublishRefusal { dataset: dataset.to_owned(), run: run.to_owned(), tasks: refusals });
+    }
+    let nondeterminism_accepted = match accept_nondeterminism {
+        Some(reason) if !mismatched.is_empty() => Some(NondeterminismOverride { reason: reason.to_owned(), partitions: mismatched }),
+        _ => None,
+    };
+    Ok(PublishPlan { partitions, new_digests, nondeterminism_accepted })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GateFailure;
+
+    fn state(partition: &str, accepted: Option<u32>, digest: &str, published: Option<&str>) -> TaskState {
+        TaskState {
+            spec: TaskSpec { partition: partition.into(), expected_rows: 3, expected_total: Some(30) },
+            accepted: accepted.map(|attempt| Accepted {
+                attempt,
+                candidate: Candidate { snapshot: "s".into(), rows: 3, total: Some(30), digest: digest.into(), files: vec![] },
+                staging_rel: format!("d/r/{partition}/@attempt-{attempt}"),
+            }),
+            attempts: vec![],
+            published: published.map(|d| PublishedDigest { digest: d.into(), run: "r0".into(), generation: 1 }),
+        }
+    }
+
+    #[test]
+    fn complete_run_plans_every_partition() {
+        let plan = plan("d", "r", "s", vec![state("a", Some(1), "x", None), state("b", Some(2), "y", Some("y"))], None).unwrap();
+        assert_eq!(plan.partitions.len(), 2);
+        assert_eq!(plan.new_digests, vec![0]);
+        assert!(plan.nondeterminism_accepted.is_none());
+    }
+
+    #[test]
+    fn missing_and_mismatched_tasks_are_all_reported() {
+        let refusal = plan("d", "r", "s", vec![state("a", None, "x", None), state("b", Some(1), "y", Some("z"))], None).unwrap_err();
+        assert_eq!(refusal.tasks.len(), 2);
+        assert!(matches!(refusal.tasks[0].reason, RefusalReason::NoAcceptedAttempt { .. }));
+        assert!(matches!(refusal.tasks[1].reason, RefusalReason::Nondeterministic { .. }));
+    }
+
+    #[test]
+    fn override_accepts_and_records_mismatch() {
+        let plan = plan("d", "r", "s", vec![state("b", Some(1), "y", Some("z"))], Some("bug fix")).unwrap();
+        assert_eq!(plan.nondeterminism_accepted.unwrap().partitions, vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn accepted_candidate_failing_a_gate_is_refused() {
+        let mut s = state("a", Some(1), "x", None);
+        if let Some(accepted) = s.accepted.as_mut() {
+            accepted.candidate.snapshot = "other".into();
+        }
+        let refusal = plan("d", "r", "s", vec![s], None).unwrap_err();
+        assert!(matches!(
+            &refusal.tasks[0].reason,
+            RefusalReason::Gate { failures, .. } if matches!(failures[0], GateFailure::ForeignSnapshot { .. })
+        ));
+    }
+}

@@ -1,0 +1,161 @@
+//! Every redb table manifestdb keeps, and the key encoding.
+//!
+//! All tables map byte keys to framed byte values (`codec.rs`). Keys are composite: text
+//! fields joined by NUL (identifiers never contain NUL, see `rules::ids`), numbers as
+//! fixed-width big-endian bytes at the end, so byte order is field order and a prefix of fields
+//! is a contiguous key range. Table names carry a version (`_v1`); the format version lives in
+//! `meta_v1`.
+//!
+//! | table | key | value | written by |
+//! |---|---|---|---|
+//! | `meta_v1` | `"format"` | `MetaRecord` | create |
+//! | `runs_v1` | dataset, run | `RunRecord` | declare, publish |
+//! | `tasks_v1` | dataset, run, partition | `TaskRecord` (expectations, next attempt number) | declare, begin |
+//! | `attempts_v1` | dataset, run, partition, attempt (u32 BE) | `AttemptRecord` | begin, finish, validate |
+//! | `accepted_v1` | dataset, run, partition | `AcceptedRecord` (lowest valid attempt) | validate |
+//! | `partition_versions_v1` | dataset, partition, generation (u64 BE) | `PartitionVersionRecord` | publish |
+//! | `generations_v1` | dataset, generation (u64 BE) | `GenerationRecord` | publish |
+//! | `pointers_v1` | dataset | `PointerRecord` (current generation) | publish |
+//! | `published_digests_v1` | dataset, snapshot, partition | `DigestRecord` (first published digest) | publish |
+//! | `effects_v1` | dataset, run, effect, partition ("" for run-level) | `EffectRecord` | record effect, publish, mark emitted |
+
+use redb::TableDefinition;
+
+/// A table of framed values under composite byte keys.
+pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// A table's name; [`Def::def`] gives the redb definition. Keeping the name at hand lets every
+/// decode error name its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Def {
+    pub(crate) name: &'static str,
+}
+
+impl Def {
+    /// The redb table definition.
+    pub(crate) const fn def(self) -> Table {
+        TableDefinition::new(self.name)
+    }
+}
+
+pub(crate) const META: Def = Def { name: "meta_v1" };
+pub(crate) const RUNS: Def = Def { name: "runs_v1" };
+pub(crate) const TASKS: Def = Def { name: "tasks_v1" };
+pub(crate) const ATTEMPTS: Def = Def { name: "attempts_v1" };
+pub(crate) const ACCEPTED: Def = Def { name: "accepted_v1" };
+pub(crate) const VERSIONS: Def = Def { name: "partition_versions_v1" };
+pub(crate) const GENERATIONS: Def = Def { name: "generations_v1" };
+pub(crate) const POINTERS: Def = Def { name: "pointers_v1" };
+pub(crate) const DIGESTS: Def = Def { name: "published_digests_v1" };
+pub(crate) const EFFECTS: Def = Def { name: "effects_v1" };
+
+/// Every table, so that creation and verification can walk them all.
+pub(crate) const ALL_TABLES: [Def; 10] = [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS];
+
+/// The store format this build writes and reads.
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// The key of the format record in `meta_v1`.
+pub(crate) const META_FORMAT_KEY: &[u8] = b"format";
+
+/// Joins text fields with NUL: `a\0b\0c`.
+pub(crate) fn key(fields: &[&str]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(fields.iter().map(|f| f.len() + 1).sum());
+    for (i, field) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(0);
+        }
+        out.extend_from_slice(field.as_bytes());
+    }
+    out
+}
+
+/// The prefix of every key whose leading fields are `fields`: `a\0b\0`.
+pub(crate) fn prefix(fields: &[&str]) -> Vec<u8> {
+    let mut out = key(fields);
+    out.push(0);
+    out
+}
+
+/// The first byte string after every key that starts with `prefix` (which ends in NUL).
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    debug_assert_eq!(prefix.last(), Some(&0));
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last = 1;
+    }
+    end
+}
+
+/// `fields\0` followed by `n` as 8 big-endian bytes.
+pub(crate) fn key_u64(fields: &[&str], n: u64) -> Vec<u8> {
+    let mut out = prefix(fields);
+    out.extend_from_slice(&n.to_be_bytes());
+    out
+}
+
+/// `fields\0` followed by `n` as 4 big-endian bytes.
+pub(crate) fn key_u32(fields: &[&str], n: u32) -> Vec<u8> {
+    let mut out = prefix(fields);
+    out.extend_from_slice(&n.to_be_bytes());
+    out
+}
+
+/// Splits `prefix` + `text\0` + 8-byte number (a version or generation key after its
+/// dataset prefix). `None` if the key does not have that shape.
+pub(crate) fn split_text_u64(rest: &[u8]) -> Option<(&str, u64)> {
+    let (head, number) = rest.split_at_checked(rest.len().checked_sub(8)?)?;
+    let (text, nul) = head.split_at_checked(head.len().checked_sub(1)?)?;
+    if nul != [0] || text.contains(&0) {
+        return None;
+    }
+    let text = std::str::from_utf8(text).ok()?;
+    Some((text, u64::from_be_bytes(number.try_into().ok()?)))
+}
+
+/// The trailing 4-byte number of an attempt key.
+pub(crate) fn trailing_u32(key: &[u8]) -> Option<u32> {
+    let (_, number) = key.split_at_checked(key.len().checked_sub(4)?)?;
+    Some(u32::from_be_bytes(number.try_into().ok()?))
+}
+
+/// The trailing 8-byte number of a generation key.
+pub(crate) fn trailing_u64(key: &[u8]) -> Option<u64> {
+    let (_, number) = key.split_at_checked(key.len().checked_sub(8)?)?;
+    Some(u64::from_be_bytes(number.try_into().ok()?))
+}
+
+/// The text after `prefix` in a key made only of NUL-joined text fields.
+pub(crate) fn text_after<'k>(key: &'k [u8], prefix: &[u8]) -> Option<&'k str> {
+    let rest = key.strip_prefix(prefix)?;
+    if rest.contains(&0) {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ranges_cover_exactly_their_fields() {
+        let p = prefix(&["ds", "part"]);
+        let end = prefix_end(&p);
+        let inside = key_u64(&["ds", "part"], u64::MAX);
+        let longer_name = key_u64(&["ds", "partX"], 0);
+        let nested = key_u64(&["ds", "part/sub"], 0);
+        assert!(p.as_slice() <= inside.as_slice() && inside < end);
+        assert!(longer_name >= end);
+        assert!(nested >= end);
+    }
+
+    #[test]
+    fn keys_split_back() {
+        let k = key_u64(&["ds", "date=1/region=eu"], 42);
+        let rest = k.strip_prefix(prefix(&["ds"]).as_slice()).unwrap();
+        assert_eq!(split_text_u64(rest), Some(("date=1/region=eu", 42)));
+        assert_eq!(split_text_u64(b"short"), None);
+        assert_eq!(trailing_u32(&key_u32(&["a"], 7)), Some(7));
+    }
+}

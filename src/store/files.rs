@@ -1,0 +1,116 @@
+//! File-system side of the store: staging directories, file observation for validation, and
+//! the syncs that make creation and renames durable.
+//!
+//! Invariant: nothing here follows a symlink inside the staging root. A path whose component
+//! is a symlink is treated as missing (observation) or refused (staging directory creation),
+//! so a planted link cannot make the store read or create anything outside the root.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::model::{FileCheck, FileEntry};
+use crate::rules::validate::FileObservation;
+
+/// Computes the CRC32 (IEEE) of a file's content, as [`FileEntry::crc32`] expects.
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be read.
+pub fn file_crc32(path: &Path) -> Result<u32> {
+    let mut file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+    crc32_of(&mut file).map_err(|e| Error::io(format!("reading {}", path.display()), e))
+}
+
+fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Describes a file for a candidate: its path relative to `staging_dir`, size and CRC32.
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be read, [`Error::InvalidInput`] if `relative` is not a
+/// plain relative path.
+pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
+    crate::rules::ids::check_file_path(relative)?;
+    let path = staging_dir.join(relative);
+    let size_bytes = fs::metadata(&path).map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?.len();
+    Ok(FileEntry { path: relative.to_owned(), size_bytes, crc32: file_crc32(&path)? })
+}
+
+/// Creates the attempt's staging directory `root/rel`, refusing to pass through a symlink.
+/// The leaf is created fresh or must be an empty directory (left by a begin that crashed
+/// before it committed, so no worker ever had it).
+pub(crate) fn create_staging_dir(root: &Path, rel: &str) -> Result<PathBuf> {
+    let mut dir = root.to_path_buf();
+    let components: Vec<&str> = rel.split('/').collect();
+    for (i, component) in components.iter().enumerate() {
+        dir.push(component);
+        match fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(Error::invalid("staging path", rel, format!("{} is a symlink; refusing to follow it", dir.display())));
+            }
+            Ok(meta) if !meta.is_dir() => {
+                return Err(Error::invalid("staging path", rel, format!("{} exists and is not a directory", dir.display())));
+            }
+            Ok(_) if i + 1 == components.len() => {
+                let mut entries = fs::read_dir(&dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+                if entries.next().is_some() {
+                    return Err(Error::invalid("staging path", rel, format!("{} already holds files of an unknown writer", dir.display())));
+                }
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&dir) {
+                Ok(()) => {}
+                // Another attempt of a sibling task created the same parent in between.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && i + 1 < components.len() => {}
+                Err(e) => return Err(Error::io(format!("creating staging directory {}", dir.display()), e)),
+            },
+            Err(e) => return Err(Error::io(format!("inspecting {}", dir.display()), e)),
+        }
+    }
+    Ok(dir)
+}
+
+/// Observes a reported file under a staging directory without following symlinks.
+pub(crate) fn observe(staging_dir: &Path, file: &FileEntry, check: FileCheck) -> FileObservation {
+    let mut path = staging_dir.to_path_buf();
+    let components: Vec<&str> = file.path.split('/').collect();
+    for (i, component) in components.iter().enumerate() {
+        path.push(component);
+        let meta = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return FileObservation::Missing,
+            Err(e) => return FileObservation::Unreadable(e.to_string()),
+        };
+        let last = i + 1 == components.len();
+        if meta.file_type().is_symlink() || (last && !meta.is_file()) || (!last && !meta.is_dir()) {
+            return FileObservation::Missing;
+        }
+        if last {
+            let crc32 = match check {
+                FileCheck::Size => None,
+                FileCheck::SizeAndChecksum => match File::open(&path).and_then(|mut f| crc32_of(&mut f)) {
+                    Ok(crc) => Some(crc),
+                    Err(e) => return FileObservation::Unreadable(e.to_string()),
+                },
+            };
+            return FileObservation::Present { size_bytes: meta.len(), crc32 };
+        }
+    }
+    FileObservation::Missing
+}
+
+/// Flushes a directory's entries (a created or renamed file in it) to disk.
+pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+    let handle = File::open(dir).map_err(|e| Error::io(format!("opening directory {} to sync it", dir.display()), e))?;
+    handle.sync_all().map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
+}

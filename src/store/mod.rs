@@ -1,0 +1,286 @@
+//! The redb-backed store: opening and creating, the write operations, and read snapshots.
+//!
+//! Invariant: every state change is one redb write transaction committed with immediate
+//! durability; an operation refused on its merits writes nothing; after any storage failure
+//! on a write path the handle refuses further writes until reopened.
+
+mod files;
+mod read;
+mod tables;
+mod write;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
+use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
+
+pub use files::{describe_file, file_crc32};
+pub use read::Snapshot;
+
+use crate::error::{Error, Result};
+use crate::records::MetaRecord;
+use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
+
+/// How a store is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Memory redb may use to cache pages, in bytes. redb's own default is 1 GiB per database,
+    /// far more than a scheduler's metadata needs; manifestdb's default is 64 MiB.
+    pub cache_size_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions { cache_size_bytes: 64 * 1024 * 1024 }
+    }
+}
+
+/// A store opened for writing: the scheduler's handle.
+///
+/// One process at a time may hold a `Store` on a file; other processes may open it read-only
+/// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
+/// behind an `Arc`.
+pub struct Store {
+    db: Database,
+    db_path: Option<PathBuf>,
+    staging_root: PathBuf,
+    /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
+    poisoned: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+    }
+}
+
+fn builder(options: &StoreOptions) -> Builder {
+    let mut builder = Builder::new();
+    builder.set_cache_size(options.cache_size_bytes).set_concurrency_mode(ConcurrencyMode::SingleWriter);
+    builder
+}
+
+fn open_error(path: &Path, err: DatabaseError) -> Error {
+    match err {
+        DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
+        other => Error::storage("opening the store", other),
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Creates every table and the format record, or checks the format of an existing store.
+fn initialize(txn: &WriteTransaction) -> Result<()> {
+    for def in ALL_TABLES {
+        txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+    }
+    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+        Some(record) if record.format_version == FORMAT_VERSION => Ok(()),
+        Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
+        None => {
+            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { format_version: FORMAT_VERSION, created_at_ms: now_ms() })
+        }
+    }
+}
+
+impl Store {
+    /// Opens the store at `db_path`, creating it if it does not exist, with `staging_root` as
+    /// the directory under which every attempt gets its private staging directory (created if
+    /// missing).
+    ///
+    /// Creation is crash-safe: the file is built under a temporary name, synced, linked into
+    /// place and the directory synced, so a crash leaves either no store or a complete one.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyOpen`] if another handle or process has it open for writing;
+    /// [`Error::UnsupportedFormat`] for a store of another format; I/O and storage errors.
+    pub fn open(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>) -> Result<Store> {
+        Store::open_with_options(db_path, staging_root, &StoreOptions::default())
+    }
+
+    /// As [`Store::open`], with options.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
+        let db_path = db_path.as_ref();
+        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        if !db_path.exists() {
+            create_file(db_path, options)?;
+        }
+        let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
+        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root)
+    }
+
+    /// Opens (or creates) a store on a custom redb storage backend, for example the
+    /// fault-injecting one the crash tests use. No file-level creation protocol applies.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
+        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        let mut builder = Builder::new();
+        builder.set_cache_size(options.cache_size_bytes);
+        let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+        Store::finish_open(db, None, staging_root)
+    }
+
+    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf) -> Result<Store> {
+        let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
+        initialize(&txn)?;
+        txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None) })
+    }
+
+    /// The staging root (canonical path).
+    pub fn staging_root(&self) -> &Path {
+        &self.staging_root
+    }
+
+    /// The store file, if the store is file-backed.
+    pub fn path(&self) -> Option<&Path> {
+        self.db_path.as_deref()
+    }
+
+    /// A consistent read view of the whole store as of now. It keeps seeing this state, even
+    /// after later publishes, until dropped.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+        Ok(Snapshot::new(txn, Some(self.staging_root.clone())))
+    }
+
+    /// Runs `body` in one write transaction and commits it if `body` says so. A storage
+    /// failure anywhere in it poisons the handle.
+    fn write<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned { cause });
+        }
+        let result = self
+            .db
+            .begin_write()
+            .map_err(|e| Error::storage(context, e))
+            .and_then(|txn| match body(&txn)? {
+                TxnEnd::Commit(value) => {
+                    txn.commit().map_err(|e| Error::storage(context, e))?;
+                    Ok(value)
+                }
+                TxnEnd::Abort(value) => {
+                    txn.abort().map_err(|e| Error::storage(context, e))?;
+                    Ok(value)
+                }
+            });
+        if let Err(err @ Error::Storage { .. }) = &result {
+            let mut poisoned = self.poisoned.lock();
+            if poisoned.is_none() {
+                tracing::error!(error = %err, "write failed; the store handle refuses writes until reopened");
+                *poisoned = Some(err.to_string());
+            }
+        }
+        result
+    }
+}
+
+/// How a write transaction ends.
+enum TxnEnd<T> {
+    /// Commit durably, then return the value.
+    Commit(T),
+    /// Nothing to write: abort, then return the value.
+    Abort(T),
+}
+
+fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
+    fs::create_dir_all(root).map_err(|e| Error::io(format!("creating staging root {}", root.display()), e))?;
+    fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
+}
+
+/// Builds a new, empty store under a temporary name and links it into place, so that a crash
+/// at any point leaves either no file at `db_path` or a complete store.
+fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
+    let dir = match db_path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
+    let file_name = db_path
+        .file_name()
+        .ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
+    let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
+    let built = (|| {
+        let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;
+        let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
+        initialize(&txn)?;
+        txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
+        drop(db);
+        let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
+        file.sync_all().map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        // A hard link never replaces an existing file: if another process created the store in
+        // the meantime, its store wins and ours is discarded.
+        match fs::hard_link(&tmp, db_path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(Error::io(format!("linking new store into place at {}", db_path.display()), e)),
+        }
+    })();
+    let removed = fs::remove_file(&tmp);
+    built?;
+    removed.map_err(|e| Error::io(format!("removing {}", tmp.display()), e))?;
+    files::sync_dir(&dir)
+}
+
+/// A store opened read-only, typically by another process than the scheduler's (an operator's
+/// CLI, a reader job). It sees each generation the writer publishes once committed.
+pub struct ReadOnlyStore {
+    db: redb::ReadOnlyDatabase,
+}
+
+impl std::fmt::Debug for ReadOnlyStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadOnlyStore").finish_non_exhaustive()
+    }
+}
+
+impl ReadOnlyStore {
+    /// Opens an existing store for reading, while a writer may hold it.
+    ///
+    /// # Errors
+    /// Storage errors (including a store that needs recovery by a writer first), and
+    /// [`Error::UnsupportedFormat`].
+    pub fn open(db_path: impl AsRef<Path>) -> Result<ReadOnlyStore> {
+        ReadOnlyStore::open_with_options(db_path, &StoreOptions::default())
+    }
+
+    /// As [`ReadOnlyStore::open`], with options.
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::open`].
+    pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
+        let db_path = db_path.as_ref();
+        if !db_path.exists() {
+            return Err(Error::io(
+                format!("opening store {}", db_path.display()),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            ));
+        }
+        let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+        let store = ReadOnlyStore { db };
+        store.snapshot()?.check_format()?;
+        Ok(store)
+    }
+
+    /// A consistent read view as of now.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+        Ok(Snapshot::new(txn, None))
+    }
+}

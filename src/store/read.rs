@@ -1,0 +1,328 @@
+//! Read snapshots: a consistent view of the store, in the writer's process or another one.
+//!
+//! A [`Snapshot`] is one redb read transaction: everything read through it comes from one
+//! committed state, so a reader sees a generation either entirely before or entirely after a
+//! publish, never a mix.
+
+use std::path::{Path, PathBuf};
+
+use redb::ReadTransaction;
+
+use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
+use super::write::{attempt_status, effect_from, generation_from};
+use crate::error::{Error, Result};
+use crate::model::{AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, TaskKey, TaskSpec};
+use crate::records::{
+    AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
+};
+use crate::schema::{
+    self, ACCEPTED, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32,
+    key_u64, prefix, prefix_end,
+};
+
+/// A consistent, read-only view of the store at one moment.
+///
+/// Holding a snapshot keeps the pages it sees alive; drop it when done so the writer can reuse
+/// space.
+pub struct Snapshot {
+    txn: ReadTransaction,
+    staging_root: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot").finish_non_exhaustive()
+    }
+}
+
+fn open_ro(txn: &ReadTransaction, def: Def) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))
+}
+
+/// The partition entry a version record holds, or `None` for a removed partition.
+fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRecord) -> Option<PartitionEntry> {
+    record.entry.map(|e| PartitionEntry {
+        partition: partition.to_owned(),
+        since_generation,
+        run: e.run,
+        attempt: e.attempt,
+        snapshot: e.snapshot,
+        rows: e.rows,
+        total: e.total,
+        digest: e.digest,
+        staging_rel: e.staging_rel,
+        files: e.files,
+    })
+}
+
+/// The version of `partition` visible in generation `generation`: the entry with the largest
+/// generation number not above it. One reverse range lookup.
+pub(crate) fn partition_at(versions: &impl Readable, dataset: &str, partition: &str, generation: u64) -> Result<Option<PartitionEntry>> {
+    let start = key_u64(&[dataset, partition], 0);
+    let end = key_u64(&[dataset, partition], generation);
+    match last_at_or_before::<PartitionVersionRecord>(versions, VERSIONS, &start, &end)? {
+        None => Ok(None),
+        Some((version_key, record)) => {
+            let since = schema::trailing_u64(&version_key).ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "malformed version key"))?;
+            Ok(entry_from(partition, since, record))
+        }
+    }
+}
+
+/// Every partition visible in generation `generation`, in key order.
+///
+/// A skip scan: for each distinct partition one seek to its newest version at or below
+/// `generation`, then one seek past all its versions. The cost is O(P log n) for P partitions,
+/// whatever the number of older versions.
+pub(crate) fn partitions_at(versions: &impl Readable, dataset: &str, generation: u64) -> Result<Vec<PartitionEntry>> {
+    let dataset_prefix = prefix(&[dataset]);
+    let dataset_end = prefix_end(&dataset_prefix);
+    let mut cursor = dataset_prefix.clone();
+    let mut out = Vec::new();
+    while let Some(found) = first_key(versions, &cursor, &dataset_end)? {
+        let rest = &found[dataset_prefix.len()..];
+        let (partition, _) = schema::split_text_u64(rest).ok_or_else(|| tables::corrupted(VERSIONS, &found, "malformed version key"))?;
+        let partition = partition.to_owned();
+        if let Some(entry) = partition_at(versions, dataset, &partition, generation)? {
+            out.push(entry);
+        }
+        cursor = prefix_end(&prefix(&[dataset, &partition]));
+    }
+    Ok(out)
+}
+
+pub(crate) fn read_generation(generations: &impl Readable, dataset: &str, number: u64) -> Result<Option<Generation>> {
+    Ok(get::<GenerationRecord>(generations, GENERATIONS, &key_u64(&[dataset], number))?.map(|r| generation_from(dataset, number, r)))
+}
+
+pub(crate) fn read_pointer(pointers: &impl Readable, dataset: &str) -> Result<Option<u64>> {
+    Ok(get::<PointerRecord>(pointers, POINTERS, &key(&[dataset]))?.map(|p| p.generation))
+}
+
+impl Snapshot {
+    pub(crate) fn new(txn: ReadTransaction, staging_root: Option<PathBuf>) -> Snapshot {
+        Snapshot { txn, staging_root }
+    }
+
+    pub(crate) fn txn(&self) -> &ReadTransaction {
+        &self.txn
+    }
+
+    /// Checks that the store has the format this build reads.
+    pub(crate) fn check_format(&self) -> Result<()> {
+        let meta = open_ro(&self.txn, META)?;
+        match get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+            Some(record) if record.format_version == FORMAT_VERSION => Ok(()),
+            Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
+            None => Err(tables::corrupted(META, META_FORMAT_KEY, "the store has no format record")),
+        }
+    }
+
+    /// The staging root, when the snapshot comes from a writable [`crate::Store`].
+    pub fn staging_root(&self) -> Option<&Path> {
+        self.staging_root.as_deref()
+    }
+
+    /// Every dataset that has a current generation, in name order.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn datasets(&self) -> Result<Vec<String>> {
+        let pointers = open_ro(&self.txn, POINTERS)?;
+        let mut out = Vec::new();
+        scan::<PointerRecord>(&pointers, POINTERS, &[], &[0xff], |pointer_key, _| {
+            out.push(schema::text_after(pointer_key, &[]).ok_or_else(|| tables::corrupted(POINTERS, pointer_key, "malformed dataset key"))?.to_owned());
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// The dataset's current generation, or `None` if nothing was published.
+    ///
+    /// # Errors
+    /// Storage and corruption errors (including a pointer to a missing generation).
+    pub fn current(&self, dataset: &str) -> Result<Option<Generation>> {
+        let pointers = open_ro(&self.txn, POINTERS)?;
+        let Some(number) = read_pointer(&pointers, dataset)? else {
+            return Ok(None);
+        };
+        let generations = open_ro(&self.txn, GENERATIONS)?;
+        read_generation(&generations, dataset, number)?
+            .map(Some)
+            .ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {number}, which does not exist")))
+    }
+
+    /// A retained generation of the dataset, or `None` if it never existed or has expired.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn generation(&self, dataset: &str, number: u64) -> Result<Option<Generation>> {
+        let generations = open_ro(&self.txn, GENERATIONS)?;
+        read_generation(&generations, dataset, number)
+    }
+
+    /// The manifest of generation `number` (the current one if `None`): every partition with
+    /// its accepted attempt, files, rows, total and digest.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>> {
+        let generation = match number {
+            None => self.current(dataset)?,
+            Some(number) => self.generation(dataset, number)?,
+        };
+        let Some(generation) = generation else {
+            return Ok(None);
+        };
+        let versions = open_ro(&self.txn, VERSIONS)?;
+        let partitions = partitions_at(&versions, dataset, generation.number)?;
+        Ok(Some(Manifest { generation, partitions }))
+    }
+
+    /// One partition as generation `number` (the current one if `None`) holds it.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn partition(&self, dataset: &str, partition: &str, number: Option<u64>) -> Result<Option<PartitionEntry>> {
+        let number = match number {
+            Some(number) => number,
+            None => match read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)? {
+                Some(number) => number,
+                None => return Ok(None),
+            },
+        };
+        partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)
+    }
+
+    /// Every retained generation of the dataset, oldest first.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn history(&self, dataset: &str) -> Result<Vec<Generation>> {
+        let generations = open_ro(&self.txn, GENERATIONS)?;
+        let generation_prefix = prefix(&[dataset]);
+        let mut out = Vec::new();
+        scan::<GenerationRecord>(&generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |generation_key, record| {
+            let number = schema::trailing_u64(generation_key)
+                .filter(|_| generation_key.len() == generation_prefix.len() + 8)
+                .ok_or_else(|| tables::corrupted(GENERATIONS, generation_key, "malformed generation key"))?;
+            out.push(generation_from(dataset, number, record));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// A declared run with its tasks.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn run(&self, dataset: &str, run: &str) -> Result<Option<RunInfo>> {
+        let runs = open_ro(&self.txn, RUNS)?;
+        let Some(record) = get::<RunRecord>(&runs, RUNS, &key(&[dataset, run]))? else {
+            return Ok(None);
+        };
+        let tasks = open_ro(&self.txn, TASKS)?;
+        let task_prefix = prefix(&[dataset, run]);
+        let mut specs = Vec::new();
+        scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
+            let partition = schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?;
+            specs.push(TaskSpec { partition: partition.to_owned(), expected_rows: task.expected_rows, expected_total: task.expected_total });
+            Ok(true)
+        })?;
+        Ok(Some(RunInfo {
+            dataset: dataset.to_owned(),
+            run: run.to_owned(),
+            snapshot: record.snapshot,
+            declared_at_ms: record.declared_at_ms,
+            published_generation: record.published_generation,
+            tasks: specs,
+        }))
+    }
+
+    /// One attempt.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn attempt(&self, attempt: &AttemptKey) -> Result<Option<AttemptInfo>> {
+        let attempts = open_ro(&self.txn, ATTEMPTS)?;
+        let task = &attempt.task;
+        let record: Option<AttemptRecord> = get(&attempts, ATTEMPTS, &key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt))?;
+        Ok(record.map(|r| attempt_info(attempt.clone(), r)))
+    }
+
+    /// Every attempt of a task, in attempt order.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn attempts(&self, task: &TaskKey) -> Result<Vec<AttemptInfo>> {
+        let attempts = open_ro(&self.txn, ATTEMPTS)?;
+        let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
+        let mut out = Vec::new();
+        scan::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
+            let number = schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
+            out.push(attempt_info(task.attempt(number), record));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
+    /// published).
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn accepted(&self, task: &TaskKey) -> Result<Option<u32>> {
+        let accepted = open_ro(&self.txn, ACCEPTED)?;
+        Ok(get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt))
+    }
+
+    /// Every side effect recorded for a run, in key order.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn effects(&self, dataset: &str, run: &str) -> Result<Vec<Effect>> {
+        self.effects_in(&prefix(&[dataset, run]), |_| true)
+    }
+
+    /// Every side effect of the dataset that is ready to emit (its run is published, it is not
+    /// yet marked emitted), in key order.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn ready_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
+        self.effects_in(&prefix(&[dataset]), |status| matches!(status, EffectStatus::Ready { .. }))
+    }
+
+    fn effects_in(&self, effect_prefix: &[u8], keep: impl Fn(&EffectStatus) -> bool) -> Result<Vec<Effect>> {
+        let effects = open_ro(&self.txn, EFFECTS)?;
+        let mut out = Vec::new();
+        scan::<EffectRecord>(&effects, EFFECTS, effect_prefix, &prefix_end(effect_prefix), |effect_key, record| {
+            if keep(&record.status) {
+                let key = parse_effect_key(effect_key).ok_or_else(|| tables::corrupted(EFFECTS, effect_key, "malformed effect key"))?;
+                out.push(effect_from(key, record));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+}
+
+fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
+    let status = attempt_status(&record);
+    AttemptInfo { key, started_at_ms: record.started_at_ms, staging_rel: record.staging_rel, candidate: record.candidate, status }
+}
+
+fn parse_effect_key(raw: &[u8]) -> Option<EffectKey> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let mut fields = text.split('\0');
+    let (dataset, run, effect, partition) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    if fields.next().is_some() {
+        return None;
+    }
+    Some(EffectKey {
+        dataset: dataset.to_owned(),
+        run: run.to_owned(),
+        effect: effect.to_owned(),
+        partition: (!partition.is_empty()).then(|| partition.to_owned()),
+    })
+}

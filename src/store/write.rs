@@ -1,0 +1,544 @@
+//! The write operations: declare, begin, finish, validate, publish, side effects.
+//!
+//! Each one reads and checks everything first and writes only once every check passed, so a
+//! refused operation leaves its transaction untouched (and aborts it).
+
+use redb::{ReadableTable, WriteTransaction};
+
+use super::tables::{self, get, put, scan};
+use super::{Store, TxnEnd, files, now_ms};
+use crate::error::{Error, Result};
+use crate::model::{
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FinishOutcome,
+    Generation, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+};
+use crate::records::{
+    AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord, PointerRecord,
+    RunRecord, TaskRecord,
+};
+use crate::rules::{self, ids};
+use crate::schema::{self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end};
+
+/// Largest side-effect payload, in bytes.
+const EFFECT_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
+    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
+}
+
+fn unknown_run(dataset: &str, run: &str) -> Error {
+    Error::UnknownRun { dataset: dataset.to_owned(), run: run.to_owned() }
+}
+
+fn check_task_key(task: &TaskKey) -> Result<()> {
+    ids::check_name("dataset", &task.dataset)?;
+    ids::check_name("run id", &task.run)?;
+    ids::check_partition(&task.partition)
+}
+
+fn unknown_attempt(key: &AttemptKey) -> Error {
+    Error::UnknownAttempt {
+        dataset: key.task.dataset.clone(),
+        run: key.task.run.clone(),
+        partition: key.task.partition.clone(),
+        attempt: key.attempt,
+    }
+}
+
+/// Reads a run, or fails with [`Error::UnknownRun`].
+fn read_run(table: &impl tables::Readable, dataset: &str, run: &str) -> Result<RunRecord> {
+    get(table, RUNS, &key(&[dataset, run]))?.ok_or_else(|| unknown_run(dataset, run))
+}
+
+/// Reads a task, or fails with [`Error::UnknownTask`].
+fn read_task(table: &impl tables::Readable, task: &TaskKey) -> Result<TaskRecord> {
+    get(table, TASKS, &key(&[&task.dataset, &task.run, &task.partition]))?.ok_or_else(|| Error::UnknownTask {
+        dataset: task.dataset.clone(),
+        run: task.run.clone(),
+        partition: task.partition.clone(),
+    })
+}
+
+pub(crate) fn generation_from(dataset: &str, number: u64, record: GenerationRecord) -> Generation {
+    Generation {
+        dataset: dataset.to_owned(),
+        number,
+        parent: record.parent,
+        run: record.run,
+        snapshot: record.snapshot,
+        published_at_ms: record.published_at_ms,
+        partitions_replaced: record.partitions_replaced,
+        nondeterminism_accepted: record.nondeterminism_accepted,
+    }
+}
+
+impl Store {
+    /// Declares a run: its dataset, id, pinned input snapshot and tasks with their
+    /// expectations. Declaring the identical run again writes nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad name, partition key or an empty task list;
+    /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
+    pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
+        ids::check_run_spec(spec)?;
+        self.write("declaring a run", |txn| {
+            let mut runs = open(txn, RUNS)?;
+            let mut tasks = open(txn, TASKS)?;
+            let run_key = key(&[&spec.dataset, &spec.run]);
+            if let Some(existing) = get::<RunRecord>(&runs, RUNS, &run_key)? {
+                compare_declaration(spec, &existing, &tasks)?;
+                return Ok(TxnEnd::Abort(DeclareOutcome::AlreadyDeclared));
+            }
+            put(
+                &mut runs,
+                &run_key,
+                &RunRecord { snapshot: spec.snapshot.clone(), task_count: spec.tasks.len() as u64, declared_at_ms: now_ms(), published_generation: None },
+            )?;
+            for task in &spec.tasks {
+                put(
+                    &mut tasks,
+                    &key(&[&spec.dataset, &spec.run, &task.partition]),
+                    &TaskRecord { expected_rows: task.expected_rows, expected_total: task.expected_total, next_attempt: 1 },
+                )?;
+            }
+            Ok(TxnEnd::Commit(DeclareOutcome::Declared))
+        })
+    }
+
+    /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
+    /// attempt's private staging directory under the staging root.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], [`Error::UnknownTask`], [`Error::RunPublished`] (a published run
+    /// takes no new attempts), [`Error::InvalidInput`] for bad names or a staging path that
+    /// would pass through a symlink, I/O and storage errors.
+    pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
+        check_task_key(task)?;
+        self.write("beginning an attempt", |txn| {
+            let runs = open(txn, RUNS)?;
+            let mut tasks = open(txn, TASKS)?;
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let run = read_run(&runs, &task.dataset, &task.run)?;
+            if let Some(generation) = run.published_generation {
+                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+            }
+            let mut record = read_task(&tasks, task)?;
+            let attempt = record.next_attempt;
+            record.next_attempt = attempt
+                .checked_add(1)
+                .ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+            let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
+            let started_at_ms = now_ms();
+            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
+            if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
+                return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
+            }
+            // The directory is made before the commit: if the commit fails, the number is not
+            // taken and the next begin reuses the (empty, never handed out) directory.
+            let staging_dir = files::create_staging_dir(&self.staging_root, &staging_rel)?;
+            put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
+            put(&mut attempts, &attempt_key, &AttemptRecord { started_at_ms, staging_rel, candidate: None, verdict: None })?;
+            Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
+        })
+    }
+
+    /// Records a finished attempt's candidate. Finishing again with the identical candidate
+    /// writes nothing.
+    ///
+    /// # Errors
+    /// [`Error::UnknownAttempt`], [`Error::ForeignSnapshot`] if the candidate read another
+    /// snapshot than the run's, [`Error::CandidateConflict`] if a different candidate was
+    /// recorded, [`Error::InvalidInput`] for a bad file path or digest.
+    pub fn finish_attempt(&self, attempt: &AttemptKey, candidate: &Candidate) -> Result<FinishOutcome> {
+        check_task_key(&attempt.task)?;
+        ids::check_candidate(candidate)?;
+        let task = &attempt.task;
+        self.write("finishing an attempt", |txn| {
+            let runs = open(txn, RUNS)?;
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let run = read_run(&runs, &task.dataset, &task.run)?;
+            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+            if candidate.snapshot != run.snapshot {
+                return Err(Error::ForeignSnapshot {
+                    run: task.run.clone(),
+                    partition: task.partition.clone(),
+                    attempt: attempt.attempt,
+                    expected: run.snapshot,
+                    got: candidate.snapshot.clone(),
+                });
+            }
+            match &record.candidate {
+                Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
+                Some(existing) => {
+                    return Err(Error::CandidateConflict {
+                        partition: task.partition.clone(),
+                        attempt: attempt.attempt,
+                        detail: candidate_difference(existing, candidate),
+                    });
+                }
+                None => {}
+            }
+            record.candidate = Some(candidate.clone());
+            put(&mut attempts, &attempt_key, &record)?;
+            Ok(TxnEnd::Commit(FinishOutcome::Recorded))
+        })
+    }
+
+    /// Validates a finished attempt: its snapshot is the run's, its rows and total match the
+    /// task's expectations, and its files are present as reported (sizes, and checksums with
+    /// [`FileCheck::SizeAndChecksum`]). The verdict is stored; a valid attempt numbered below
+    /// the task's accepted one becomes the accepted one. A verdict, once stored, is final:
+    /// validating again returns it without looking at the files.
+    ///
+    /// Once the run is published its accepted attempts are frozen: later verdicts are stored
+    /// but change nothing that was published.
+    ///
+    /// # Errors
+    /// [`Error::UnknownAttempt`], [`Error::AttemptState`] if the attempt has not finished,
+    /// storage errors.
+    pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
+        check_task_key(&attempt.task)?;
+        let task = &attempt.task;
+        let task_key = key(&[&task.dataset, &task.run, &task.partition]);
+        let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+        // File checks happen outside the write transaction: they may read whole files.
+        let (spec, run, record) = {
+            let snapshot = self.snapshot()?;
+            let txn = snapshot.txn();
+            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let run = read_run(&runs, &task.dataset, &task.run)?;
+            let task_record = read_task(&tasks, task)?;
+            let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+            let spec = TaskSpec { partition: task.partition.clone(), expected_rows: task_record.expected_rows, expected_total: task_record.expected_total };
+            (spec, run, record)
+        };
+        if let Some(verdict) = record.verdict {
+            return Ok(verdict);
+        }
+        let Some(candidate) = record.candidate else {
+            return Err(Error::AttemptState {
+                partition: task.partition.clone(),
+                attempt: attempt.attempt,
+                state: "running",
+                operation: "validation",
+                needed: "a finished attempt",
+            });
+        };
+        let staging_dir = self.staging_root.join(&record.staging_rel);
+        let observed: Vec<_> = candidate.files.iter().map(|f| files::observe(&staging_dir, f, check)).collect();
+        let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
+        self.write("storing a verdict", |txn| {
+            let runs = open(txn, RUNS)?;
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let mut accepted = open(txn, ACCEPTED)?;
+            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+            if let Some(stored) = record.verdict {
+                // Another validator got there first; its verdict stands.
+                return Ok(TxnEnd::Abort(stored));
+            }
+            if record.candidate.as_ref() != Some(&candidate) {
+                return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+            }
+            record.verdict = Some(verdict.clone());
+            put(&mut attempts, &attempt_key, &record)?;
+            let run = read_run(&runs, &task.dataset, &task.run)?;
+            if run.published_generation.is_none() {
+                let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
+                let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
+                if next != current
+                    && let Some(attempt) = next
+                {
+                    put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
+                }
+            }
+            Ok(TxnEnd::Commit(verdict))
+        })
+    }
+
+    /// Publishes a run in one write transaction.
+    ///
+    /// Every declared task must have an accepted attempt whose candidate passes the gates, and
+    /// whose digest equals any digest published earlier for the same input snapshot (unless
+    /// `options.accept_nondeterminism` gives a reason). Otherwise nothing is written and the
+    /// refusal names every failing task. If all pass, generation N+1 is written as generation N
+    /// with exactly the run's partitions replaced, the run's side effects become ready, and the
+    /// dataset's pointer moves to N+1, all in one commit.
+    ///
+    /// The cost is O(T log n) for T tasks: one keyed lookup per task in the accepted index and
+    /// the digest index, one version entry written per task; nothing is copied from generation
+    /// N and no attempt list is sorted.
+    ///
+    /// Publishing a run that is already published returns its generation as
+    /// [`PublishOutcome::AlreadyPublished`], so a caller whose acknowledgement was lost retries
+    /// safely.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], storage errors (after which nothing was published).
+    pub fn publish(&self, dataset: &str, run: &str, options: &PublishOptions) -> Result<PublishOutcome> {
+        ids::check_name("dataset", dataset)?;
+        ids::check_name("run id", run)?;
+        self.write("publishing a run", |txn| {
+            let mut runs = open(txn, RUNS)?;
+            let mut generations = open(txn, GENERATIONS)?;
+            let run_key = key(&[dataset, run]);
+            let mut run_record = read_run(&runs, dataset, run)?;
+            if let Some(number) = run_record.published_generation {
+                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?
+                    .ok_or_else(|| tables::corrupted(RUNS, &run_key, format!("run is published as generation {number}, which does not exist")))?;
+                return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
+            }
+            let states = gather_publish_inputs(txn, dataset, run, &run_record)?;
+            let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
+                Ok(plan) => plan,
+                Err(refusal) => return Ok(TxnEnd::Abort(PublishOutcome::Refused(refusal))),
+            };
+            let mut pointers = open(txn, POINTERS)?;
+            let pointer_key = key(&[dataset]);
+            let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
+            let number = current + 1;
+            let mut versions = open(txn, VERSIONS)?;
+            for (partition, accepted) in &plan.partitions {
+                let candidate = &accepted.candidate;
+                put(
+                    &mut versions,
+                    &key_u64(&[dataset, partition], number),
+                    &PartitionVersionRecord {
+                        entry: Some(PartitionEntryRecord {
+                            run: run.to_owned(),
+                            attempt: accepted.attempt,
+                            snapshot: candidate.snapshot.clone(),
+                            rows: candidate.rows,
+                            total: candidate.total,
+                            digest: candidate.digest.clone(),
+                            staging_rel: accepted.staging_rel.clone(),
+                            files: candidate.files.clone(),
+                        }),
+                    },
+                )?;
+            }
+            let mut digests = open(txn, DIGESTS)?;
+            for &index in &plan.new_digests {
+                let (partition, accepted) = &plan.partitions[index];
+                put(
+                    &mut digests,
+                    &key(&[dataset, &run_record.snapshot, partition]),
+                    &DigestRecord { digest: accepted.candidate.digest.clone(), run: run.to_owned(), generation: number },
+                )?;
+            }
+            let record = GenerationRecord {
+                parent: current,
+                run: run.to_owned(),
+                snapshot: run_record.snapshot.clone(),
+                published_at_ms: now_ms(),
+                partitions_replaced: plan.partitions.len() as u64,
+                nondeterminism_accepted: plan.nondeterminism_accepted,
+            };
+            put(&mut generations, &key_u64(&[dataset], number), &record)?;
+            run_record.published_generation = Some(number);
+            put(&mut runs, &run_key, &run_record)?;
+            mark_effects_ready(txn, dataset, run, number)?;
+            // The pointer only moves forward, and only here, after the generation is complete.
+            debug_assert!(number > current);
+            put(&mut pointers, &pointer_key, &PointerRecord { generation: number })?;
+            tracing::info!(dataset, run, generation = number, partitions = record.partitions_replaced, "published");
+            Ok(TxnEnd::Commit(PublishOutcome::Published(generation_from(dataset, number, record))))
+        })
+    }
+
+    /// Records a side effect under its natural key. If an effect with the same key exists,
+    /// nothing is written and the first record is returned. The effect is ready to emit once
+    /// its run is published (at once if it already is).
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`], [`Error::UnknownTask`] if the partition is not one of the run's,
+    /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
+    pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
+        check_effect_key(effect)?;
+        if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
+            return Err(Error::invalid("effect payload", &effect.effect, format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len())));
+        }
+        self.write("recording a side effect", |txn| {
+            let runs = open(txn, RUNS)?;
+            let tasks = open(txn, TASKS)?;
+            let mut effects = open(txn, EFFECTS)?;
+            let run = read_run(&runs, &effect.dataset, &effect.run)?;
+            if let Some(partition) = &effect.partition {
+                read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
+            }
+            let effect_key = effect_key_bytes(effect);
+            if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
+                return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
+            }
+            let status = match run.published_generation {
+                Some(generation) => EffectStatus::Ready { generation },
+                None => EffectStatus::Recorded,
+            };
+            let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status };
+            put(&mut effects, &effect_key, &record)?;
+            Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
+        })
+    }
+
+    /// Marks a ready side effect as emitted. Marking it again returns it unchanged.
+    ///
+    /// # Errors
+    /// [`Error::UnknownEffect`], [`Error::EffectNotReady`] if its run is not published.
+    pub fn mark_effect_emitted(&self, effect: &EffectKey) -> Result<Effect> {
+        check_effect_key(effect)?;
+        self.write("marking a side effect emitted", |txn| {
+            let mut effects = open(txn, EFFECTS)?;
+            let effect_key = effect_key_bytes(effect);
+            let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| Error::UnknownEffect {
+                dataset: effect.dataset.clone(),
+                run: effect.run.clone(),
+                effect: effect.effect.clone(),
+                partition: effect.partition.clone().unwrap_or_default(),
+            })?;
+            match record.status {
+                EffectStatus::Recorded => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
+                EffectStatus::Emitted { .. } => Ok(TxnEnd::Abort(effect_from(effect.clone(), record))),
+                EffectStatus::Ready { generation } => {
+                    record.status = EffectStatus::Emitted { generation, emitted_at_ms: now_ms() };
+                    put(&mut effects, &effect_key, &record)?;
+                    Ok(TxnEnd::Commit(effect_from(effect.clone(), record)))
+                }
+            }
+        })
+    }
+}
+
+fn check_effect_key(effect: &EffectKey) -> Result<()> {
+    ids::check_name("dataset", &effect.dataset)?;
+    ids::check_name("run id", &effect.run)?;
+    ids::check_name("effect name", &effect.effect)?;
+    match &effect.partition {
+        Some(partition) => ids::check_partition(partition),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn effect_key_bytes(effect: &EffectKey) -> Vec<u8> {
+    key(&[&effect.dataset, &effect.run, &effect.effect, effect.partition.as_deref().unwrap_or("")])
+}
+
+pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
+    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status }
+}
+
+/// Compares a re-declaration with the stored run.
+fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables::Readable) -> Result<()> {
+    let conflict = |detail: String| Error::RunConflict { dataset: spec.dataset.clone(), run: spec.run.clone(), detail };
+    if existing.snapshot != spec.snapshot {
+        return Err(conflict(format!("snapshot {:?} was declared, not {:?}", existing.snapshot, spec.snapshot)));
+    }
+    if existing.task_count != spec.tasks.len() as u64 {
+        return Err(conflict(format!("{} tasks were declared, not {}", existing.task_count, spec.tasks.len())));
+    }
+    for task in &spec.tasks {
+        let stored: Option<TaskRecord> = get(tasks, TASKS, &key(&[&spec.dataset, &spec.run, &task.partition]))?;
+        match stored {
+            None => return Err(conflict(format!("partition {:?} was not declared", task.partition))),
+            Some(stored) if stored.expected_rows != task.expected_rows || stored.expected_total != task.expected_total => {
+                return Err(conflict(format!(
+                    "partition {:?} was declared with rows {} and total {:?}",
+                    task.partition, stored.expected_rows, stored.expected_total
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
+    if existing.rows != new.rows {
+        format!("rows {} recorded, {} now", existing.rows, new.rows)
+    } else if existing.total != new.total {
+        format!("total {:?} recorded, {:?} now", existing.total, new.total)
+    } else if existing.digest != new.digest {
+        format!("digest {:?} recorded, {:?} now", existing.digest, new.digest)
+    } else {
+        "the file list differs".to_owned()
+    }
+}
+
+/// Reads, for each task of the run, what the publish rule needs: O(1) keyed lookups per task,
+/// plus a scan of a task's own attempts only when it has no accepted one (for the report).
+fn gather_publish_inputs(txn: &WriteTransaction, dataset: &str, run: &str, run_record: &RunRecord) -> Result<Vec<rules::publish::TaskState>> {
+    let tasks = open(txn, TASKS)?;
+    let accepted = open(txn, ACCEPTED)?;
+    let attempts = open(txn, ATTEMPTS)?;
+    let digests = open(txn, DIGESTS)?;
+    let task_prefix = prefix(&[dataset, run]);
+    let mut states = Vec::with_capacity(usize::try_from(run_record.task_count).unwrap_or(0).min(1 << 20));
+    scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
+        let partition = schema::text_after(task_key, &task_prefix)
+            .ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?
+            .to_owned();
+        let spec = TaskSpec { partition: partition.clone(), expected_rows: task.expected_rows, expected_total: task.expected_total };
+        let accepted_attempt = get::<AcceptedRecord>(&accepted, ACCEPTED, task_key)?;
+        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None };
+        match accepted_attempt {
+            Some(AcceptedRecord { attempt }) => {
+                let attempt_key = key_u32(&[dataset, run, &partition], attempt);
+                let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?
+                    .ok_or_else(|| tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} does not exist")))?;
+                let (Some(candidate), Some(Verdict::Valid)) = (record.candidate, record.verdict) else {
+                    return Err(tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} is not validated valid")));
+                };
+                state.accepted = Some(rules::publish::Accepted { attempt, candidate, staging_rel: record.staging_rel });
+                state.published = get::<DigestRecord>(&digests, DIGESTS, &key(&[dataset, &run_record.snapshot, &partition]))?
+                    .map(|d| rules::publish::PublishedDigest { digest: d.digest, run: d.run, generation: d.generation });
+            }
+            None => state.attempts = task_attempts(&attempts, dataset, run, &partition)?,
+        }
+        states.push(state);
+        Ok(true)
+    })?;
+    if states.len() as u64 != run_record.task_count {
+        return Err(tables::corrupted(RUNS, &key(&[dataset, run]), format!("run declares {} tasks but {} are stored", run_record.task_count, states.len())));
+    }
+    Ok(states)
+}
+
+/// Every attempt of one task with its status, in attempt order.
+pub(crate) fn task_attempts(attempts: &impl tables::Readable, dataset: &str, run: &str, partition: &str) -> Result<Vec<(u32, AttemptStatus)>> {
+    let attempt_prefix = prefix(&[dataset, run, partition]);
+    let mut out = Vec::new();
+    scan::<AttemptRecord>(attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
+        let number = schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
+        out.push((number, attempt_status(&record)));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+pub(crate) fn attempt_status(record: &AttemptRecord) -> AttemptStatus {
+    match (&record.candidate, &record.verdict) {
+        (_, Some(verdict)) => AttemptStatus::Validated(verdict.clone()),
+        (Some(_), None) => AttemptStatus::Finished,
+        (None, None) => AttemptStatus::Running,
+    }
+}
+
+/// Makes every recorded effect of the run ready, in the publishing transaction. Touches only
+/// the run's own effects (one key range).
+fn mark_effects_ready(txn: &WriteTransaction, dataset: &str, run: &str, generation: u64) -> Result<()> {
+    let mut effects = open(txn, EFFECTS)?;
+    let effect_prefix = prefix(&[dataset, run]);
+    let mut updates = Vec::new();
+    scan::<EffectRecord>(&effects, EFFECTS, &effect_prefix, &prefix_end(&effect_prefix), |effect_key, mut record| {
+        if record.status == EffectStatus::Recorded {
+            record.status = EffectStatus::Ready { generation };
+            updates.push((effect_key.to_vec(), record));
+        }
+        Ok(true)
+    })?;
+    for (effect_key, record) in updates {
+        put(&mut effects, &effect_key, &record)?;
+    }
+    Ok(())
+}
