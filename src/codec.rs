@@ -68,9 +68,7 @@ pub(crate) fn decode<T: DeserializeOwned>(table: &'static str, key: &[u8], bytes
     let (record, used) = bincode::serde::decode_from_slice::<T, _>(payload, config())
         .map_err(|err| corrupted(Corruption::Undecodable { message: err.to_string() }))?;
     if used != payload.len() {
-        return Err(corrupted(Corruption::Undecodable {
-            message: format!("{} trailing bytes after the record", payload.len() - used),
-        }));
+        return Err(corrupted(Corruption::Undecodable { message: format!("{} trailing bytes after the record", payload.len() - used) }));
     }
     Ok(record)
 }
@@ -123,19 +121,13 @@ mod tests {
         bytes[last] ^= 0x10;
         let err = decode::<Sample>("attempts_v1", b"ds\0run", &bytes).unwrap_err();
         let message = err.to_string();
-        assert!(matches!(
-            err,
-            Error::Corrupted { detail: Corruption::ChecksumMismatch { .. }, .. }
-        ));
+        assert!(matches!(err, Error::Corrupted { detail: Corruption::ChecksumMismatch { .. }, .. }));
         assert!(message.contains("attempts_v1") && message.contains("ds/run"), "{message}");
     }
 
     #[test]
     fn short_unknown_version_and_trailing_bytes_are_errors() {
-        assert!(matches!(
-            decode::<Sample>("t", b"k", &[1, 2]),
-            Err(Error::Corrupted { detail: Corruption::Truncated { len: 2 }, .. })
-        ));
+        assert!(matches!(decode::<Sample>("t", b"k", &[1, 2]), Err(Error::Corrupted { detail: Corruption::Truncated { len: 2 }, .. })));
         let mut bytes = encode(&sample());
         bytes[0] = 9;
         assert!(matches!(
@@ -146,10 +138,7 @@ mod tests {
         bytes.push(0);
         let crc = crc32fast::hash(&bytes[FRAME_HEADER_BYTES..]);
         bytes[1..5].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(
-            decode::<Sample>("t", b"k", &bytes),
-            Err(Error::Corrupted { detail: Corruption::Undecodable { .. }, .. })
-        ));
+        assert!(matches!(decode::<Sample>("t", b"k", &bytes), Err(Error::Corrupted { detail: Corruption::Undecodable { .. }, .. })));
     }
 
     #[test]

@@ -64,8 +64,8 @@ mod store;
 
 pub use error::{Corruption, Error, Result};
 pub use model::{
-    AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
-    FinishOutcome, GateFailure, Generation, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal,
-    RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
+    AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck,
+    FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
+    PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};

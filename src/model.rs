@@ -303,6 +303,25 @@ pub struct Generation {
     /// Set if the publish accepted digests that differ from an earlier publish of the same
     /// snapshot: the reason given and the partitions concerned.
     pub nondeterminism_accepted: Option<NondeterminismOverride>,
+    /// How the generation came about.
+    pub kind: GenerationKind,
+}
+
+/// How a generation came about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum GenerationKind {
+    /// A run was published.
+    Publish,
+    /// An earlier generation's content was made current again.
+    Rollback {
+        /// The generation whose content this one restores.
+        restored: u64,
+        /// Who asked for it.
+        actor: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// An accepted non-determinism, kept in the history.
@@ -417,9 +436,7 @@ impl std::fmt::Display for PublishRefusal {
         for task in &self.tasks {
             write!(f, "\n  {}: ", task.partition)?;
             match &task.reason {
-                RefusalReason::NoAcceptedAttempt { attempts } if attempts.is_empty() => {
-                    write!(f, "no accepted attempt (none begun)")?
-                }
+                RefusalReason::NoAcceptedAttempt { attempts } if attempts.is_empty() => write!(f, "no accepted attempt (none begun)")?,
                 RefusalReason::NoAcceptedAttempt { attempts } => {
                     write!(f, "no accepted attempt")?;
                     for (n, status) in attempts {

@@ -3,10 +3,10 @@
 //! ([`Checked::check`]), so a value that decodes but contradicts itself is reported as
 //! corruption instead of being trusted.
 
-use serde::{Deserialize, Serialize};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use crate::model::{Candidate, EffectStatus, FileEntry, NondeterminismOverride, Verdict};
+use crate::model::{Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {
@@ -58,6 +58,10 @@ impl Checked for TaskRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct AttemptRecord {
     pub(crate) started_at_ms: u64,
+    /// Last sign of life (the start, or a heartbeat); the lease runs from here.
+    pub(crate) heartbeat_at_ms: u64,
+    /// Set when the attempt was declared abandoned (its lease ran out unfinished).
+    pub(crate) abandoned_at_ms: Option<u64>,
     pub(crate) staging_rel: String,
     pub(crate) candidate: Option<Candidate>,
     pub(crate) verdict: Option<Verdict>,
@@ -109,6 +113,7 @@ pub(crate) struct GenerationRecord {
     pub(crate) published_at_ms: u64,
     pub(crate) partitions_replaced: u64,
     pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
+    pub(crate) kind: GenerationKind,
 }
 impl Checked for GenerationRecord {}
 

@@ -123,7 +123,11 @@ pub(crate) fn check_candidate(candidate: &Candidate) -> Result<()> {
     check_name("snapshot", &candidate.snapshot)?;
     check_text("digest", &candidate.digest, DIGEST_BYTES_MAX)?;
     if candidate.files.len() > CANDIDATE_FILES_MAX {
-        return Err(Error::invalid("candidate", &candidate.digest, format!("reports {} files, more than {CANDIDATE_FILES_MAX}", candidate.files.len())));
+        return Err(Error::invalid(
+            "candidate",
+            &candidate.digest,
+            format!("reports {} files, more than {CANDIDATE_FILES_MAX}", candidate.files.len()),
+        ));
     }
     let mut seen = std::collections::HashSet::with_capacity(candidate.files.len());
     for file in &candidate.files {
@@ -166,7 +170,11 @@ pub(crate) fn staging_rel(dataset: &str, run: &str, partition: &str, attempt: u3
     rel.push_str(ATTEMPT_DIR_PREFIX);
     rel.push_str(&attempt.to_string());
     if rel.len() > STAGING_REL_BYTES_MAX {
-        return Err(Error::invalid("partition key", partition, format!("gives a staging path of {} bytes, longer than {STAGING_REL_BYTES_MAX}", rel.len())));
+        return Err(Error::invalid(
+            "partition key",
+            partition,
+            format!("gives a staging path of {} bytes, longer than {STAGING_REL_BYTES_MAX}", rel.len()),
+        ));
     }
     Ok(rel)
 }

@@ -63,18 +63,14 @@ pub(crate) fn plan(
     let mut new_digests = Vec::new();
     for task in tasks {
         let Some(accepted) = task.accepted else {
-            refusals.push(TaskRefusal {
-                partition: task.spec.partition,
-                reason: RefusalReason::NoAcceptedAttempt { attempts: task.attempts },
-            });
+            refusals
+                .push(TaskRefusal { partition: task.spec.partition, reason: RefusalReason::NoAcceptedAttempt { attempts: task.attempts } });
             continue;
         };
         let failures = expectation_failures(run_snapshot, &task.spec, &accepted.candidate);
         if !failures.is_empty() {
-            refusals.push(TaskRefusal {
-                partition: task.spec.partition,
-                reason: RefusalReason::Gate { attempt: accepted.attempt, failures },
-            });
+            refusals
+                .push(TaskRefusal { partition: task.spec.partition, reason: RefusalReason::Gate { attempt: accepted.attempt, failures } });
             continue;
         }
         match task.published {

@@ -82,9 +82,7 @@ fn initialize(txn: &WriteTransaction) -> Result<()> {
     match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
         Some(record) if record.format_version == FORMAT_VERSION => Ok(()),
         Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
-        None => {
-            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { format_version: FORMAT_VERSION, created_at_ms: now_ms() })
-        }
+        None => tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { format_version: FORMAT_VERSION, created_at_ms: now_ms() }),
     }
 }
 
@@ -163,20 +161,16 @@ impl Store {
         if let Some(cause) = self.poisoned.lock().clone() {
             return Err(Error::Poisoned { cause });
         }
-        let result = self
-            .db
-            .begin_write()
-            .map_err(|e| Error::storage(context, e))
-            .and_then(|txn| match body(&txn)? {
-                TxnEnd::Commit(value) => {
-                    txn.commit().map_err(|e| Error::storage(context, e))?;
-                    Ok(value)
-                }
-                TxnEnd::Abort(value) => {
-                    txn.abort().map_err(|e| Error::storage(context, e))?;
-                    Ok(value)
-                }
-            });
+        let result = self.db.begin_write().map_err(|e| Error::storage(context, e)).and_then(|txn| match body(&txn)? {
+            TxnEnd::Commit(value) => {
+                txn.commit().map_err(|e| Error::storage(context, e))?;
+                Ok(value)
+            }
+            TxnEnd::Abort(value) => {
+                txn.abort().map_err(|e| Error::storage(context, e))?;
+                Ok(value)
+            }
+        });
         if let Err(err @ Error::Storage { .. }) = &result {
             let mut poisoned = self.poisoned.lock();
             if poisoned.is_none() {
@@ -209,9 +203,7 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         _ => PathBuf::from("."),
     };
     fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
-    let file_name = db_path
-        .file_name()
-        .ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
+    let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
         let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;

@@ -11,13 +11,15 @@ use redb::ReadTransaction;
 use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
 use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
-use crate::model::{AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, TaskKey, TaskSpec};
+use crate::model::{
+    AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, TaskKey, TaskSpec,
+};
 use crate::records::{
     AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
 };
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32,
-    key_u64, prefix, prefix_end,
+    self, ACCEPTED, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS, VERSIONS, key,
+    key_u32, key_u64, prefix, prefix_end,
 };
 
 /// A consistent, read-only view of the store at one moment.
@@ -63,7 +65,8 @@ pub(crate) fn partition_at(versions: &impl Readable, dataset: &str, partition: &
     match last_at_or_before::<PartitionVersionRecord>(versions, VERSIONS, &start, &end)? {
         None => Ok(None),
         Some((version_key, record)) => {
-            let since = schema::trailing_u64(&version_key).ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "malformed version key"))?;
+            let since =
+                schema::trailing_u64(&version_key).ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "malformed version key"))?;
             Ok(entry_from(partition, since, record))
         }
     }
@@ -131,7 +134,11 @@ impl Snapshot {
         let pointers = open_ro(&self.txn, POINTERS)?;
         let mut out = Vec::new();
         scan::<PointerRecord>(&pointers, POINTERS, &[], &[0xff], |pointer_key, _| {
-            out.push(schema::text_after(pointer_key, &[]).ok_or_else(|| tables::corrupted(POINTERS, pointer_key, "malformed dataset key"))?.to_owned());
+            out.push(
+                schema::text_after(pointer_key, &[])
+                    .ok_or_else(|| tables::corrupted(POINTERS, pointer_key, "malformed dataset key"))?
+                    .to_owned(),
+            );
             Ok(true)
         })?;
         Ok(out)
@@ -147,9 +154,9 @@ impl Snapshot {
             return Ok(None);
         };
         let generations = open_ro(&self.txn, GENERATIONS)?;
-        read_generation(&generations, dataset, number)?
-            .map(Some)
-            .ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {number}, which does not exist")))
+        read_generation(&generations, dataset, number)?.map(Some).ok_or_else(|| {
+            tables::corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {number}, which does not exist"))
+        })
     }
 
     /// A retained generation of the dataset, or `None` if it never existed or has expired.
@@ -202,13 +209,19 @@ impl Snapshot {
         let generations = open_ro(&self.txn, GENERATIONS)?;
         let generation_prefix = prefix(&[dataset]);
         let mut out = Vec::new();
-        scan::<GenerationRecord>(&generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |generation_key, record| {
-            let number = schema::trailing_u64(generation_key)
-                .filter(|_| generation_key.len() == generation_prefix.len() + 8)
-                .ok_or_else(|| tables::corrupted(GENERATIONS, generation_key, "malformed generation key"))?;
-            out.push(generation_from(dataset, number, record));
-            Ok(true)
-        })?;
+        scan::<GenerationRecord>(
+            &generations,
+            GENERATIONS,
+            &generation_prefix,
+            &prefix_end(&generation_prefix),
+            |generation_key, record| {
+                let number = schema::trailing_u64(generation_key)
+                    .filter(|_| generation_key.len() == generation_prefix.len() + 8)
+                    .ok_or_else(|| tables::corrupted(GENERATIONS, generation_key, "malformed generation key"))?;
+                out.push(generation_from(dataset, number, record));
+                Ok(true)
+            },
+        )?;
         Ok(out)
     }
 
@@ -225,8 +238,13 @@ impl Snapshot {
         let task_prefix = prefix(&[dataset, run]);
         let mut specs = Vec::new();
         scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
-            let partition = schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?;
-            specs.push(TaskSpec { partition: partition.to_owned(), expected_rows: task.expected_rows, expected_total: task.expected_total });
+            let partition =
+                schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?;
+            specs.push(TaskSpec {
+                partition: partition.to_owned(),
+                expected_rows: task.expected_rows,
+                expected_total: task.expected_total,
+            });
             Ok(true)
         })?;
         Ok(Some(RunInfo {
@@ -246,7 +264,8 @@ impl Snapshot {
     pub fn attempt(&self, attempt: &AttemptKey) -> Result<Option<AttemptInfo>> {
         let attempts = open_ro(&self.txn, ATTEMPTS)?;
         let task = &attempt.task;
-        let record: Option<AttemptRecord> = get(&attempts, ATTEMPTS, &key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt))?;
+        let record: Option<AttemptRecord> =
+            get(&attempts, ATTEMPTS, &key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt))?;
         Ok(record.map(|r| attempt_info(attempt.clone(), r)))
     }
 
@@ -259,7 +278,8 @@ impl Snapshot {
         let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
         let mut out = Vec::new();
         scan::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
-            let number = schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
+            let number =
+                schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
             out.push(attempt_info(task.attempt(number), record));
             Ok(true)
         })?;

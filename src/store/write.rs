@@ -10,14 +10,16 @@ use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{
     AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FinishOutcome,
-    Generation, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+    Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::records::{
-    AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord, PointerRecord,
-    RunRecord, TaskRecord,
+    AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
+    PointerRecord, RunRecord, TaskRecord,
 };
 use crate::rules::{self, ids};
-use crate::schema::{self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end};
+use crate::schema::{
+    self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
+};
 
 /// Largest side-effect payload, in bytes.
 const EFFECT_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
@@ -69,6 +71,7 @@ pub(crate) fn generation_from(dataset: &str, number: u64, record: GenerationReco
         published_at_ms: record.published_at_ms,
         partitions_replaced: record.partitions_replaced,
         nondeterminism_accepted: record.nondeterminism_accepted,
+        kind: record.kind,
     }
 }
 
@@ -92,7 +95,12 @@ impl Store {
             put(
                 &mut runs,
                 &run_key,
-                &RunRecord { snapshot: spec.snapshot.clone(), task_count: spec.tasks.len() as u64, declared_at_ms: now_ms(), published_generation: None },
+                &RunRecord {
+                    snapshot: spec.snapshot.clone(),
+                    task_count: spec.tasks.len() as u64,
+                    declared_at_ms: now_ms(),
+                    published_generation: None,
+                },
             )?;
             for task in &spec.tasks {
                 put(
@@ -124,9 +132,8 @@ impl Store {
             }
             let mut record = read_task(&tasks, task)?;
             let attempt = record.next_attempt;
-            record.next_attempt = attempt
-                .checked_add(1)
-                .ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+            record.next_attempt =
+                attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
             let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
             let started_at_ms = now_ms();
             let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
@@ -137,7 +144,18 @@ impl Store {
             // taken and the next begin reuses the (empty, never handed out) directory.
             let staging_dir = files::create_staging_dir(&self.staging_root, &staging_rel)?;
             put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
-            put(&mut attempts, &attempt_key, &AttemptRecord { started_at_ms, staging_rel, candidate: None, verdict: None })?;
+            put(
+                &mut attempts,
+                &attempt_key,
+                &AttemptRecord {
+                    started_at_ms,
+                    heartbeat_at_ms: started_at_ms,
+                    abandoned_at_ms: None,
+                    staging_rel,
+                    candidate: None,
+                    verdict: None,
+                },
+            )?;
             Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
         })
     }
@@ -212,7 +230,11 @@ impl Store {
             let run = read_run(&runs, &task.dataset, &task.run)?;
             let task_record = read_task(&tasks, task)?;
             let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            let spec = TaskSpec { partition: task.partition.clone(), expected_rows: task_record.expected_rows, expected_total: task_record.expected_total };
+            let spec = TaskSpec {
+                partition: task.partition.clone(),
+                expected_rows: task_record.expected_rows,
+                expected_total: task_record.expected_total,
+            };
             (spec, run, record)
         };
         if let Some(verdict) = record.verdict {
@@ -286,8 +308,9 @@ impl Store {
             let run_key = key(&[dataset, run]);
             let mut run_record = read_run(&runs, dataset, run)?;
             if let Some(number) = run_record.published_generation {
-                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?
-                    .ok_or_else(|| tables::corrupted(RUNS, &run_key, format!("run is published as generation {number}, which does not exist")))?;
+                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?.ok_or_else(|| {
+                    tables::corrupted(RUNS, &run_key, format!("run is published as generation {number}, which does not exist"))
+                })?;
                 return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
             }
             let states = gather_publish_inputs(txn, dataset, run, &run_record)?;
@@ -335,6 +358,7 @@ impl Store {
                 published_at_ms: now_ms(),
                 partitions_replaced: plan.partitions.len() as u64,
                 nondeterminism_accepted: plan.nondeterminism_accepted,
+                kind: GenerationKind::Publish,
             };
             put(&mut generations, &key_u64(&[dataset], number), &record)?;
             run_record.published_generation = Some(number);
@@ -358,7 +382,11 @@ impl Store {
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
         check_effect_key(effect)?;
         if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
-            return Err(Error::invalid("effect payload", &effect.effect, format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len())));
+            return Err(Error::invalid(
+                "effect payload",
+                &effect.effect,
+                format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
+            ));
         }
         self.write("recording a side effect", |txn| {
             let runs = open(txn, RUNS)?;
@@ -467,7 +495,12 @@ fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
 
 /// Reads, for each task of the run, what the publish rule needs: O(1) keyed lookups per task,
 /// plus a scan of a task's own attempts only when it has no accepted one (for the report).
-fn gather_publish_inputs(txn: &WriteTransaction, dataset: &str, run: &str, run_record: &RunRecord) -> Result<Vec<rules::publish::TaskState>> {
+fn gather_publish_inputs(
+    txn: &WriteTransaction,
+    dataset: &str,
+    run: &str,
+    run_record: &RunRecord,
+) -> Result<Vec<rules::publish::TaskState>> {
     let tasks = open(txn, TASKS)?;
     let accepted = open(txn, ACCEPTED)?;
     let attempts = open(txn, ATTEMPTS)?;
@@ -475,9 +508,8 @@ fn gather_publish_inputs(txn: &WriteTransaction, dataset: &str, run: &str, run_r
     let task_prefix = prefix(&[dataset, run]);
     let mut states = Vec::with_capacity(usize::try_from(run_record.task_count).unwrap_or(0).min(1 << 20));
     scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
-        let partition = schema::text_after(task_key, &task_prefix)
-            .ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?
-            .to_owned();
+        let partition =
+            schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?.to_owned();
         let spec = TaskSpec { partition: partition.clone(), expected_rows: task.expected_rows, expected_total: task.expected_total };
         let accepted_attempt = get::<AcceptedRecord>(&accepted, ACCEPTED, task_key)?;
         let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None };
@@ -499,13 +531,22 @@ fn gather_publish_inputs(txn: &WriteTransaction, dataset: &str, run: &str, run_r
         Ok(true)
     })?;
     if states.len() as u64 != run_record.task_count {
-        return Err(tables::corrupted(RUNS, &key(&[dataset, run]), format!("run declares {} tasks but {} are stored", run_record.task_count, states.len())));
+        return Err(tables::corrupted(
+            RUNS,
+            &key(&[dataset, run]),
+            format!("run declares {} tasks but {} are stored", run_record.task_count, states.len()),
+        ));
     }
     Ok(states)
 }
 
 /// Every attempt of one task with its status, in attempt order.
-pub(crate) fn task_attempts(attempts: &impl tables::Readable, dataset: &str, run: &str, partition: &str) -> Result<Vec<(u32, AttemptStatus)>> {
+pub(crate) fn task_attempts(
+    attempts: &impl tables::Readable,
+    dataset: &str,
+    run: &str,
+    partition: &str,
+) -> Result<Vec<(u32, AttemptStatus)>> {
     let attempt_prefix = prefix(&[dataset, run, partition]);
     let mut out = Vec::new();
     scan::<AttemptRecord>(attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {

@@ -1,1 +1,4 @@
-mod placeholder {}
+//! The integration tests: one binary, a module per concern.
+
+mod scenario;
+mod support;
