@@ -5,6 +5,7 @@
 //! on a write path the handle refuses further writes until reopened.
 
 mod files;
+mod group;
 mod read;
 mod tables;
 mod write;
@@ -48,6 +49,8 @@ pub struct Store {
     staging_root: PathBuf,
     /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
     poisoned: Mutex<Option<String>>,
+    /// The queue of grouped writes (see `group.rs`).
+    group: group::GroupCommit,
 }
 
 impl std::fmt::Debug for Store {
@@ -132,7 +135,7 @@ impl Store {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         initialize(&txn)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None) })
+        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), group: group::GroupCommit::default() })
     }
 
     /// The staging root (canonical path).

@@ -122,7 +122,7 @@ impl Store {
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         check_task_key(task)?;
-        self.write("beginning an attempt", |txn| {
+        self.write_grouped("beginning an attempt", |txn| {
             let runs = open(txn, RUNS)?;
             let mut tasks = open(txn, TASKS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
@@ -171,7 +171,7 @@ impl Store {
         check_task_key(&attempt.task)?;
         ids::check_candidate(candidate)?;
         let task = &attempt.task;
-        self.write("finishing an attempt", |txn| {
+        self.write_grouped("finishing an attempt", |txn| {
             let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
             let run = read_run(&runs, &task.dataset, &task.run)?;
@@ -252,7 +252,7 @@ impl Store {
         let staging_dir = self.staging_root.join(&record.staging_rel);
         let observed: Vec<_> = candidate.files.iter().map(|f| files::observe(&staging_dir, f, check)).collect();
         let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
-        self.write("storing a verdict", |txn| {
+        self.write_grouped("storing a verdict", |txn| {
             let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
             let mut accepted = open(txn, ACCEPTED)?;
@@ -264,11 +264,13 @@ impl Store {
             if record.candidate.as_ref() != Some(&candidate) {
                 return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
             }
+            // Every read that may fail comes before the first write: a grouped body that fails
+            // must have written nothing (see `group.rs`).
+            let run = read_run(&runs, &task.dataset, &task.run)?;
+            let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
             record.verdict = Some(verdict.clone());
             put(&mut attempts, &attempt_key, &record)?;
-            let run = read_run(&runs, &task.dataset, &task.run)?;
             if run.published_generation.is_none() {
-                let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
                 let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
                 if next != current
                     && let Some(attempt) = next
@@ -388,7 +390,7 @@ impl Store {
                 format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
             ));
         }
-        self.write("recording a side effect", |txn| {
+        self.write_grouped("recording a side effect", |txn| {
             let runs = open(txn, RUNS)?;
             let tasks = open(txn, TASKS)?;
             let mut effects = open(txn, EFFECTS)?;
@@ -416,7 +418,7 @@ impl Store {
     /// [`Error::UnknownEffect`], [`Error::EffectNotReady`] if its run is not published.
     pub fn mark_effect_emitted(&self, effect: &EffectKey) -> Result<Effect> {
         check_effect_key(effect)?;
-        self.write("marking a side effect emitted", |txn| {
+        self.write_grouped("marking a side effect emitted", |txn| {
             let mut effects = open(txn, EFFECTS)?;
             let effect_key = effect_key_bytes(effect);
             let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| Error::UnknownEffect {

@@ -1,0 +1,424 @@
+//! Group commit: concurrent small writes share one redb write transaction and one fsync.
+//!
+//! Worker threads beginning, finishing and validating attempts at once would otherwise each pay
+//! a full durable commit, and the disk's sync rate would be the scheduler's ceiling. Instead,
+//! callers of [`Store::write_grouped`] queue into a *batch*. The first caller to join a batch is
+//! its *leader*: it waits until the previous batch has settled (meanwhile later callers keep
+//! joining), closes the batch, opens one write transaction, and lets every member run its own
+//! body in it, one at a time. When all have run, the leader commits once (or aborts if no
+//! member wrote) and wakes every member with the outcome; each member then returns its own
+//! result.
+//!
+//! Each member runs its body on its own thread, against the shared transaction held behind the
+//! batch's lock, so bodies may borrow from their caller's stack and need not be `Send`; only
+//! the outcome of the commit crosses threads.
+//!
+//! Invariant: a grouped call returns success only after the transaction holding its write has
+//! committed with immediate durability, and a call whose body refused (an error that is not a
+//! storage error, or [`TxnEnd::Abort`]) returns its refusal only after the batch it saw has
+//! committed, because its refusal may rest on writes of earlier members of the same batch.
+//! A body must check everything before its first write (the write helper's contract), so a
+//! refused body wrote nothing and the other members' writes commit without it. If the
+//! transaction fails (a storage error in any body, a failed commit, a panic), no member is
+//! acknowledged: the member whose body failed, or the leader for a failed commit, gets the
+//! real error, every other member gets [`Error::Poisoned`] naming it, and the handle is
+//! poisoned as after any storage failure.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::sync::Arc;
+
+use parking_lot::{Condvar, Mutex};
+use redb::WriteTransaction;
+
+use super::{Store, TxnEnd};
+use crate::error::{Error, Result};
+
+/// The queue of grouped writes of one store handle.
+#[derive(Default)]
+pub(super) struct GroupCommit {
+    queue: Mutex<Queue>,
+    /// Signalled when the batch in flight settles, for the leader of the next one.
+    settled: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    /// The batch new callers join; its leader closes it when it starts.
+    forming: Option<Arc<Batch>>,
+    /// True while a closed batch runs or commits. Batches run one at a time.
+    in_flight: bool,
+}
+
+#[derive(Default)]
+struct Batch {
+    state: Mutex<BatchState>,
+    /// Signalled when the transaction opens, when the last member has run, and on settling.
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct BatchState {
+    /// Callers in the batch, the leader included. Final once the batch is closed.
+    members: usize,
+    /// The shared transaction, while members run.
+    txn: Option<WriteTransaction>,
+    /// Set by the leader once the transaction is open (or could not be).
+    open: bool,
+    /// Members whose body has run (or was skipped because the batch already failed).
+    ran: usize,
+    /// True once a member's body asked for a commit.
+    wrote: bool,
+    /// The first failure that dooms the transaction.
+    failure: Option<String>,
+    /// Set by the leader once the transaction is committed or abandoned: `Err` names the cause.
+    settled: Option<std::result::Result<(), String>>,
+}
+
+/// What a member's body gave.
+enum Ran<T> {
+    /// The body ran and returned.
+    Returned(Result<TxnEnd<T>>),
+    /// The body was not run: the batch had already failed.
+    Skipped,
+    /// The body panicked; the panic resumes on the caller's thread once the batch settles.
+    Panicked(Box<dyn Any + Send>),
+}
+
+impl Store {
+    /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
+    /// once for all of them. Returns `body`'s own result once that commit is durable. See the
+    /// module documentation for the guarantees.
+    pub(super) fn write_grouped<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned { cause });
+        }
+        let group = &self.group;
+        let (batch, leader) = {
+            let mut queue = group.queue.lock();
+            match &queue.forming {
+                Some(batch) => {
+                    batch.state.lock().members += 1;
+                    (Arc::clone(batch), false)
+                }
+                None => {
+                    let batch = Arc::new(Batch::default());
+                    batch.state.lock().members = 1;
+                    queue.forming = Some(Arc::clone(&batch));
+                    (batch, true)
+                }
+            }
+        };
+        let mut own_error = None;
+        if leader {
+            own_error = self.open_batch(context, &batch).err();
+        }
+        let ran = run_member(&batch, body);
+        if leader {
+            if let Err(err) = self.settle_batch(&batch) {
+                own_error = Some(err);
+            }
+        }
+        let outcome = {
+            let mut state = batch.state.lock();
+            loop {
+                if let Some(outcome) = &state.settled {
+                    break outcome.clone();
+                }
+                batch.changed.wait(&mut state);
+            }
+        };
+        match (ran, outcome) {
+            (Ran::Panicked(payload), _) => resume_unwind(payload),
+            (Ran::Returned(Ok(TxnEnd::Commit(value) | TxnEnd::Abort(value))), Ok(())) => Ok(value),
+            (Ran::Returned(Err(err)), Ok(())) => Err(err),
+            (Ran::Returned(Err(err @ Error::Storage { .. })), Err(_)) => Err(err),
+            (_, Err(cause)) => Err(own_error.unwrap_or(Error::Poisoned { cause })),
+            (Ran::Skipped, Ok(())) => Err(Error::Poisoned { cause: "a grouped write was skipped in a batch that committed".to_owned() }),
+        }
+    }
+
+    /// The leader's first half: waits for the batch in flight to settle, closes its own batch
+    /// to newcomers and opens the shared transaction.
+    fn open_batch(&self, context: &'static str, batch: &Batch) -> Result<()> {
+        {
+            let mut queue = self.group.queue.lock();
+            while queue.in_flight {
+                self.group.settled.wait(&mut queue);
+            }
+            queue.in_flight = true;
+            queue.forming = None;
+        }
+        let opened = match self.poisoned.lock().clone() {
+            Some(cause) => Err(Error::Poisoned { cause }),
+            None => self.db.begin_write().map_err(|e| Error::storage(context, e)),
+        };
+        let mut state = batch.state.lock();
+        let result = match opened {
+            Ok(txn) => {
+                state.txn = Some(txn);
+                Ok(())
+            }
+            Err(err) => {
+                state.failure = Some(err.to_string());
+                Err(err)
+            }
+        };
+        state.open = true;
+        batch.changed.notify_all();
+        result
+    }
+
+    /// The leader's second half: once every member has run, commits (or aborts, or abandons a
+    /// failed transaction), poisons the handle on failure, wakes the members and hands the
+    /// queue to the next batch. Returns the leader's own error for a failed commit.
+    fn settle_batch(&self, batch: &Batch) -> Result<()> {
+        let (txn, wrote, failure) = {
+            let mut state = batch.state.lock();
+            while state.ran < state.members {
+                batch.changed.wait(&mut state);
+            }
+            (state.txn.take(), state.wrote, state.failure.take())
+        };
+        let result = match (failure, txn) {
+            (Some(cause), txn) => {
+                // Dropping an uncommitted transaction rolls it back.
+                drop(txn);
+                Err((cause, None))
+            }
+            (None, Some(txn)) => {
+                let ended = if wrote { txn.commit().map_err(redb::Error::from) } else { txn.abort().map_err(redb::Error::from) };
+                ended.map_err(|e| {
+                    let err = Error::storage("committing a group of writes", e);
+                    (err.to_string(), Some(err))
+                })
+            }
+            (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
+        };
+        let (settled, own_error) = match result {
+            Ok(()) => (Ok(()), None),
+            Err((cause, own_error)) => {
+                let mut poisoned = self.poisoned.lock();
+                if poisoned.is_none() {
+                    tracing::error!(error = %cause, "grouped write failed; the store handle refuses writes until reopened");
+                    *poisoned = Some(cause.clone());
+                }
+                (Err(cause), own_error)
+            }
+        };
+        {
+            let mut state = batch.state.lock();
+            state.settled = Some(settled);
+            batch.changed.notify_all();
+        }
+        {
+            let mut queue = self.group.queue.lock();
+            queue.in_flight = false;
+            self.group.settled.notify_all();
+        }
+        own_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Runs one member's body in the batch's transaction, once the leader has opened it, and
+/// records whether it wrote or failed.
+fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Ran<T> {
+    let mut state = batch.state.lock();
+    while !state.open {
+        batch.changed.wait(&mut state);
+    }
+    let ran = match (&state.failure, &state.txn) {
+        (None, Some(txn)) => match catch_unwind(AssertUnwindSafe(|| body(txn))) {
+            Ok(result) => Ran::Returned(result),
+            Err(payload) => Ran::Panicked(payload),
+        },
+        _ => Ran::Skipped,
+    };
+    match &ran {
+        Ran::Returned(Ok(TxnEnd::Commit(_))) => state.wrote = true,
+        Ran::Returned(Err(err @ Error::Storage { .. })) => {
+            state.failure.get_or_insert_with(|| err.to_string());
+        }
+        Ran::Panicked(_) => {
+            state.failure.get_or_insert_with(|| "a grouped write panicked".to_owned());
+        }
+        Ran::Returned(_) | Ran::Skipped => {}
+    }
+    state.ran += 1;
+    if state.ran == state.members {
+        batch.changed.notify_all();
+    }
+    ran
+}
+
+#[cfg(test)]
+mod tests {
+    //! Batches formed on purpose: the tests hold the queue as if a batch were in flight, let
+    //! callers pile into the forming batch, then release it, so the members provably share
+    //! one transaction.
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use redb::StorageBackend;
+    use redb::backends::InMemoryBackend;
+
+    use super::*;
+    use crate::model::{Candidate, FinishOutcome, RunSpec, TaskKey, TaskSpec};
+    use crate::store::StoreOptions;
+
+    fn declare(store: &Store, partitions: &[&str]) {
+        let spec = RunSpec {
+            dataset: "ds".into(),
+            run: "r1".into(),
+            snapshot: "snap".into(),
+            tasks: partitions.iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
+        };
+        store.declare_run(&spec).unwrap();
+    }
+
+    fn task(partition: &str) -> TaskKey {
+        TaskKey::new("ds", "r1", partition)
+    }
+
+    fn hold(store: &Store) {
+        store.group.queue.lock().in_flight = true;
+    }
+
+    fn wait_for_members(store: &Store, members: usize) {
+        loop {
+            if let Some(batch) = &store.group.queue.lock().forming
+                && batch.state.lock().members == members
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn release(store: &Store) {
+        let mut queue = store.group.queue.lock();
+        queue.in_flight = false;
+        store.group.settled.notify_all();
+    }
+
+    fn empty_candidate(digest: &str) -> Candidate {
+        Candidate { snapshot: "snap".into(), rows: 0, total: None, digest: digest.into(), files: Vec::new() }
+    }
+
+    #[test]
+    fn refused_members_do_not_fail_the_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("store.redb");
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        declare(&store, &["a", "b", "c"]);
+        hold(&store);
+        let results = std::thread::scope(|scope| {
+            let handles = [
+                scope.spawn(|| store.begin_attempt(&task("a")).map(|t| t.key.attempt)),
+                scope.spawn(|| store.begin_attempt(&task("nope")).map(|t| t.key.attempt)),
+                scope.spawn(|| store.begin_attempt(&task("b")).map(|t| t.key.attempt)),
+                scope.spawn(|| store.finish_attempt(&task("c").attempt(7), &empty_candidate("d")).map(|_| 0)),
+                scope.spawn(|| store.begin_attempt(&task("c")).map(|t| t.key.attempt)),
+            ];
+            wait_for_members(&store, handles.len());
+            release(&store);
+            handles.map(|h| h.join().unwrap())
+        });
+        assert_eq!(results[0].as_ref().unwrap(), &1);
+        assert!(matches!(results[1], Err(Error::UnknownTask { .. })), "{:?}", results[1]);
+        assert_eq!(results[2].as_ref().unwrap(), &1);
+        assert!(matches!(results[3], Err(Error::UnknownAttempt { .. })), "{:?}", results[3]);
+        assert_eq!(results[4].as_ref().unwrap(), &1);
+        // The successful members' writes are durable and nothing else was written.
+        drop(store);
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        let snapshot = store.snapshot().unwrap();
+        for partition in ["a", "b", "c"] {
+            assert_eq!(snapshot.attempts(&task(partition)).unwrap().len(), 1, "{partition}");
+        }
+    }
+
+    #[test]
+    fn members_see_earlier_members_writes_of_their_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).unwrap();
+        declare(&store, &["a"]);
+        let ticket = store.begin_attempt(&task("a")).unwrap();
+        hold(&store);
+        let outcomes = std::thread::scope(|scope| {
+            let handles = [
+                scope.spawn(|| store.finish_attempt(&ticket.key, &empty_candidate("same"))),
+                scope.spawn(|| store.finish_attempt(&ticket.key, &empty_candidate("same"))),
+                scope.spawn(|| store.finish_attempt(&ticket.key, &empty_candidate("other"))),
+            ];
+            wait_for_members(&store, handles.len());
+            release(&store);
+            handles.map(|h| h.join().unwrap())
+        });
+        // Whatever order the members ran in, exactly one candidate was recorded; an identical
+        // finish saw it as already recorded, a different one conflicted with it.
+        let recorded = outcomes.iter().filter(|o| matches!(o, Ok(FinishOutcome::Recorded))).count();
+        assert_eq!(recorded, 1, "{outcomes:?}");
+        let stored = store.snapshot().unwrap().attempt(&ticket.key).unwrap().unwrap().candidate.unwrap();
+        for outcome in &outcomes {
+            match outcome {
+                Ok(FinishOutcome::Recorded | FinishOutcome::AlreadyRecorded) => {}
+                Err(Error::CandidateConflict { .. }) => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        let conflicts = outcomes.iter().filter(|o| o.is_err()).count();
+        assert_eq!(conflicts, if stored.digest == "same" { 1 } else { 2 });
+    }
+
+    /// An in-memory backend whose syncs fail once told to.
+    #[derive(Debug)]
+    struct FailingSync {
+        inner: InMemoryBackend,
+        fail: Arc<AtomicBool>,
+    }
+
+    impl StorageBackend for FailingSync {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            if self.fail.load(Ordering::SeqCst) { Err(std::io::Error::other("injected sync failure")) } else { self.inner.sync_data() }
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.inner.write(offset, data)
+        }
+    }
+
+    #[test]
+    fn a_failed_commit_fails_every_member_and_poisons_the_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let fail = Arc::new(AtomicBool::new(false));
+        let backend = FailingSync { inner: InMemoryBackend::new(), fail: Arc::clone(&fail) };
+        let store = Store::open_with_backend(backend, dir.path().join("staging"), &StoreOptions::default()).unwrap();
+        declare(&store, &["a", "b", "c", "d"]);
+        hold(&store);
+        let results = std::thread::scope(|scope| {
+            let handles = ["a", "b", "c", "d"].map(|p| {
+                let store = &store;
+                scope.spawn(move || store.begin_attempt(&task(p)))
+            });
+            wait_for_members(&store, handles.len());
+            fail.store(true, Ordering::SeqCst);
+            release(&store);
+            handles.map(|h| h.join().unwrap())
+        });
+        let storage = results.iter().filter(|r| matches!(r, Err(Error::Storage { .. }))).count();
+        let poisoned = results.iter().filter(|r| matches!(r, Err(Error::Poisoned { .. }))).count();
+        assert_eq!((storage, poisoned), (1, 3), "{results:?}");
+        fail.store(false, Ordering::SeqCst);
+        assert!(matches!(store.begin_attempt(&task("a")), Err(Error::Poisoned { .. })));
+    }
+}
