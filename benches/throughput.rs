@@ -1,1 +1,781 @@
-fn main() {}
+//! Commit throughput of manifestdb, side by side in one run with the disk's own limit, a bare
+//! redb commit and the same workloads on SQLite (WAL, synchronous=FULL).
+//!
+//! `cargo bench --bench throughput -- --quick` runs small sizes (a smoke run, well under three
+//! minutes); without `--quick` it runs the full sizes of issue 6. Human-readable lines go to
+//! standard output as each figure is measured; the last line is one JSON object with every raw
+//! figure, the sizes used and the ratios.
+//!
+//! Everything lives in one temporary directory under cargo's target directory, so the raw
+//! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
+//!
+//! How the large stores are built (honestly, through the public API only): a run with many
+//! tasks is declared in one transaction, its attempts are begun, finished and validated from
+//! 64 threads (so group commit batches them), and it is published in one publish. The dataset
+//! of 1M partitions is 10 such runs of 100k tasks; the 1M-attempt store is the same store. The
+//! history of 100k generations is 100k one-task runs prepared by 16 threads and published one
+//! by one from the main thread, each publish a real durable one. Candidates report no files
+//! (zero expected rows), so setup pays for the store, not for writing test files.
+
+use std::collections::BTreeMap;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec};
+use redb::{Builder, ConcurrencyMode, TableDefinition};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::{Map, Value, json};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Res<T> = std::result::Result<T, BoxError>;
+
+/// The sizes of one mode.
+#[derive(Clone, Copy)]
+struct Sizes {
+    quick: bool,
+    /// Rounds of the side-by-side throughput figures: every loop runs once per round, so each
+    /// figure samples the same stretches of a noisy shared disk.
+    rounds: usize,
+    /// How long each throughput loop runs in each round.
+    measure: Duration,
+    /// Publishes timed per publish figure (per round for the side-by-side ones).
+    publishes: usize,
+    /// Task counts of the per-task publish cost (keys t10, t1k, t100k).
+    t_small: usize,
+    t_mid: usize,
+    t_big: usize,
+    /// Runs of `t_big` tasks making the big dataset (keys: 1m partitions, 1m attempts).
+    big_runs: usize,
+    /// Earlier generations of the long history (key: 100k).
+    history: usize,
+}
+
+const FULL: Sizes = Sizes {
+    quick: false,
+    rounds: 5,
+    measure: Duration::from_secs(1),
+    publishes: 20,
+    t_small: 10,
+    t_mid: 1_000,
+    t_big: 100_000,
+    big_runs: 10,
+    history: 100_000,
+};
+
+const QUICK: Sizes = Sizes {
+    quick: true,
+    rounds: 3,
+    measure: Duration::from_millis(400),
+    publishes: 10,
+    t_small: 10,
+    t_mid: 1_000,
+    t_big: 5_000,
+    big_runs: 4,
+    history: 1_000,
+};
+
+/// The figures collected so far, printed as they come and as JSON at the end.
+struct Report {
+    figures: Map<String, Value>,
+}
+
+impl Report {
+    fn put(&mut self, key: &str, value: f64, unit: &str) {
+        println!("{key:<44} {value:>14.2} {unit}");
+        self.figures.insert(key.to_owned(), json!((value * 1000.0).round() / 1000.0));
+    }
+
+    fn get(&self, key: &str) -> f64 {
+        self.figures.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN)
+    }
+
+    fn ratio(&mut self, key: &str, numerator: &str, denominator: &str) {
+        let value = self.get(numerator) / self.get(denominator);
+        self.put(key, value, "(ratio)");
+    }
+}
+
+fn per_second(count: u64, elapsed: Duration) -> f64 {
+    count as f64 / elapsed.as_secs_f64()
+}
+
+fn median_ms(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples.get(samples.len() / 2).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) and (b): the disk's limit and a bare redb commit.
+
+/// A 4 KiB `pwrite` + `fdatasync` loop over a 1 MiB preallocated file.
+fn raw_fsync(dir: &Path, measure: Duration) -> Res<(u64, Duration)> {
+    let path = dir.join("raw-fsync.bin");
+    let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+    let block = vec![0xA5u8; 4096];
+    for i in 0..256u64 {
+        file.write_at(&block, i * 4096)?;
+    }
+    file.sync_all()?;
+    let start = Instant::now();
+    let mut count = 0u64;
+    while start.elapsed() < measure {
+        file.write_at(&block, (count % 256) * 4096)?;
+        file.sync_data()?;
+        count += 1;
+    }
+    let elapsed = start.elapsed();
+    drop(file);
+    fs::remove_file(path)?;
+    Ok((count, elapsed))
+}
+
+const REDB_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("bench");
+
+/// One small value inserted and committed (Immediate durability, redb's default) per op, in
+/// redb's default mode (`ExclusiveWriter`: one-phase commit, one flush) or in the mode
+/// manifestdb opens its store with (`SingleWriter`, so that other processes can read while the
+/// scheduler writes, which makes redb use a two-phase commit: two flushes).
+fn bare_redb(dir: &Path, measure: Duration, mode: ConcurrencyMode) -> Res<(u64, Duration)> {
+    let path = dir.join("bare.redb");
+    let _ = fs::remove_file(&path);
+    let db = Builder::new().set_concurrency_mode(mode).create(&path)?;
+    let value = [7u8; 64];
+    let start = Instant::now();
+    let mut count = 0u64;
+    while start.elapsed() < measure {
+        let txn = db.begin_write()?;
+        txn.open_table(REDB_TABLE)?.insert(count, value.as_slice())?;
+        txn.commit()?;
+        count += 1;
+    }
+    let elapsed = start.elapsed();
+    drop(db);
+    fs::remove_file(path)?;
+    Ok((count, elapsed))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) manifestdb.
+
+fn partition(i: usize) -> String {
+    format!("p={i:07}")
+}
+
+fn empty_candidate(snapshot: &str) -> Candidate {
+    Candidate { snapshot: snapshot.to_owned(), rows: 0, total: None, digest: "sha256:0".to_owned(), files: Vec::new() }
+}
+
+/// Begin + finish + validate of one attempt, each durable.
+fn md_cycle(store: &Store, task: &TaskKey, snapshot: &str) -> Res<()> {
+    let ticket = store.begin_attempt(task)?;
+    store.finish_attempt(&ticket.key, &empty_candidate(snapshot))?;
+    let verdict = store.validate_attempt(&ticket.key, FileCheck::Size)?;
+    if !verdict.is_valid() {
+        return Err(format!("attempt {} is invalid: {verdict:?}", ticket.key).into());
+    }
+    Ok(())
+}
+
+fn run_spec(dataset: &str, run: &str, partitions: impl Iterator<Item = String>) -> RunSpec {
+    RunSpec {
+        dataset: dataset.to_owned(),
+        run: run.to_owned(),
+        snapshot: format!("snap-{run}"),
+        tasks: partitions.map(|partition| TaskSpec { partition, expected_rows: 0, expected_total: None }).collect(),
+    }
+}
+
+/// Declares a run over `partitions` and gives each task a valid attempt, from `threads` threads.
+fn md_prepare(store: &Store, spec: &RunSpec, threads: usize) -> Res<()> {
+    store.declare_run(spec)?;
+    let next = AtomicU64::new(0);
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..threads.min(spec.tasks.len()).max(1))
+            .map(|_| {
+                scope.spawn(|| -> Res<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        let Some(task) = spec.tasks.get(i) else { return Ok(()) };
+                        md_cycle(store, &TaskKey::new(&spec.dataset, &spec.run, &task.partition), &spec.snapshot)?;
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().map_err(|_| "setup thread panicked")??;
+        }
+        Ok(())
+    })
+}
+
+fn md_publish(store: &Store, dataset: &str, run: &str) -> Res<Duration> {
+    let start = Instant::now();
+    let outcome = store.publish(dataset, run, &PublishOptions::default())?;
+    let elapsed = start.elapsed();
+    match outcome {
+        PublishOutcome::Published(_) => Ok(elapsed),
+        other => Err(format!("publish of {dataset}/{run} did not publish: {other:?}").into()),
+    }
+}
+
+/// Prepares (untimed) and publishes (timed) `count` one-task runs replacing `partition`.
+fn md_one_task_publishes(store: &Store, dataset: &str, tag: &str, partition: &str, count: usize) -> Res<Vec<Duration>> {
+    (0..count)
+        .map(|i| {
+            let run = format!("{tag}-{i}");
+            md_prepare(store, &run_spec(dataset, &run, std::iter::once(partition.to_owned())), 1)?;
+            md_publish(store, dataset, &run)
+        })
+        .collect()
+}
+
+/// Attempt cycles per second from `threads` threads, each on its own task.
+fn md_cycles(store: &Store, run: &str, threads: usize, measure: Duration) -> Res<(u64, Duration)> {
+    let spec = run_spec("cycles", run, (0..threads).map(partition));
+    store.declare_run(&spec)?;
+    let count = AtomicU64::new(0);
+    let start = Instant::now();
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (spec, count) = (&spec, &count);
+                scope.spawn(move || -> Res<()> {
+                    let task = TaskKey::new("cycles", run, partition(t));
+                    while start.elapsed() < measure {
+                        md_cycle(store, &task, &spec.snapshot)?;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().map_err(|_| "cycle thread panicked")??;
+        }
+        Ok(())
+    })?;
+    Ok((count.load(Ordering::Relaxed), start.elapsed()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) SQLite: the same tables (same primary keys, WITHOUT ROWID so each is one keyed B-tree
+// like a redb table), the same reads and writes, one transaction per operation.
+
+const SQLITE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS runs (dataset TEXT NOT NULL, run TEXT NOT NULL, snapshot TEXT NOT NULL, task_count INTEGER NOT NULL,
+  declared_at_ms INTEGER NOT NULL, published_generation INTEGER, PRIMARY KEY (dataset, run)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tasks (dataset TEXT NOT NULL, run TEXT NOT NULL, partition TEXT NOT NULL, expected_rows INTEGER NOT NULL,
+  expected_total INTEGER, next_attempt INTEGER NOT NULL, PRIMARY KEY (dataset, run, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS attempts (dataset TEXT NOT NULL, run TEXT NOT NULL, partition TEXT NOT NULL, attempt INTEGER NOT NULL,
+  started_at_ms INTEGER NOT NULL, staging_rel TEXT NOT NULL, c_snapshot TEXT, c_rows INTEGER, c_total INTEGER, c_digest TEXT,
+  c_files BLOB, verdict TEXT, PRIMARY KEY (dataset, run, partition, attempt)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS accepted (dataset TEXT NOT NULL, run TEXT NOT NULL, partition TEXT NOT NULL, attempt INTEGER NOT NULL,
+  PRIMARY KEY (dataset, run, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partition_versions (dataset TEXT NOT NULL, partition TEXT NOT NULL, generation INTEGER NOT NULL,
+  run TEXT NOT NULL, attempt INTEGER NOT NULL, snapshot TEXT NOT NULL, rows INTEGER NOT NULL, total INTEGER, digest TEXT NOT NULL,
+  staging_rel TEXT NOT NULL, files BLOB, PRIMARY KEY (dataset, partition, generation)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS generations (dataset TEXT NOT NULL, generation INTEGER NOT NULL, parent INTEGER NOT NULL, run TEXT NOT NULL,
+  snapshot TEXT NOT NULL, published_at_ms INTEGER NOT NULL, partitions_replaced INTEGER NOT NULL, PRIMARY KEY (dataset, generation)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS pointers (dataset TEXT NOT NULL PRIMARY KEY, generation INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS published_digests (dataset TEXT NOT NULL, snapshot TEXT NOT NULL, partition TEXT NOT NULL, digest TEXT NOT NULL,
+  run TEXT NOT NULL, generation INTEGER NOT NULL, PRIMARY KEY (dataset, snapshot, partition)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS effects (dataset TEXT NOT NULL, run TEXT NOT NULL, effect TEXT NOT NULL, partition TEXT NOT NULL,
+  payload BLOB, status TEXT NOT NULL, generation INTEGER, PRIMARY KEY (dataset, run, effect, partition)) WITHOUT ROWID;
+";
+
+fn sqlite_open(path: &Path) -> Res<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(600))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch(SQLITE_SCHEMA)?;
+    Ok(conn)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn sqlite_declare(conn: &mut Connection, spec: &RunSpec) -> Res<()> {
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let exists: Option<String> =
+        txn.query_row("SELECT snapshot FROM runs WHERE dataset=?1 AND run=?2", params![spec.dataset, spec.run], |r| r.get(0)).optional()?;
+    if exists.is_some() {
+        return Err(format!("run {} declared twice", spec.run).into());
+    }
+    txn.execute(
+        "INSERT INTO runs VALUES (?1, ?2, ?3, ?4, ?5, NULL)",
+        params![spec.dataset, spec.run, spec.snapshot, spec.tasks.len() as i64, now_ms()],
+    )?;
+    {
+        let mut insert = txn.prepare_cached("INSERT INTO tasks VALUES (?1, ?2, ?3, ?4, ?5, 1)")?;
+        for task in &spec.tasks {
+            insert.execute(params![spec.dataset, spec.run, task.partition, task.expected_rows as i64, task.expected_total])?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// The SQLite mirror of begin + finish + validate: the same reads, the same rows written, the
+/// same staging directory created, three durable transactions.
+fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str, partition: &str) -> Res<()> {
+    // Begin.
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (snapshot, published): (String, Option<i64>) = txn
+        .prepare_cached("SELECT snapshot, published_generation FROM runs WHERE dataset=?1 AND run=?2")?
+        .query_row(params![dataset, run], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if published.is_some() {
+        return Err("run published".into());
+    }
+    let next: i64 = txn
+        .prepare_cached("SELECT next_attempt FROM tasks WHERE dataset=?1 AND run=?2 AND partition=?3")?
+        .query_row(params![dataset, run, partition], |r| r.get(0))?;
+    let exists: Option<i64> = txn
+        .prepare_cached("SELECT 1 FROM attempts WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?
+        .query_row(params![dataset, run, partition, next], |r| r.get(0))
+        .optional()?;
+    if exists.is_some() {
+        return Err("attempt exists".into());
+    }
+    let staging_rel = format!("{dataset}/{run}/{partition}/@attempt-{next}");
+    fs::create_dir_all(staging.join(&staging_rel))?;
+    txn.prepare_cached("UPDATE tasks SET next_attempt=?4 WHERE dataset=?1 AND run=?2 AND partition=?3")?.execute(params![
+        dataset,
+        run,
+        partition,
+        next + 1
+    ])?;
+    let now = now_ms();
+    txn.prepare_cached("INSERT INTO attempts (dataset, run, partition, attempt, started_at_ms, staging_rel) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+        .execute(params![dataset, run, partition, next, now, staging_rel])?;
+    txn.commit()?;
+
+    // Finish.
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let run_snapshot: String =
+        txn.prepare_cached("SELECT snapshot FROM runs WHERE dataset=?1 AND run=?2")?.query_row(params![dataset, run], |r| r.get(0))?;
+    let existing: Option<String> = txn
+        .prepare_cached("SELECT c_digest FROM attempts WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?
+        .query_row(params![dataset, run, partition, next], |r| r.get(0))?;
+    if existing.is_some() || run_snapshot != snapshot {
+        return Err("candidate already recorded".into());
+    }
+    txn.prepare_cached(
+        "UPDATE attempts SET c_snapshot=?5, c_rows=0, c_total=NULL, c_digest='sha256:0', c_files=x'' \
+         WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4",
+    )?
+    .execute(params![dataset, run, partition, next, snapshot])?;
+    txn.commit()?;
+
+    // Validate: read outside the write transaction (as manifestdb does), then store the verdict
+    // and update the accepted index.
+    let (expected_rows, c_rows, c_snapshot): (i64, i64, String) = {
+        let txn = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+        let expected_rows: i64 = txn
+            .prepare_cached("SELECT expected_rows FROM tasks WHERE dataset=?1 AND run=?2 AND partition=?3")?
+            .query_row(params![dataset, run, partition], |r| r.get(0))?;
+        let (c_rows, c_snapshot) = txn
+            .prepare_cached("SELECT c_rows, c_snapshot FROM attempts WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?
+            .query_row(params![dataset, run, partition, next], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        txn.commit()?;
+        (expected_rows, c_rows, c_snapshot)
+    };
+    let valid = expected_rows == c_rows && c_snapshot == snapshot;
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let stored: Option<String> = txn
+        .prepare_cached("SELECT verdict FROM attempts WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?
+        .query_row(params![dataset, run, partition, next], |r| r.get(0))?;
+    if stored.is_none() {
+        let published: Option<i64> = txn
+            .prepare_cached("SELECT published_generation FROM runs WHERE dataset=?1 AND run=?2")?
+            .query_row(params![dataset, run], |r| r.get(0))?;
+        let current: Option<i64> = txn
+            .prepare_cached("SELECT attempt FROM accepted WHERE dataset=?1 AND run=?2 AND partition=?3")?
+            .query_row(params![dataset, run, partition], |r| r.get(0))
+            .optional()?;
+        txn.prepare_cached("UPDATE attempts SET verdict=?5 WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?.execute(params![
+            dataset,
+            run,
+            partition,
+            next,
+            if valid { "valid" } else { "invalid" }
+        ])?;
+        if published.is_none() && valid && current.is_none_or(|c| next < c) {
+            txn.prepare_cached("INSERT OR REPLACE INTO accepted VALUES (?1, ?2, ?3, ?4)")?.execute(params![dataset, run, partition, next])?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// The SQLite mirror of a publish: one transaction reading the run, each task's accepted
+/// attempt, its candidate and published digest, then writing the versions, digests, the
+/// generation, the run, its effects and the pointer.
+fn sqlite_publish(conn: &mut Connection, dataset: &str, run: &str) -> Res<Duration> {
+    let start = Instant::now();
+    let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let (snapshot, published): (String, Option<i64>) = txn
+        .prepare_cached("SELECT snapshot, published_generation FROM runs WHERE dataset=?1 AND run=?2")?
+        .query_row(params![dataset, run], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    if published.is_some() {
+        return Err("already published".into());
+    }
+    let current: i64 = txn
+        .prepare_cached("SELECT generation FROM pointers WHERE dataset=?1")?
+        .query_row(params![dataset], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let number = current + 1;
+    type Row = (String, i64, String, String, i64, Option<i64>, String, Vec<u8>, Option<String>);
+    let rows: Vec<Row> = {
+        let mut select = txn.prepare_cached(
+            "SELECT t.partition, a.attempt, v.staging_rel, v.c_snapshot, v.c_rows, v.c_total, v.c_digest, v.c_files, v.verdict \
+             FROM tasks t LEFT JOIN accepted a USING (dataset, run, partition) \
+             LEFT JOIN attempts v ON v.dataset=t.dataset AND v.run=t.run AND v.partition=t.partition AND v.attempt=a.attempt \
+             WHERE t.dataset=?1 AND t.run=?2",
+        )?;
+        let mapped = select.query_map(params![dataset, run], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?, r.get(8)?))
+        })?;
+        mapped.collect::<Result<_, _>>()?
+    };
+    {
+        let mut digest = txn.prepare_cached("SELECT digest FROM published_digests WHERE dataset=?1 AND snapshot=?2 AND partition=?3")?;
+        let mut version = txn.prepare_cached("INSERT INTO partition_versions VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)")?;
+        let mut new_digest = txn.prepare_cached("INSERT INTO published_digests VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+        for (partition, attempt, staging_rel, c_snapshot, c_rows, c_total, c_digest, c_files, verdict) in &rows {
+            if verdict.as_deref() != Some("valid") || *c_snapshot != snapshot {
+                return Err(format!("task {partition} has no valid accepted attempt").into());
+            }
+            let earlier: Option<String> = digest.query_row(params![dataset, snapshot, partition], |r| r.get(0)).optional()?;
+            if earlier.as_ref().is_some_and(|d| d != c_digest) {
+                return Err("non-deterministic".into());
+            }
+            version.execute(params![dataset, partition, number, run, attempt, c_snapshot, c_rows, c_total, c_digest, staging_rel, c_files])?;
+            if earlier.is_none() {
+                new_digest.execute(params![dataset, snapshot, partition, c_digest, run, number])?;
+            }
+        }
+    }
+    txn.prepare_cached("INSERT INTO generations VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")?.execute(params![
+        dataset,
+        number,
+        current,
+        run,
+        snapshot,
+        now_ms(),
+        rows.len() as i64
+    ])?;
+    txn.prepare_cached("UPDATE runs SET published_generation=?3 WHERE dataset=?1 AND run=?2")?.execute(params![dataset, run, number])?;
+    txn.prepare_cached("UPDATE effects SET status='ready', generation=?3 WHERE dataset=?1 AND run=?2 AND status='recorded'")?
+        .execute(params![dataset, run, number])?;
+    txn.prepare_cached("INSERT OR REPLACE INTO pointers VALUES (?1, ?2)")?.execute(params![dataset, number])?;
+    txn.commit()?;
+    Ok(start.elapsed())
+}
+
+fn sqlite_bare_commit(dir: &Path, measure: Duration) -> Res<(u64, Duration)> {
+    let path = dir.join("bare.sqlite");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = fs::remove_file(dir.join(format!("bare.sqlite{suffix}")));
+    }
+    let conn = Connection::open(&path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.execute_batch("CREATE TABLE bench (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")?;
+    let value = [7u8; 64];
+    let start = Instant::now();
+    let mut count = 0i64;
+    while start.elapsed() < measure {
+        conn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![count, value.as_slice()])?;
+        count += 1;
+    }
+    Ok((count as u64, start.elapsed()))
+}
+
+fn sqlite_cycles(db: &Path, staging: &Path, run: &str, threads: usize, measure: Duration) -> Res<(u64, Duration)> {
+    sqlite_declare(&mut sqlite_open(db)?, &run_spec("cycles", run, (0..threads).map(partition)))?;
+    let count = AtomicU64::new(0);
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let mut start = Instant::now();
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (count, barrier) = (&count, &barrier);
+                scope.spawn(move || -> Res<()> {
+                    // Each thread has its own connection, opened before the clock starts, and
+                    // commits its own work.
+                    let conn = sqlite_open(db);
+                    barrier.wait();
+                    let (mut conn, partition, start) = (conn?, partition(t), Instant::now());
+                    while start.elapsed() < measure {
+                        sqlite_cycle(&mut conn, staging, "cycles", run, &partition)?;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        barrier.wait();
+        start = Instant::now();
+        for handle in handles {
+            handle.join().map_err(|_| "sqlite thread panicked")??;
+        }
+        Ok(())
+    })?;
+    Ok((count.load(Ordering::Relaxed), start.elapsed()))
+}
+
+fn sqlite_one_task_publishes(conn: &mut Connection, staging: &Path, dataset: &str, tag: &str, count: usize) -> Res<Vec<Duration>> {
+    (0..count)
+        .map(|i| {
+            let run = format!("{tag}-{i}");
+            sqlite_declare(conn, &run_spec(dataset, &run, std::iter::once(partition(0))))?;
+            sqlite_cycle(conn, staging, dataset, &run, &partition(0))?;
+            sqlite_publish(conn, dataset, &run)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// (e) scaling.
+
+/// Builds a dataset by publishing `runs` runs of `tasks` new partitions each; returns the time
+/// of each publish.
+fn md_build_dataset(store: &Store, dataset: &str, runs: usize, tasks: usize) -> Res<Vec<Duration>> {
+    (0..runs)
+        .map(|r| {
+            let run = format!("bulk-{r}");
+            md_prepare(store, &run_spec(dataset, &run, (r * tasks..(r + 1) * tasks).map(partition)), 64)?;
+            md_publish(store, dataset, &run)
+        })
+        .collect()
+}
+
+/// Gives `dataset` `generations` generations: one-task runs prepared by 16 threads and
+/// published one by one by this thread as they become ready.
+fn md_build_history(store: &Store, dataset: &str, generations: usize) -> Res<()> {
+    let next = AtomicU64::new(0);
+    let (ready, published) = mpsc::channel::<String>();
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                let (next, ready) = (&next, ready.clone());
+                scope.spawn(move || -> Res<()> {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                        if i >= generations {
+                            return Ok(());
+                        }
+                        let run = format!("h-{i}");
+                        md_prepare(store, &run_spec(dataset, &run, std::iter::once(partition(0))), 1)?;
+                        ready.send(run).map_err(|_| "publisher gone")?;
+                    }
+                })
+            })
+            .collect();
+        drop(ready);
+        for run in published {
+            md_publish(store, dataset, &run)?;
+        }
+        for handle in handles {
+            handle.join().map_err(|_| "history thread panicked")??;
+        }
+        Ok(())
+    })
+}
+
+/// Single-partition lookups per second through one read snapshot, over `partitions` keys.
+fn md_lookups(store: &Store, dataset: &str, partitions: usize, measure: Duration) -> Res<f64> {
+    let snapshot = store.snapshot()?;
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let start = Instant::now();
+    let mut count = 0u64;
+    while start.elapsed() < measure {
+        for _ in 0..256 {
+            // xorshift: a spread of keys without a dependency.
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let key = partition((state % partitions as u64) as usize);
+            if snapshot.partition(dataset, &key, None)?.is_none() {
+                return Err(format!("partition {key} missing").into());
+            }
+            count += 1;
+        }
+    }
+    Ok(per_second(count, start.elapsed()))
+}
+
+fn vm_hwm_kib() -> Res<u64> {
+    let status = fs::read_to_string("/proc/self/status")?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).ok_or("no VmHWM in /proc/self/status")?;
+    Ok(line.split_whitespace().nth(1).ok_or("malformed VmHWM")?.parse()?)
+}
+
+/// The child process of the RSS figure: opens the store, works on it (lookups over the big
+/// dataset, an attempt cycle, a one-partition publish), prints its peak RSS in KiB.
+fn rss_child(db: &Path, staging: &Path, partitions: usize) -> Res<()> {
+    let store = Store::open(db, staging)?;
+    md_lookups(&store, "big", partitions, Duration::from_millis(500))?;
+    md_one_task_publishes(&store, "big", "rss", &partition(1), 1)?;
+    let snapshot = store.snapshot()?;
+    let manifest = snapshot.current("big")?.ok_or("no current generation")?;
+    drop(snapshot);
+    drop(store);
+    println!("generation {} vm_hwm_kib {}", manifest.number, vm_hwm_kib()?);
+    Ok(())
+}
+
+fn rss_of_child(db: &Path, staging: &Path, partitions: usize) -> Res<f64> {
+    let output = std::process::Command::new(std::env::current_exe()?)
+        .arg("--rss-child")
+        .arg(db)
+        .arg(staging)
+        .arg(partitions.to_string())
+        .output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!("rss child failed: {stdout} {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let kib: f64 = stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.split("vm_hwm_kib ").nth(1))
+        .ok_or_else(|| format!("no figure from the rss child: {stdout}"))?
+        .trim()
+        .parse()?;
+    Ok(kib / 1024.0)
+}
+
+// ---------------------------------------------------------------------------------------------
+
+/// Interleaves one-task publishes into several datasets (A, B, A, B, ...) so that each sees
+/// the same disk conditions; returns the publish times per dataset.
+fn md_interleaved_publishes(store: &Store, datasets: &[&str], tag: &str, count: usize) -> Res<Vec<Vec<Duration>>> {
+    let mut samples = vec![Vec::with_capacity(count); datasets.len()];
+    for i in 0..count {
+        for (d, dataset) in datasets.iter().enumerate() {
+            samples[d].extend(md_one_task_publishes(store, dataset, &format!("{tag}-{i}"), &partition(0), 1)?);
+        }
+    }
+    Ok(samples)
+}
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--rss-child") {
+        let arg = |n: usize| args.get(i + n).cloned().ok_or("missing rss child argument");
+        return rss_child(Path::new(&arg(1)?), Path::new(&arg(2)?), arg(3)?.parse()?);
+    }
+    let sizes = if args.iter().any(|a| a == "--quick") { QUICK } else { FULL };
+    let root = tempfile::Builder::new().prefix("manifestdb-throughput-").tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
+    let dir = root.path();
+    let staging = dir.join("staging");
+    let mut report = Report { figures: Map::new() };
+    let started = Instant::now();
+    println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
+
+    // (a) to (d), side by side: each round runs every loop once.
+    let store = Store::open(dir.join("main.redb"), &staging)?;
+    let sqlite_db = dir.join("main.sqlite");
+    let sqlite_staging = dir.join("sqlite-staging");
+    let mut conn = sqlite_open(&sqlite_db)?;
+    let mut tally: BTreeMap<String, (u64, Duration)> = BTreeMap::new();
+    let mut add = |key: &str, (count, elapsed): (u64, Duration)| {
+        let entry = tally.entry(key.to_owned()).or_default();
+        entry.0 += count;
+        entry.1 += elapsed;
+    };
+    for round in 0..sizes.rounds {
+        println!("round {} of {}", round + 1, sizes.rounds);
+        add("fsync_4k_per_s", raw_fsync(dir, sizes.measure)?);
+        add("redb_commit_per_s", bare_redb(dir, sizes.measure, ConcurrencyMode::ExclusiveWriter)?);
+        add("redb_single_writer_commit_per_s", bare_redb(dir, sizes.measure, ConcurrencyMode::SingleWriter)?);
+        add("sqlite_commit_per_s", sqlite_bare_commit(dir, sizes.measure)?);
+        let times = md_one_task_publishes(&store, "pub", &format!("one-{round}"), &partition(0), sizes.publishes)?;
+        add("publish_1task_per_s", (times.len() as u64, times.iter().sum()));
+        let times = sqlite_one_task_publishes(&mut conn, &sqlite_staging, "pub", &format!("one-{round}"), sizes.publishes)?;
+        add("sqlite_publish_1task_per_s", (times.len() as u64, times.iter().sum()));
+        for threads in [1, 8, 64] {
+            let run = format!("cycles-{threads}-{round}");
+            add(&format!("attempt_cycles_per_s_{threads}t"), md_cycles(&store, &run, threads, sizes.measure)?);
+            add(&format!("sqlite_attempt_cycles_per_s_{threads}t"), sqlite_cycles(&sqlite_db, &sqlite_staging, &run, threads, sizes.measure)?);
+        }
+    }
+    drop(conn);
+    for (key, (count, elapsed)) in &tally {
+        report.put(key, per_second(*count, *elapsed), "/s");
+    }
+    report.put("publish_1task_ms", 1000.0 / report.get("publish_1task_per_s"), "ms (mean)");
+    report.put("sqlite_publish_1task_ms", 1000.0 / report.get("sqlite_publish_1task_per_s"), "ms (mean)");
+
+    // (e) scaling. Per-task publish cost: fresh datasets of t_small and t_mid tasks (median of
+    // 3 each), and the runs of t_big tasks that build the big dataset (median of its runs).
+    for (key, tasks) in [("t10", sizes.t_small), ("t1k", sizes.t_mid)] {
+        let times =
+            (0..3).map(|i| md_build_dataset(&store, &format!("scale-{key}-{i}"), 1, tasks).map(|t| t.first().copied().unwrap_or_default())).collect::<Res<Vec<_>>>()?;
+        report.put(&format!("publish_us_per_task_{key}"), median_ms(times) * 1000.0 / tasks as f64, "us/task (median of 3)");
+    }
+    println!("building the big dataset: {} runs of {} tasks", sizes.big_runs, sizes.t_big);
+    let setup = Instant::now();
+    let times = md_build_dataset(&store, "big", sizes.big_runs, sizes.t_big)?;
+    let big_partitions = sizes.big_runs * sizes.t_big;
+    report.put("setup_big_dataset_s", setup.elapsed().as_secs_f64(), "s (setup, not a figure of merit)");
+    report.put("publish_us_per_task_t100k", median_ms(times) * 1000.0 / sizes.t_big as f64, "us/task (median of the big dataset's runs)");
+    md_build_dataset(&store, "small", 1, 10)?;
+    let samples = md_interleaved_publishes(&store, &["small", "big"], "one", sizes.publishes)?;
+    let mut samples = samples.into_iter();
+    report.put("publish_1partition_ms_into_10", median_ms(samples.next().unwrap_or_default()), "ms (median)");
+    report.put("publish_1partition_ms_into_1m", median_ms(samples.next().unwrap_or_default()), "ms (median)");
+    report.put("lookups_per_s", md_lookups(&store, "big", big_partitions, sizes.measure)?, "lookups/s (one snapshot)");
+
+    // History: 10 vs `history` earlier generations.
+    println!("building a history of {} generations", sizes.history);
+    let setup = Instant::now();
+    md_build_history(&store, "hist-10", 10)?;
+    md_build_history(&store, "hist-long", sizes.history)?;
+    report.put("setup_history_s", setup.elapsed().as_secs_f64(), "s (setup, not a figure of merit)");
+    let samples = md_interleaved_publishes(&store, &["hist-10", "hist-long"], "one", sizes.publishes)?;
+    let mut samples = samples.into_iter();
+    report.put("publish_ms_after_10_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
+    report.put("publish_ms_after_100k_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
+
+    // Peak RSS of a fresh process holding the store (it holds every attempt made above).
+    drop(store);
+    report.put("rss_mib_1m_attempts", rss_of_child(&dir.join("main.redb"), &staging, big_partitions)?, "MiB (VmHWM of a child)");
+
+    // Ratios.
+    report.ratio("publish_vs_redb", "publish_1task_per_s", "redb_commit_per_s");
+    report.ratio("publish_vs_redb_single_writer", "publish_1task_per_s", "redb_single_writer_commit_per_s");
+    report.ratio("publish_vs_fsync", "publish_1task_per_s", "fsync_4k_per_s");
+    report.ratio("publish_vs_sqlite", "publish_1task_per_s", "sqlite_publish_1task_per_s");
+    report.ratio("attempts_vs_sqlite_8t", "attempt_cycles_per_s_8t", "sqlite_attempt_cycles_per_s_8t");
+    report.ratio("group_commit_speedup_8t", "attempt_cycles_per_s_8t", "attempt_cycles_per_s_1t");
+    report.ratio("group_commit_speedup_64t", "attempt_cycles_per_s_64t", "attempt_cycles_per_s_1t");
+    report.ratio("per_task_100k_vs_1k", "publish_us_per_task_t100k", "publish_us_per_task_t1k");
+    report.ratio("publish_1m_vs_10_partitions", "publish_1partition_ms_into_1m", "publish_1partition_ms_into_10");
+    report.ratio("publish_100k_vs_fresh_history", "publish_ms_after_100k_generations", "publish_ms_after_10_generations");
+    report.put("total_s", started.elapsed().as_secs_f64(), "s");
+
+    let sizes_json: BTreeMap<&str, Value> = BTreeMap::from([
+        ("mode", json!(if sizes.quick { "quick" } else { "full" })),
+        ("rounds", json!(sizes.rounds)),
+        ("measure_s_per_round", json!(sizes.measure.as_secs_f64())),
+        ("publishes_timed", json!(sizes.publishes)),
+        ("t10", json!(sizes.t_small)),
+        ("t1k", json!(sizes.t_mid)),
+        ("t100k", json!(sizes.t_big)),
+        ("partitions_1m", json!(big_partitions)),
+        ("generations_100k", json!(sizes.history)),
+        ("attempts_1m", json!(big_partitions)),
+    ]);
+    report.figures.insert("sizes".to_owned(), json!(sizes_json));
+    println!("{}", serde_json::to_string(&report.figures)?);
+    Ok(())
+}

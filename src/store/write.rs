@@ -84,7 +84,7 @@ impl Store {
     /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
-        self.write("declaring a run", |txn| {
+        self.write_grouped("declaring a run", |txn| {
             let mut runs = open(txn, RUNS)?;
             let mut tasks = open(txn, TASKS)?;
             let run_key = key(&[&spec.dataset, &spec.run]);
