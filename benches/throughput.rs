@@ -18,7 +18,7 @@
 //! (zero expected rows), so setup pays for the store, not for writing test files.
 
 use std::collections::BTreeMap;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec};
-use redb::{Builder, ConcurrencyMode, TableDefinition};
+use redb::{Builder, ConcurrencyMode, Database, TableDefinition};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value, json};
 
@@ -37,12 +37,14 @@ type Res<T> = std::result::Result<T, BoxError>;
 #[derive(Clone, Copy)]
 struct Sizes {
     quick: bool,
-    /// Rounds of the side-by-side throughput figures: every loop runs once per round, so each
-    /// figure samples the same stretches of a noisy shared disk.
+    /// Durable single commits timed per side-by-side figure, interleaved op by op.
+    interleaved: usize,
+    /// Rounds of the attempt-cycle figures: every loop runs once per round, so each figure
+    /// samples the same stretches of a noisy shared disk.
     rounds: usize,
-    /// How long each throughput loop runs in each round.
+    /// How long each attempt-cycle loop (and the lookup loop) runs in each round.
     measure: Duration,
-    /// Publishes timed per publish figure (per round for the side-by-side ones).
+    /// Publishes timed per scaling figure, interleaved between the two datasets compared.
     publishes: usize,
     /// Task counts of the per-task publish cost (keys t10, t1k, t100k).
     t_small: usize,
@@ -56,6 +58,7 @@ struct Sizes {
 
 const FULL: Sizes = Sizes {
     quick: false,
+    interleaved: 400,
     rounds: 5,
     measure: Duration::from_secs(1),
     publishes: 20,
@@ -68,6 +71,7 @@ const FULL: Sizes = Sizes {
 
 const QUICK: Sizes = Sizes {
     quick: true,
+    interleaved: 60,
     rounds: 3,
     measure: Duration::from_millis(400),
     publishes: 10,
@@ -111,51 +115,57 @@ fn median_ms(mut samples: Vec<Duration>) -> f64 {
 // ---------------------------------------------------------------------------------------------
 // (a) and (b): the disk's limit and a bare redb commit.
 
-/// A 4 KiB `pwrite` + `fdatasync` loop over a 1 MiB preallocated file.
-fn raw_fsync(dir: &Path, measure: Duration) -> Res<(u64, Duration)> {
-    let path = dir.join("raw-fsync.bin");
-    let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
-    let block = vec![0xA5u8; 4096];
-    for i in 0..256u64 {
-        file.write_at(&block, i * 4096)?;
+/// (a) The disk's limit: a 4 KiB `pwrite` + `fdatasync` over a 1 MiB preallocated file.
+struct RawFile {
+    file: File,
+    block: Vec<u8>,
+    n: u64,
+}
+
+impl RawFile {
+    fn open(dir: &Path) -> Res<RawFile> {
+        let file = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(dir.join("raw-fsync.bin"))?;
+        let block = vec![0xA5u8; 4096];
+        for i in 0..256u64 {
+            file.write_at(&block, i * 4096)?;
+        }
+        file.sync_all()?;
+        Ok(RawFile { file, block, n: 0 })
     }
-    file.sync_all()?;
-    let start = Instant::now();
-    let mut count = 0u64;
-    while start.elapsed() < measure {
-        file.write_at(&block, (count % 256) * 4096)?;
-        file.sync_data()?;
-        count += 1;
+
+    fn op(&mut self) -> Res<Duration> {
+        let start = Instant::now();
+        self.file.write_at(&self.block, (self.n % 256) * 4096)?;
+        self.file.sync_data()?;
+        self.n += 1;
+        Ok(start.elapsed())
     }
-    let elapsed = start.elapsed();
-    drop(file);
-    fs::remove_file(path)?;
-    Ok((count, elapsed))
 }
 
 const REDB_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("bench");
 
-/// One small value inserted and committed (Immediate durability, redb's default) per op, in
-/// redb's default mode (`ExclusiveWriter`: one-phase commit, one flush) or in the mode
-/// manifestdb opens its store with (`SingleWriter`, so that other processes can read while the
-/// scheduler writes, which makes redb use a two-phase commit: two flushes).
-fn bare_redb(dir: &Path, measure: Duration, mode: ConcurrencyMode) -> Res<(u64, Duration)> {
-    let path = dir.join("bare.redb");
-    let _ = fs::remove_file(&path);
-    let db = Builder::new().set_concurrency_mode(mode).create(&path)?;
-    let value = [7u8; 64];
-    let start = Instant::now();
-    let mut count = 0u64;
-    while start.elapsed() < measure {
-        let txn = db.begin_write()?;
-        txn.open_table(REDB_TABLE)?.insert(count, value.as_slice())?;
-        txn.commit()?;
-        count += 1;
+/// (b) One small value inserted and committed (Immediate durability, redb's default), in
+/// redb's default mode (`ExclusiveWriter`: one-phase commit) or in the mode manifestdb opens
+/// its store with (`SingleWriter`, so that other processes can read while the scheduler
+/// writes, which makes redb commit in two phases, each with a flush).
+struct BareRedb {
+    db: Database,
+    n: u64,
+}
+
+impl BareRedb {
+    fn open(path: &Path, mode: ConcurrencyMode) -> Res<BareRedb> {
+        Ok(BareRedb { db: Builder::new().set_concurrency_mode(mode).create(path)?, n: 0 })
     }
-    let elapsed = start.elapsed();
-    drop(db);
-    fs::remove_file(path)?;
-    Ok((count, elapsed))
+
+    fn op(&mut self) -> Res<Duration> {
+        let start = Instant::now();
+        let txn = self.db.begin_write()?;
+        txn.open_table(REDB_TABLE)?.insert(self.n, [7u8; 64].as_slice())?;
+        txn.commit()?;
+        self.n += 1;
+        Ok(start.elapsed())
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -351,8 +361,10 @@ fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str,
         next + 1
     ])?;
     let now = now_ms();
-    txn.prepare_cached("INSERT INTO attempts (dataset, run, partition, attempt, started_at_ms, staging_rel) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
-        .execute(params![dataset, run, partition, next, now, staging_rel])?;
+    txn.prepare_cached(
+        "INSERT INTO attempts (dataset, run, partition, attempt, started_at_ms, staging_rel) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![dataset, run, partition, next, now, staging_rel])?;
     txn.commit()?;
 
     // Finish.
@@ -398,15 +410,11 @@ fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str,
             .prepare_cached("SELECT attempt FROM accepted WHERE dataset=?1 AND run=?2 AND partition=?3")?
             .query_row(params![dataset, run, partition], |r| r.get(0))
             .optional()?;
-        txn.prepare_cached("UPDATE attempts SET verdict=?5 WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?.execute(params![
-            dataset,
-            run,
-            partition,
-            next,
-            if valid { "valid" } else { "invalid" }
-        ])?;
+        txn.prepare_cached("UPDATE attempts SET verdict=?5 WHERE dataset=?1 AND run=?2 AND partition=?3 AND attempt=?4")?
+            .execute(params![dataset, run, partition, next, if valid { "valid" } else { "invalid" }])?;
         if published.is_none() && valid && current.is_none_or(|c| next < c) {
-            txn.prepare_cached("INSERT OR REPLACE INTO accepted VALUES (?1, ?2, ?3, ?4)")?.execute(params![dataset, run, partition, next])?;
+            txn.prepare_cached("INSERT OR REPLACE INTO accepted VALUES (?1, ?2, ?3, ?4)")?
+                .execute(params![dataset, run, partition, next])?;
         }
     }
     txn.commit()?;
@@ -456,7 +464,19 @@ fn sqlite_publish(conn: &mut Connection, dataset: &str, run: &str) -> Res<Durati
             if earlier.as_ref().is_some_and(|d| d != c_digest) {
                 return Err("non-deterministic".into());
             }
-            version.execute(params![dataset, partition, number, run, attempt, c_snapshot, c_rows, c_total, c_digest, staging_rel, c_files])?;
+            version.execute(params![
+                dataset,
+                partition,
+                number,
+                run,
+                attempt,
+                c_snapshot,
+                c_rows,
+                c_total,
+                c_digest,
+                staging_rel,
+                c_files
+            ])?;
             if earlier.is_none() {
                 new_digest.execute(params![dataset, snapshot, partition, c_digest, run, number])?;
             }
@@ -479,23 +499,27 @@ fn sqlite_publish(conn: &mut Connection, dataset: &str, run: &str) -> Res<Durati
     Ok(start.elapsed())
 }
 
-fn sqlite_bare_commit(dir: &Path, measure: Duration) -> Res<(u64, Duration)> {
-    let path = dir.join("bare.sqlite");
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = fs::remove_file(dir.join(format!("bare.sqlite{suffix}")));
+/// SQLite's own bare commit: one small row inserted per transaction (WAL, synchronous=FULL).
+struct BareSqlite {
+    conn: Connection,
+    n: i64,
+}
+
+impl BareSqlite {
+    fn open(path: &Path) -> Res<BareSqlite> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch("CREATE TABLE bench (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")?;
+        Ok(BareSqlite { conn, n: 0 })
     }
-    let conn = Connection::open(&path)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "FULL")?;
-    conn.execute_batch("CREATE TABLE bench (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")?;
-    let value = [7u8; 64];
-    let start = Instant::now();
-    let mut count = 0i64;
-    while start.elapsed() < measure {
-        conn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![count, value.as_slice()])?;
-        count += 1;
+
+    fn op(&mut self) -> Res<Duration> {
+        let start = Instant::now();
+        self.conn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![self.n, [7u8; 64].as_slice()])?;
+        self.n += 1;
+        Ok(start.elapsed())
     }
-    Ok((count as u64, start.elapsed()))
 }
 
 fn sqlite_cycles(db: &Path, staging: &Path, run: &str, threads: usize, measure: Duration) -> Res<(u64, Duration)> {
@@ -681,11 +705,37 @@ fn main() -> Res<()> {
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
 
-    // (a) to (d), side by side: each round runs every loop once.
+    // (a) to (d), one durable commit at a time, interleaved op by op (fsync, redb, redb in
+    // manifestdb's mode, a manifestdb publish, a SQLite publish, a SQLite commit, and again),
+    // so that every figure samples the same moments of a noisy shared disk.
     let store = Store::open(dir.join("main.redb"), &staging)?;
     let sqlite_db = dir.join("main.sqlite");
     let sqlite_staging = dir.join("sqlite-staging");
     let mut conn = sqlite_open(&sqlite_db)?;
+    let mut raw = RawFile::open(dir)?;
+    let mut redb_exclusive = BareRedb::open(&dir.join("bare-exclusive.redb"), ConcurrencyMode::ExclusiveWriter)?;
+    let mut redb_single = BareRedb::open(&dir.join("bare-single.redb"), ConcurrencyMode::SingleWriter)?;
+    let mut sqlite_bare = BareSqlite::open(&dir.join("bare.sqlite"))?;
+    let names = ["fsync_4k", "redb_commit", "redb_single_writer_commit", "publish_1task", "sqlite_publish_1task", "sqlite_commit"];
+    let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(sizes.interleaved); names.len()];
+    for i in 0..sizes.interleaved {
+        samples[0].push(raw.op()?);
+        samples[1].push(redb_exclusive.op()?);
+        samples[2].push(redb_single.op()?);
+        samples[3].extend(md_one_task_publishes(&store, "pub", &format!("one-{i}"), &partition(0), 1)?);
+        samples[4].extend(sqlite_one_task_publishes(&mut conn, &sqlite_staging, "pub", &format!("one-{i}"), 1)?);
+        samples[5].push(sqlite_bare.op()?);
+    }
+    drop((raw, redb_exclusive, redb_single, sqlite_bare));
+    for (name, times) in names.iter().zip(samples) {
+        let mean = times.iter().sum::<Duration>().as_secs_f64() / times.len() as f64;
+        report.put(&format!("{name}_mean_per_s"), 1.0 / mean, "/s (1 / mean latency)");
+        let p50 = median_ms(times);
+        report.put(&format!("{name}_p50_ms"), p50, "ms (median latency)");
+        report.put(&format!("{name}_per_s"), 1000.0 / p50, "/s (1 / median latency)");
+    }
+
+    // (c) and (d): attempt cycles from 1, 8 and 64 threads, in rounds.
     let mut tally: BTreeMap<String, (u64, Duration)> = BTreeMap::new();
     let mut add = |key: &str, (count, elapsed): (u64, Duration)| {
         let entry = tally.entry(key.to_owned()).or_default();
@@ -693,33 +743,27 @@ fn main() -> Res<()> {
         entry.1 += elapsed;
     };
     for round in 0..sizes.rounds {
-        println!("round {} of {}", round + 1, sizes.rounds);
-        add("fsync_4k_per_s", raw_fsync(dir, sizes.measure)?);
-        add("redb_commit_per_s", bare_redb(dir, sizes.measure, ConcurrencyMode::ExclusiveWriter)?);
-        add("redb_single_writer_commit_per_s", bare_redb(dir, sizes.measure, ConcurrencyMode::SingleWriter)?);
-        add("sqlite_commit_per_s", sqlite_bare_commit(dir, sizes.measure)?);
-        let times = md_one_task_publishes(&store, "pub", &format!("one-{round}"), &partition(0), sizes.publishes)?;
-        add("publish_1task_per_s", (times.len() as u64, times.iter().sum()));
-        let times = sqlite_one_task_publishes(&mut conn, &sqlite_staging, "pub", &format!("one-{round}"), sizes.publishes)?;
-        add("sqlite_publish_1task_per_s", (times.len() as u64, times.iter().sum()));
+        println!("attempt cycles, round {} of {}", round + 1, sizes.rounds);
         for threads in [1, 8, 64] {
             let run = format!("cycles-{threads}-{round}");
             add(&format!("attempt_cycles_per_s_{threads}t"), md_cycles(&store, &run, threads, sizes.measure)?);
-            add(&format!("sqlite_attempt_cycles_per_s_{threads}t"), sqlite_cycles(&sqlite_db, &sqlite_staging, &run, threads, sizes.measure)?);
+            add(
+                &format!("sqlite_attempt_cycles_per_s_{threads}t"),
+                sqlite_cycles(&sqlite_db, &sqlite_staging, &run, threads, sizes.measure)?,
+            );
         }
     }
     drop(conn);
     for (key, (count, elapsed)) in &tally {
-        report.put(key, per_second(*count, *elapsed), "/s");
+        report.put(key, per_second(*count, *elapsed), "cycles/s (3 durable writes each)");
     }
-    report.put("publish_1task_ms", 1000.0 / report.get("publish_1task_per_s"), "ms (mean)");
-    report.put("sqlite_publish_1task_ms", 1000.0 / report.get("sqlite_publish_1task_per_s"), "ms (mean)");
 
     // (e) scaling. Per-task publish cost: fresh datasets of t_small and t_mid tasks (median of
     // 3 each), and the runs of t_big tasks that build the big dataset (median of its runs).
     for (key, tasks) in [("t10", sizes.t_small), ("t1k", sizes.t_mid)] {
-        let times =
-            (0..3).map(|i| md_build_dataset(&store, &format!("scale-{key}-{i}"), 1, tasks).map(|t| t.first().copied().unwrap_or_default())).collect::<Res<Vec<_>>>()?;
+        let times = (0..3)
+            .map(|i| md_build_dataset(&store, &format!("scale-{key}-{i}"), 1, tasks).map(|t| t.first().copied().unwrap_or_default()))
+            .collect::<Res<Vec<_>>>()?;
         report.put(&format!("publish_us_per_task_{key}"), median_ms(times) * 1000.0 / tasks as f64, "us/task (median of 3)");
     }
     println!("building the big dataset: {} runs of {} tasks", sizes.big_runs, sizes.t_big);
@@ -753,6 +797,7 @@ fn main() -> Res<()> {
     // Ratios.
     report.ratio("publish_vs_redb", "publish_1task_per_s", "redb_commit_per_s");
     report.ratio("publish_vs_redb_single_writer", "publish_1task_per_s", "redb_single_writer_commit_per_s");
+    report.ratio("redb_single_writer_vs_redb", "redb_single_writer_commit_per_s", "redb_commit_per_s");
     report.ratio("publish_vs_fsync", "publish_1task_per_s", "fsync_4k_per_s");
     report.ratio("publish_vs_sqlite", "publish_1task_per_s", "sqlite_publish_1task_per_s");
     report.ratio("attempts_vs_sqlite_8t", "attempt_cycles_per_s_8t", "sqlite_attempt_cycles_per_s_8t");
@@ -765,6 +810,7 @@ fn main() -> Res<()> {
 
     let sizes_json: BTreeMap<&str, Value> = BTreeMap::from([
         ("mode", json!(if sizes.quick { "quick" } else { "full" })),
+        ("interleaved_commits", json!(sizes.interleaved)),
         ("rounds", json!(sizes.rounds)),
         ("measure_s_per_round", json!(sizes.measure.as_secs_f64())),
         ("publishes_timed", json!(sizes.publishes)),

@@ -4,7 +4,7 @@
 //! a full durable commit, and the disk's sync rate would be the scheduler's ceiling. Instead,
 //! callers of [`Store::write_grouped`] queue into a *batch*. The first caller to join a batch is
 //! its *leader*: it waits until the previous batch has settled (meanwhile later callers keep
-//! joining), closes the batch, opens one write transaction, and lets every member run its own
+//! joining) and, briefly, for as many callers as the previous batch had, closes the batch, opens one write transaction, and lets every member run its own
 //! body in it, one at a time. When all have run, the leader commits once (or aborts if no
 //! member wrote) and wakes every member with the outcome; each member then returns its own
 //! result.
@@ -27,8 +27,9 @@
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use redb::WriteTransaction;
 
 use super::{Store, TxnEnd};
@@ -40,6 +41,28 @@ pub(super) struct GroupCommit {
     queue: Mutex<Queue>,
     /// Signalled when the batch in flight settles, for the leader of the next one.
     settled: Condvar,
+    /// Signalled when a caller joins the forming batch, for its gathering leader.
+    joined: Condvar,
+}
+
+impl GroupCommit {
+    /// Holds the forming batch open, briefly, until as many callers have joined it as the
+    /// previous batch had.
+    ///
+    /// Without this, callers released together by one commit come back a few microseconds
+    /// after the next batch (formed during that commit) has closed: batches alternate between
+    /// two halves of the callers and each commit carries half of them. Waiting for the
+    /// returning callers, at most half the last commit's duration and never more than
+    /// [`GATHER_WAIT_MAX`], lets one commit carry them all. A lone caller never waits: its
+    /// previous batch had one member, itself.
+    fn gather(&self, queue: &mut MutexGuard<'_, Queue>, batch: &Batch) {
+        let deadline = Instant::now() + (queue.last_commit / 2).min(GATHER_WAIT_MAX);
+        while batch.state.lock().members < queue.last_members {
+            if self.joined.wait_until(queue, deadline).timed_out() {
+                return;
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -48,7 +71,14 @@ struct Queue {
     forming: Option<Arc<Batch>>,
     /// True while a closed batch runs or commits. Batches run one at a time.
     in_flight: bool,
+    /// Members of the last batch, and how long its commit took: the leader of the next batch
+    /// waits a little for that many callers (see [`GroupCommit::gather`]).
+    last_members: usize,
+    last_commit: Duration,
 }
+
+/// The longest a leader waits for callers of the previous batch to come back.
+const GATHER_WAIT_MAX: Duration = Duration::from_millis(1);
 
 #[derive(Default)]
 struct Batch {
@@ -99,6 +129,7 @@ impl Store {
             match &queue.forming {
                 Some(batch) => {
                     batch.state.lock().members += 1;
+                    group.joined.notify_one();
                     (Arc::clone(batch), false)
                 }
                 None => {
@@ -114,10 +145,8 @@ impl Store {
             own_error = self.open_batch(context, &batch).err();
         }
         let ran = run_member(&batch, body);
-        if leader {
-            if let Err(err) = self.settle_batch(&batch) {
-                own_error = Some(err);
-            }
+        if leader && let Err(err) = self.settle_batch(&batch) {
+            own_error = Some(err);
         }
         let outcome = {
             let mut state = batch.state.lock();
@@ -146,6 +175,7 @@ impl Store {
             while queue.in_flight {
                 self.group.settled.wait(&mut queue);
             }
+            self.group.gather(&mut queue, batch);
             queue.in_flight = true;
             queue.forming = None;
         }
@@ -173,13 +203,14 @@ impl Store {
     /// failed transaction), poisons the handle on failure, wakes the members and hands the
     /// queue to the next batch. Returns the leader's own error for a failed commit.
     fn settle_batch(&self, batch: &Batch) -> Result<()> {
-        let (txn, wrote, failure) = {
+        let (txn, wrote, failure, members) = {
             let mut state = batch.state.lock();
             while state.ran < state.members {
                 batch.changed.wait(&mut state);
             }
-            (state.txn.take(), state.wrote, state.failure.take())
+            (state.txn.take(), state.wrote, state.failure.take(), state.members)
         };
+        let commit_started = Instant::now();
         let result = match (failure, txn) {
             (Some(cause), txn) => {
                 // Dropping an uncommitted transaction rolls it back.
@@ -214,6 +245,8 @@ impl Store {
         {
             let mut queue = self.group.queue.lock();
             queue.in_flight = false;
+            queue.last_members = members;
+            queue.last_commit = commit_started.elapsed();
             self.group.settled.notify_all();
         }
         own_error.map_or(Ok(()), Err)

@@ -34,7 +34,7 @@ fn cycle(store: &Store, task: &TaskKey, valid: bool) -> (u32, Verdict) {
 
 /// Whether cycle `j` of worker `w` writes a valid candidate: a fixed, mixed plan.
 fn plan(w: usize, j: usize) -> bool {
-    (w + 2 * j) % 3 != 0
+    !(w + 2 * j).is_multiple_of(3)
 }
 
 #[test]
@@ -83,9 +83,12 @@ fn many_threads_on_shared_tasks_get_distinct_dense_attempts_and_the_right_accept
     }
 }
 
-/// The store's view of every task: each attempt's number, status and candidate digest, and
-/// the accepted attempt.
-fn state(store: &Store, tasks: usize) -> Vec<(Vec<(u32, AttemptStatus, Option<String>)>, Option<u32>)> {
+/// One task as the store holds it: each attempt's number, status and candidate digest, and the
+/// accepted attempt.
+type TaskState = (Vec<(u32, AttemptStatus, Option<String>)>, Option<u32>);
+
+/// The store's view of every task.
+fn state(store: &Store, tasks: usize) -> Vec<TaskState> {
     let snapshot = store.snapshot().unwrap();
     (0..tasks)
         .map(|i| {
@@ -154,7 +157,10 @@ fn refusals_among_concurrent_writes_fail_only_themselves() {
                 assert!(matches!(store.begin_attempt(&unknown), Err(Error::UnknownTask { .. })));
                 let missing = TaskKey::new("ds", "run-1", partition(w)).attempt(99);
                 let file = manifestdb::FileEntry { path: "part.csv".into(), size_bytes: 1, crc32: 0 };
-                assert!(matches!(store.finish_attempt(&missing, &candidate("snap@1", ROWS, TOTAL, file)), Err(Error::UnknownAttempt { .. })));
+                assert!(matches!(
+                    store.finish_attempt(&missing, &candidate("snap@1", ROWS, TOTAL, file)),
+                    Err(Error::UnknownAttempt { .. })
+                ));
             });
         }
     });
