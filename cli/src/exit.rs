@@ -1,0 +1,141 @@
+//! Exit codes, and how an error maps to one.
+//!
+//! The codes are part of the tool's interface: schedulers branch on them. They are listed once
+//! here ([`EXIT_CODES_HELP`]) and that text is shown by `manifestdb --help` and copied in the
+//! README's "Command-line tool" section.
+
+use std::io;
+
+/// How a command ended. The discriminant is the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done (including "nothing to do": an identical re-declaration, an already published run).
+    Success = 0,
+    /// A fault: I/O or storage failure, or anything unexpected.
+    Fault = 1,
+    /// The call is wrong: bad flags, unreadable JSON input, an invalid name or path (for
+    /// example a partition key with `..`), no store location given.
+    Usage = 2,
+    /// A negative outcome, not a fault: a publish refused by a gate, a candidate validated
+    /// invalid.
+    Refused = 3,
+    /// Something named does not exist: store, run, task, attempt, effect, generation, file.
+    NotFound = 4,
+    /// The store's state forbids the operation: a run declared differently, a run already
+    /// published, an attempt finished with another candidate or not finished yet, a foreign
+    /// snapshot, an effect whose run is not published.
+    Conflict = 5,
+    /// Another process holds the store open for writing; retry later.
+    Busy = 6,
+    /// The store file is corrupt or of an unsupported format.
+    Corrupt = 7,
+}
+
+impl Exit {
+    /// The exit code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// A short stable name, used in JSON error documents.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Fault => "fault",
+            Exit::Usage => "usage",
+            Exit::Refused => "refused",
+            Exit::NotFound => "not_found",
+            Exit::Conflict => "conflict",
+            Exit::Busy => "busy",
+            Exit::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// The exit-code table shown by `--help` (and in the README).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success (also: identical re-declaration, run already published, closed output pipe)
+  1  fault: I/O or storage failure, anything unexpected
+  2  usage: bad flags or JSON input, invalid name or path (e.g. '..' in a partition key),
+     no store location
+  3  refused: publish refused by a gate, candidate validated invalid
+  4  not found: store, run, task, attempt, effect, generation or file does not exist
+  5  conflict: the store's state forbids it (run declared differently, run already
+     published, attempt finished differently or not finished, foreign snapshot,
+     effect not ready)
+  6  busy: another process holds the store open for writing
+  7  corrupt: the store file is damaged or of an unsupported format";
+
+/// An error the tool itself raises, with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub exit: Exit,
+    /// The message.
+    pub message: String,
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// A usage error (exit 2).
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    CliError { exit: Exit::Usage, message: message.into() }.into()
+}
+
+/// A not-found error (exit 4).
+pub fn not_found(message: impl Into<String>) -> anyhow::Error {
+    CliError { exit: Exit::NotFound, message: message.into() }.into()
+}
+
+/// True if the error is a write to a closed pipe (`manifestdb log | head`), which is not a
+/// failure of the tool.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
+
+/// The exit code for an error: the first cause in the chain that says what it is decides.
+pub fn classify(err: &anyhow::Error) -> Exit {
+    for cause in err.chain() {
+        if let Some(cli) = cause.downcast_ref::<CliError>() {
+            return cli.exit;
+        }
+        if let Some(lib) = cause.downcast_ref::<manifestdb::Error>() {
+            return classify_library(lib);
+        }
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return if io.kind() == io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Fault };
+        }
+        if cause.downcast_ref::<serde_json::Error>().is_some() {
+            return Exit::Usage;
+        }
+    }
+    Exit::Fault
+}
+
+fn classify_library(err: &manifestdb::Error) -> Exit {
+    use manifestdb::Error as E;
+    if err.is_corruption() {
+        return Exit::Corrupt;
+    }
+    match err {
+        E::AlreadyOpen { .. } => Exit::Busy,
+        E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
+        E::InvalidInput { .. } => Exit::Usage,
+        E::UnknownRun { .. } | E::UnknownTask { .. } | E::UnknownAttempt { .. } | E::UnknownEffect { .. } => Exit::NotFound,
+        E::RunConflict { .. }
+        | E::RunPublished { .. }
+        | E::ForeignSnapshot { .. }
+        | E::CandidateConflict { .. }
+        | E::AttemptState { .. }
+        | E::EffectNotReady { .. } => Exit::Conflict,
+        E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
+        _ => Exit::Fault,
+    }
+}
