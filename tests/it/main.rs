@@ -1,4 +1,10 @@
 //! The integration tests: one binary, a module per concern.
 
+mod accepted_model;
+mod effects;
+mod gates;
+mod inputs;
+mod publish;
+mod readers;
 mod scenario;
 mod support;
