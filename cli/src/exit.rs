@@ -136,6 +136,22 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         | E::AttemptState { .. }
         | E::EffectNotReady { .. } => Exit::Conflict,
         E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
+        // redb reports a file that is not a redb database (bad magic number, garbage) as an
+        // I/O error of kind InvalidData; for an operator that is a damaged store.
+        E::Storage { source: redb::Error::Io(io), .. } if io.kind() == io::ErrorKind::InvalidData => Exit::Corrupt,
         _ => Exit::Fault,
     }
+}
+
+/// The message for an error: its context layers and causes joined by `: `, stopping at the
+/// library's error, whose message already includes its own cause.
+pub fn message(err: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in err.chain() {
+        parts.push(cause.to_string());
+        if cause.downcast_ref::<manifestdb::Error>().is_some() {
+            break;
+        }
+    }
+    parts.join(": ")
 }

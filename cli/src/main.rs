@@ -29,11 +29,11 @@ fn main() -> ExitCode {
             // Nothing sensible is left to do if stderr itself is closed.
             let _ = if cli.json {
                 let doc = serde_json::json!({
-                    "error": { "exit_code": exit.code(), "kind": exit.name(), "message": format!("{err:#}") }
+                    "error": { "exit_code": exit.code(), "kind": exit.name(), "message": exit::message(&err) }
                 });
                 writeln!(stderr, "{doc}")
             } else {
-                writeln!(stderr, "manifestdb: error: {err:#}")
+                writeln!(stderr, "manifestdb: error: {}", exit::message(&err))
             };
             ExitCode::from(exit.code())
         }
