@@ -33,7 +33,7 @@ and never with --json.
 
 /// The `manifestdb` command line.
 #[derive(Debug, Parser)]
-#[command(name = "manifestdb", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = const_format_help())]
+#[command(name = "manifestdb", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = after_long_help_text(), max_term_width = 100)]
 pub struct Cli {
     /// Where the store is.
     #[command(flatten)]
@@ -48,7 +48,7 @@ pub struct Cli {
     pub command: Command,
 }
 
-fn const_format_help() -> String {
+fn after_long_help_text() -> String {
     format!("{AFTER_HELP}{}", crate::exit::EXIT_CODES_HELP)
 }
 
