@@ -56,6 +56,7 @@
 
 mod codec;
 mod error;
+mod lifecycle;
 mod model;
 mod records;
 mod rules;
@@ -63,6 +64,10 @@ mod schema;
 mod store;
 
 pub use error::{Corruption, Error, Result};
+pub use lifecycle::{
+    ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,
+    RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
+};
 pub use model::{
     AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck,
     FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
