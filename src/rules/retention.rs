@@ -16,7 +16,7 @@ use crate::model::PartitionEntry;
 /// in ascending order (the last one is the current one). Returns 0 when there is none.
 ///
 /// A generation is retained if it is among the `keep_last` newest (at least the current one),
-/// or was published less than `rollback_window_ms` before `now_ms`, or is newer than a
+/// or was published less than `rollback_window` before `now_ms`, or is newer than a
 /// retained generation.
 pub(crate) fn oldest_retained(generations: &[(u64, u64)], policy: &RetentionPolicy, now_ms: u64) -> u64 {
     let Some(&(current, _)) = generations.last() else {
@@ -26,7 +26,7 @@ pub(crate) fn oldest_retained(generations: &[(u64, u64)], policy: &RetentionPoli
     let by_count = current.saturating_sub(keep_last - 1).max(1);
     let window_ms = u64::try_from(policy.rollback_window.as_millis()).unwrap_or(u64::MAX);
     let horizon_ms = now_ms.saturating_sub(window_ms);
-    let by_age = generations.iter().find(|(_, published)| *published >= horizon_ms).map_or(current, |(number, _)| *number);
+    let by_age = generations.iter().find(|(_, published)| *published > horizon_ms).map_or(current, |(number, _)| *number);
     by_count.min(by_age).min(current)
 }
 

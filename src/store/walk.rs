@@ -188,3 +188,38 @@ pub(crate) fn dir_is_gone_or_empty(root: &Path, rel: &str) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn traversal_in_a_planned_path_reaches_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::write(dir.path().join("victim"), "outside").unwrap();
+        fs::write(root.join("a/x"), "inside").unwrap();
+        for bad in ["../victim", "a/../../victim", "/victim", "a//x", "./a/x", "a/./x", ""] {
+            assert!(matches!(observe(&root, bad), Now::Other), "{bad:?} observed");
+            assert!(delete(&root, bad).is_err(), "{bad:?} deleted");
+        }
+        assert!(dir.path().join("victim").exists());
+        assert!(matches!(observe(&root, "a/x"), Now::Found(_)));
+        assert!(!remove_empty_dir(&root, ".."));
+        assert_eq!(remove_empty_parents(&root, "../x"), 0);
+        assert!(root.is_dir() && dir.path().is_dir());
+    }
+
+    #[test]
+    fn the_walk_reports_links_as_themselves() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        fs::create_dir_all(&root).unwrap();
+        fs::write(dir.path().join("outside"), "x").unwrap();
+        std::os::unix::fs::symlink(dir.path(), root.join("up")).unwrap();
+        let walked = walk(&root).unwrap();
+        assert_eq!(walked.found.len(), 1);
+        assert!(walked.found[0].symlink && walked.found[0].rel == "up");
+    }
+}
