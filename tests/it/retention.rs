@@ -788,7 +788,10 @@ impl Sim {
                 let a = &mut self.attempts[i];
                 let Some(name) = a.files.keys().find(|name| a.dir.join(name).is_file()).cloned() else { return };
                 let h = write_file(&a.dir, &name, old() + Duration::from_secs(1));
+                let path = a.dir.join(&name);
                 a.files.insert(name, h);
+                // It is no longer dated in the future.
+                self.future.remove(&path);
             }
         }
     }
