@@ -38,7 +38,7 @@ use crate::schema::{
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
 /// new plan is made, so the plan table stays bounded.
-const CLEANUP_PLANS_KEPT: u64 = 32;
+const CLEANUP_PLANS_KEPT: u64 = 8;
 
 /// Longest rollback actor or reason, in bytes.
 const ROLLBACK_TEXT_BYTES_MAX: usize = 4096;
@@ -437,7 +437,7 @@ impl Store {
     /// least `options.age_threshold` old and not in the future. Files of attempts that may
     /// still run or still be published are kept whatever their age. Files no attempt owns are
     /// listed apart, as unknown. The plan is stored (see [`Store::cleanup_plan`]) and logged
-    /// before it is returned; only the newest 32 plans are kept.
+    /// before it is returned; only the newest 8 plans are kept.
     ///
     /// Run [`Store::abandon_expired_attempts`] and [`Store::expire_generations`] first: an
     /// attempt not recorded abandoned counts as possibly running, and every stored
