@@ -16,6 +16,12 @@
 //!   complete generation, never a candidate and never a mix;
 //! - side effects are recorded under a natural key ([`Store::record_effect`]) and become ready
 //!   to emit in the transaction that publishes their run.
+//! - retention bounds what retries leave behind: attempts past their lease are fenced
+//!   ([`Store::abandon_expired_attempts`]), old generations expire
+//!   ([`Store::expire_generations`]), a retained one can be made current again
+//!   ([`Store::rollback`]), and staging files nobody can need are deleted by a persisted plan
+//!   that is re-checked path by path when applied ([`Store::plan_cleanup`],
+//!   [`Store::apply_cleanup`]); every destructive call defaults to a dry run.
 //!
 //! ```
 //! use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, describe_file};
