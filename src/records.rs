@@ -47,7 +47,8 @@ impl Checked for RunRecord {
 pub(crate) struct TaskRecord {
     pub(crate) expected_rows: u64,
     pub(crate) expected_total: Option<i64>,
-    /// The number the next attempt gets; attempts 1..next_attempt exist.
+    /// The number the next attempt gets; attempts 1..next_attempt were begun (cleanup removes
+    /// the records of dead, unreferenced ones, so some of them may be gone).
     pub(crate) next_attempt: u32,
 }
 impl Checked for TaskRecord {

@@ -217,7 +217,10 @@ impl Store {
     }
 
     /// Renews a running attempt's lease: its last sign of life becomes now, so it is not
-    /// abandoned before now plus the attempt lifetime.
+    /// abandoned before now plus the attempt lifetime. A heartbeat (or a finish) that arrives
+    /// after the lease ran out but before [`Store::abandon_expired_attempts`] recorded the
+    /// attempt abandoned still succeeds: the recorded abandonment, not the clock, is the fence
+    /// that cleanup relies on.
     ///
     /// # Errors
     /// [`Error::UnknownAttempt`]; [`Error::AttemptAbandoned`] if it was already recorded
