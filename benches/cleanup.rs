@@ -1,7 +1,7 @@
 //! Cleanup planning time over a large staging root.
 //!
 //! Builds a store whose staging root holds `CLEANUP_BENCH_FILES` files (default 100 000):
-//! 1000 attempts of one run, each with an equal share of the files; half of the attempts are
+//! 1000 attempts of one run (fewer for a smaller root: 100 files each), sharing the files equally; half of the attempts are
 //! invalid, a quarter abandoned, a quarter still running (kept whatever their age). Then times `plan_cleanup` (walk of
 //! the root + one read of the store's facts + the pure decision + persisting the plan) and a
 //! dry-run `apply_cleanup` (which re-checks every candidate). Prints the figures.
@@ -12,19 +12,20 @@ use std::time::{Duration, Instant, SystemTime};
 
 use manifestdb::{ApplyOptions, Candidate, CleanupOptions, FileCheck, RunMode, RunSpec, Store, StoreOptions, TaskKey, TaskSpec};
 
-const ATTEMPTS: usize = 1000;
 /// Long enough that renewing a quarter of the attempts takes less time than one lease.
 const LEASE: Duration = Duration::from_secs(2);
 
 fn main() {
     let files: usize = std::env::var("CLEANUP_BENCH_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(100_000);
-    let per_attempt = files.div_ceil(ATTEMPTS);
+    // 100 files per attempt, at most 1000 attempts.
+    let attempts = (files / 100).clamp(4, 1000);
+    let per_attempt = files.div_ceil(attempts);
     let dir = tempfile::tempdir().expect("tempdir");
     let options = StoreOptions { attempt_lifetime_max: LEASE, ..StoreOptions::default() };
     let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options).expect("open");
 
     let setup = Instant::now();
-    let tasks: Vec<TaskSpec> = (0..ATTEMPTS)
+    let tasks: Vec<TaskSpec> = (0..attempts)
         .map(|i| TaskSpec { partition: format!("date=2026-11-29/part={i:04}"), expected_rows: 1, expected_total: None })
         .collect();
     store
@@ -61,7 +62,7 @@ fn main() {
         }
     }
     let abandoned = store.abandon_expired_attempts(RunMode::Execute).expect("abandon");
-    println!("setup: {written} files under {ATTEMPTS} attempts, {} abandoned, in {:.1?}", abandoned.len(), setup.elapsed());
+    println!("setup: {written} files under {attempts} attempts, {} abandoned, in {:.1?}", abandoned.len(), setup.elapsed());
 
     let cleanup = CleanupOptions { age_threshold: Duration::from_secs(60), force_short_threshold: false };
     let mut plan_times = Vec::new();
