@@ -6,5 +6,6 @@ mod gates;
 mod inputs;
 mod publish;
 mod readers;
+mod retention;
 mod scenario;
 mod support;
