@@ -128,13 +128,18 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         E::AlreadyOpen { .. } => Exit::Busy,
         E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
         E::InvalidInput { .. } => Exit::Usage,
-        E::UnknownRun { .. } | E::UnknownTask { .. } | E::UnknownAttempt { .. } | E::UnknownEffect { .. } => Exit::NotFound,
+        E::UnknownRun { .. } | E::UnknownTask { .. } | E::UnknownAttempt { .. } | E::UnknownEffect { .. } | E::UnknownCleanupPlan { .. } => {
+            Exit::NotFound
+        }
+        E::CleanupThresholdTooShort { .. } => Exit::Usage,
         E::RunConflict { .. }
         | E::RunPublished { .. }
         | E::ForeignSnapshot { .. }
         | E::CandidateConflict { .. }
         | E::AttemptState { .. }
-        | E::EffectNotReady { .. } => Exit::Conflict,
+        | E::EffectNotReady { .. }
+        | E::AttemptAbandoned { .. }
+        | E::GenerationExpired { .. } => Exit::Conflict,
         E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
         // redb reports a file that is not a redb database (bad magic number, garbage) as an
         // I/O error of kind InvalidData; for an operator that is a damaged store.
