@@ -218,19 +218,37 @@ pub struct GcApplyArgs {
     pub batch_size: Option<usize>,
 }
 
-/// Parses a duration: a number with a unit `s`, `m`, `h` or `d` (`90s`, `30m`, `1h`, `7d`).
+/// Parses a duration: a number with a unit `ms`, `s`, `m`, `h` or `d` (`90s`, `30m`, `1h`, `7d`).
 pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
-    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{value:?} needs a unit: s, m, h or d"))?;
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{value:?} needs a unit: ms, s, m, h or d"))?;
     let (digits, unit) = value.split_at(split);
     let n: u64 = digits.parse().map_err(|e| format!("{value:?}: {e}"))?;
-    let seconds_per = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use s, m, h or d)")),
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
     };
-    n.checked_mul(seconds_per).map(std::time::Duration::from_secs).ok_or_else(|| format!("{value:?} is too long"))
+    n.checked_mul(ms_per).map(std::time::Duration::from_millis).ok_or_else(|| format!("{value:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_need_a_known_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "s", "5w", "-1s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }
 
 /// `run` verbs.

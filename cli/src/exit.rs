@@ -128,9 +128,11 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         E::AlreadyOpen { .. } => Exit::Busy,
         E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
         E::InvalidInput { .. } => Exit::Usage,
-        E::UnknownRun { .. } | E::UnknownTask { .. } | E::UnknownAttempt { .. } | E::UnknownEffect { .. } | E::UnknownCleanupPlan { .. } => {
-            Exit::NotFound
-        }
+        E::UnknownRun { .. }
+        | E::UnknownTask { .. }
+        | E::UnknownAttempt { .. }
+        | E::UnknownEffect { .. }
+        | E::UnknownCleanupPlan { .. } => Exit::NotFound,
         E::CleanupThresholdTooShort { .. } => Exit::Usage,
         E::RunConflict { .. }
         | E::RunPublished { .. }

@@ -178,8 +178,11 @@ fn skip_json(reason: &SkipReason) -> (&'static str, Option<String>) {
 pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyhow::Result<Exit> {
     let store = location.open_writer()?;
     let defaults = ApplyOptions::default();
-    let options =
-        ApplyOptions { mode: mode(args.execute), delete_unknown: args.delete_unknown, batch_size: args.batch_size.unwrap_or(defaults.batch_size) };
+    let options = ApplyOptions {
+        mode: mode(args.execute),
+        delete_unknown: args.delete_unknown,
+        batch_size: args.batch_size.unwrap_or(defaults.batch_size),
+    };
     let spinner = out.spinner("applying the cleanup plan");
     let report = store.apply_cleanup(args.plan, &options)?;
     spinner.finish_and_clear();

@@ -66,7 +66,9 @@ fn refusal_json(refusal: &RollbackRefusal) -> Value {
         RollbackRefusal::Unknown { requested, current } => {
             json!({ "kind": "unknown", "message": message, "requested": requested, "current": current })
         }
-        RollbackRefusal::AlreadyCurrent { generation } => json!({ "kind": "already_current", "message": message, "generation": generation }),
+        RollbackRefusal::AlreadyCurrent { generation } => {
+            json!({ "kind": "already_current", "message": message, "generation": generation })
+        }
     }
 }
 
