@@ -17,7 +17,7 @@ pub enum Exit {
     /// example a partition key with `..`), no store location given.
     Usage = 2,
     /// A negative outcome, not a fault: a publish refused by a gate, a candidate validated
-    /// invalid.
+    /// invalid, a rollback refused.
     Refused = 3,
     /// Something named does not exist: store, run, task, attempt, effect, generation, file.
     NotFound = 4,
@@ -27,7 +27,7 @@ pub enum Exit {
     Conflict = 5,
     /// Another process holds the store open for writing; retry later.
     Busy = 6,
-    /// The store file is corrupt or of an unsupported format.
+    /// The store file is corrupt or of an unsupported format, or `verify` found problems.
     Corrupt = 7,
 }
 
@@ -59,13 +59,13 @@ Exit codes:
   1  fault: I/O or storage failure, anything unexpected
   2  usage: bad flags or JSON input, invalid name or path (e.g. '..' in a partition key),
      no store location
-  3  refused: publish refused by a gate, candidate validated invalid
+  3  refused: publish refused by a gate, candidate validated invalid, rollback refused
   4  not found: store, run, task, attempt, effect, generation or file does not exist
   5  conflict: the store's state forbids it (run declared differently, run already
-     published, attempt finished differently or not finished, foreign snapshot,
-     effect not ready)
+     published, attempt finished differently or not finished, attempt abandoned,
+     foreign snapshot, effect not ready)
   6  busy: another process holds the store open for writing
-  7  corrupt: the store file is damaged or of an unsupported format";
+  7  corrupt: the store file is damaged or of an unsupported format; verify found problems";
 
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]
