@@ -93,6 +93,141 @@ pub enum Command {
     /// size.
     #[command(after_long_help = STATS_JSON)]
     Stats,
+
+    /// Make an earlier retained generation's content current again, as a new generation
+    /// recorded in the history. Exit 0 when rolled back, 3 when refused (nothing written).
+    #[command(after_long_help = ROLLBACK_JSON)]
+    Rollback(RollbackArgs),
+
+    /// Retention and cleanup: abandon expired attempts, expire generations, plan and apply a
+    /// cleanup of staging files. Dry runs unless --execute.
+    #[command(subcommand)]
+    Gc(GcCommand),
+}
+
+/// `rollback` flags.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// The retained generation whose content becomes current again.
+    #[arg(long)]
+    pub to: u64,
+    /// Who asks for it (recorded in the history).
+    #[arg(long)]
+    pub actor: String,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// `gc` verbs.
+#[derive(Debug, Subcommand)]
+pub enum GcCommand {
+    /// Record every unfinished attempt idle longer than --attempt-lifetime as abandoned (it can
+    /// no longer finish; cleanup may then delete its files).
+    #[command(after_long_help = GC_ABANDON_JSON)]
+    Abandon(GcAbandonArgs),
+    /// Expire the generations of a dataset that the retention policy does not keep.
+    #[command(after_long_help = GC_EXPIRE_JSON)]
+    Expire(GcExpireArgs),
+    /// Plan a cleanup of the staging root and store the plan; deletes nothing.
+    #[command(after_long_help = GC_PLAN_JSON)]
+    Plan(GcPlanArgs),
+    /// Apply a stored cleanup plan, re-checking every file first.
+    #[command(after_long_help = GC_APPLY_JSON)]
+    Apply(GcApplyArgs),
+}
+
+/// `gc abandon` flags.
+#[derive(Debug, Args)]
+pub struct GcAbandonArgs {
+    /// Record them (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+}
+
+/// `gc expire` flags.
+#[derive(Debug, Args)]
+pub struct GcExpireArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// How many of the newest generations to keep (default 10).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<u64>,
+    /// Keep every generation published less than this long ago (default 7d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rollback_window: Option<std::time::Duration>,
+    /// Expire them (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+}
+
+/// `gc plan` flags.
+#[derive(Debug, Args)]
+pub struct GcPlanArgs {
+    /// Only files at least this old may be deleted (default 3d); must exceed the attempt
+    /// lifetime.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub age_threshold: Option<std::time::Duration>,
+    /// Accept an age threshold not above the attempt lifetime (dangerous).
+    #[arg(long)]
+    pub force_short_threshold: bool,
+    /// Show the stored plan with this id instead of making a new one.
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["age_threshold", "force_short_threshold"])]
+    pub show: Option<u64>,
+}
+
+/// `gc apply` flags.
+#[derive(Debug, Args)]
+pub struct GcApplyArgs {
+    /// The plan id (from `gc plan`).
+    #[arg(long)]
+    pub plan: u64,
+    /// Delete (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+    /// Also delete the plan's files that no attempt owns.
+    #[arg(long)]
+    pub delete_unknown: bool,
+    /// Files re-checked and deleted per batch (default 1000).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+}
+
+/// Parses a duration: a number with a unit `ms`, `s`, `m`, `h` or `d` (`90s`, `30m`, `1h`, `7d`).
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{value:?} needs a unit: ms, s, m, h or d"))?;
+    let (digits, unit) = value.split_at(split);
+    let n: u64 = digits.parse().map_err(|e| format!("{value:?}: {e}"))?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+    };
+    n.checked_mul(ms_per).map(std::time::Duration::from_millis).ok_or_else(|| format!("{value:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_need_a_known_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "s", "5w", "-1s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }
 
 /// `run` verbs.
@@ -172,6 +307,22 @@ pub enum AttemptCommand {
     /// invalid (the failed checks are printed).
     #[command(after_long_help = VALIDATE_JSON)]
     Validate(ValidateArgs),
+
+    /// Renew a running attempt's lease (exit 5 if it finished or was recorded abandoned: the
+    /// worker must stop).
+    #[command(after_long_help = HEARTBEAT_JSON)]
+    Heartbeat(HeartbeatArgs),
+}
+
+/// `attempt heartbeat` flags.
+#[derive(Debug, Args)]
+pub struct HeartbeatArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// The attempt number.
+    #[arg(long, short = 'a')]
+    pub attempt: u32,
 }
 
 /// `attempt begin` flags.
@@ -434,3 +585,36 @@ JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"runs\", \"tasks\", \"atte
        \"generations\", \"partition_versions\", \"pointers\", \"published_digests\", \"effects\", ...},
        \"datasets\": [{\"dataset\", \"current_generation\", \"partitions\", \"rows\", \"files\", \"bytes\"}]}
 Table names are the store's table names without their version suffix.";
+
+const HEARTBEAT_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"heartbeat_at_ms\", \"expires_at_ms\"}
+The lease is --attempt-lifetime (default 1h) from now; use the scheduler's own value.";
+
+const ROLLBACK_JSON: &str = "\
+JSON: {\"dataset\", \"to\", \"outcome\": \"rolled_back\"|\"refused\", \"generation\": GENERATION|null,
+       \"refusal\": {\"kind\": \"expired\"|\"unknown\"|\"already_current\", \"message\", ...}|null}
+GENERATION: see `manifestdb log --help` (its kind is \"rollback\").";
+
+const GC_ABANDON_JSON: &str = "\
+JSON: {\"mode\": \"dry_run\"|\"execute\", \"attempt_lifetime_max_ms\",
+       \"abandoned\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
+Give --attempt-lifetime the value the scheduler uses (default 1h).";
+
+const GC_EXPIRE_JSON: &str = "\
+JSON: {\"dataset\", \"mode\": \"dry_run\"|\"execute\", \"current\", \"oldest_retained\", \"expired\": [N],
+       \"versions_removed\"}";
+
+const GC_PLAN_JSON: &str = "\
+JSON: {\"plan\", \"created_at_ms\", \"age_threshold_ms\", \"attempt_lifetime_max_ms\", \"candidates\": [PATH],
+       \"candidate_bytes\", \"unknown\": [PATH], \"kept\": {REASON: N, ...}, \"unconsidered\": [STR]}
+PATH: {\"path\", \"size_bytes\", \"modified_at_ms\", \"reason\": \"abandoned\"|\"invalid\"|\"not_retained\"|\"unknown\",
+       \"attempt\": {\"dataset\", \"run\", \"partition\", \"attempt\"}|null}
+REASON: referenced, may_be_running, awaiting_validation, valid_unpublished, too_young,
+        future_modification_time";
+
+const GC_APPLY_JSON: &str = "\
+JSON: {\"plan\", \"mode\": \"dry_run\"|\"execute\", \"deleted\": [PATH], \"bytes_deleted\",
+       \"skipped\": [{\"path\", \"reason\", \"detail\": STR|null}], \"directories_removed\",
+       \"attempt_records_removed\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
+skip reasons: missing, changed, now_protected (detail: the keep reason), owner_changed,
+unknown_not_requested, delete_failed (detail: the OS message)";

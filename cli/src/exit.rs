@@ -17,7 +17,7 @@ pub enum Exit {
     /// example a partition key with `..`), no store location given.
     Usage = 2,
     /// A negative outcome, not a fault: a publish refused by a gate, a candidate validated
-    /// invalid.
+    /// invalid, a rollback refused.
     Refused = 3,
     /// Something named does not exist: store, run, task, attempt, effect, generation, file.
     NotFound = 4,
@@ -59,11 +59,11 @@ Exit codes:
   1  fault: I/O or storage failure, anything unexpected
   2  usage: bad flags or JSON input, invalid name or path (e.g. '..' in a partition key),
      no store location
-  3  refused: publish refused by a gate, candidate validated invalid
+  3  refused: publish refused by a gate, candidate validated invalid, rollback refused
   4  not found: store, run, task, attempt, effect, generation or file does not exist
   5  conflict: the store's state forbids it (run declared differently, run already
-     published, attempt finished differently or not finished, foreign snapshot,
-     effect not ready)
+     published, attempt finished differently or not finished, attempt abandoned,
+     foreign snapshot, effect not ready)
   6  busy: another process holds the store open for writing
   7  corrupt: the store file is damaged or of an unsupported format";
 
@@ -128,13 +128,20 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         E::AlreadyOpen { .. } => Exit::Busy,
         E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
         E::InvalidInput { .. } => Exit::Usage,
-        E::UnknownRun { .. } | E::UnknownTask { .. } | E::UnknownAttempt { .. } | E::UnknownEffect { .. } => Exit::NotFound,
+        E::UnknownRun { .. }
+        | E::UnknownTask { .. }
+        | E::UnknownAttempt { .. }
+        | E::UnknownEffect { .. }
+        | E::UnknownCleanupPlan { .. } => Exit::NotFound,
+        E::CleanupThresholdTooShort { .. } => Exit::Usage,
         E::RunConflict { .. }
         | E::RunPublished { .. }
         | E::ForeignSnapshot { .. }
         | E::CandidateConflict { .. }
         | E::AttemptState { .. }
-        | E::EffectNotReady { .. } => Exit::Conflict,
+        | E::EffectNotReady { .. }
+        | E::AttemptAbandoned { .. }
+        | E::GenerationExpired { .. } => Exit::Conflict,
         E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
         // redb reports a file that is not a redb database (bad magic number, garbage) as an
         // I/O error of kind InvalidData; for an operator that is a damaged store.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use manifestdb::{ReadOnlyStore, Store};
+use manifestdb::{ReadOnlyStore, Store, StoreOptions};
 
 use crate::exit::{not_found, usage};
 
@@ -30,6 +30,11 @@ pub struct LocationArgs {
     /// one in --dir).
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_STAGING")]
     pub staging: Option<PathBuf>,
+
+    /// The attempt lease for writing verbs (heartbeat, gc): how long an attempt may go without
+    /// finishing or a heartbeat before `gc abandon` may abandon it. Use the scheduler's value.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
+    pub attempt_lifetime: Option<std::time::Duration>,
 }
 
 impl LocationArgs {
@@ -72,7 +77,11 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
-        Store::open(&path, &staging).with_context(|| format!("opening store {} for writing", path.display()))
+        let mut options = StoreOptions::default();
+        if let Some(lifetime) = self.attempt_lifetime {
+            options.attempt_lifetime_max = lifetime;
+        }
+        Store::open_with_options(&path, &staging, &options).with_context(|| format!("opening store {} for writing", path.display()))
     }
 
     /// Opens an existing store read-only; works while another process holds it for writing.

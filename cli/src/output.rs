@@ -53,6 +53,20 @@ impl Out {
     }
 }
 
+impl Out {
+    /// A spinner for an operation that reports no progress of its own: drawn on stderr only
+    /// when stderr is a terminal and the output is not JSON.
+    pub fn spinner(&self, message: &'static str) -> ProgressBar {
+        if self.json || !io::stderr().is_terminal() {
+            return ProgressBar::hidden();
+        }
+        let spinner = ProgressBar::new_spinner();
+        spinner.set_message(message);
+        spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+        spinner
+    }
+}
+
 /// A plain text table: a header row and left-aligned columns separated by two spaces.
 pub struct Table {
     header: Vec<&'static str>,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::parse_json;
-use crate::args::{BeginArgs, FinishArgs, TaskArgs, ValidateArgs};
+use crate::args::{BeginArgs, FinishArgs, HeartbeatArgs, TaskArgs, ValidateArgs};
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
@@ -198,4 +198,21 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         Ok(())
     })?;
     Ok(if verdict.is_valid() { Exit::Success } else { Exit::Refused })
+}
+
+/// `attempt heartbeat`.
+pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let lease = store.heartbeat(&key)?;
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "heartbeat_at_ms": lease.heartbeat_at_ms,
+        "expires_at_ms": lease.expires_at_ms,
+    });
+    out.emit(&doc, |w| writeln!(w, "attempt {key}: lease renewed until {}", crate::output::utc(lease.expires_at_ms)))?;
+    Ok(Exit::Success)
 }

@@ -241,7 +241,7 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
 
 /// A table name without its version suffix (`runs_v1` -> `runs`), so the JSON keys do not
 /// change when a table's record format does.
-fn unversioned(name: &str) -> &str {
+pub(crate) fn unversioned(name: &str) -> &str {
     match name.rsplit_once("_v") {
         Some((base, version)) if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) => base,
         _ => name,

@@ -2,8 +2,10 @@
 
 mod attempt;
 mod effects;
-mod inspect;
+mod gc;
+pub(crate) mod inspect;
 mod publish;
+mod rollback;
 mod run;
 
 use std::io::Read;
@@ -12,7 +14,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, RunCommand};
+use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, GcCommand, RunCommand};
 use crate::exit::Exit;
 use crate::output::{Out, Table};
 
@@ -34,6 +36,12 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Effects(EffectsCommand::Record(args)) => effects::record(location, out, args),
         Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
         Command::Stats => inspect::stats(location, out),
+        Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
+        Command::Rollback(args) => rollback::rollback(location, out, args),
+        Command::Gc(GcCommand::Abandon(args)) => gc::abandon(location, out, args),
+        Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),
+        Command::Gc(GcCommand::Plan(args)) => gc::plan(location, out, args),
+        Command::Gc(GcCommand::Apply(args)) => gc::apply(location, out, args),
     }
 }
 

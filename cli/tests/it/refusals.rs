@@ -148,6 +148,12 @@ fn help_documents_the_exit_codes_and_every_json_shape() {
         &["effects", "record"],
         &["effects", "mark-emitted"],
         &["stats"],
+        &["rollback"],
+        &["attempt", "heartbeat"],
+        &["gc", "abandon"],
+        &["gc", "expire"],
+        &["gc", "plan"],
+        &["gc", "apply"],
     ] {
         let help = finish(command().args(verb).arg("--help")).code(0).stdout.clone();
         assert!(help.contains("JSON"), "{verb:?} --help does not document its JSON document");
