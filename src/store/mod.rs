@@ -16,6 +16,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
 
+/// For `verify`: file observation without following symlinks.
+pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
 
@@ -133,6 +135,12 @@ impl Store {
         initialize(&txn)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
         Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None) })
+    }
+
+    /// The redb database, mutably, for `verify`'s integrity check (which needs no other
+    /// transaction alive on the handle).
+    pub(crate) fn database_mut(&mut self) -> &mut Database {
+        &mut self.db
     }
 
     /// The staging root (canonical path).
