@@ -319,7 +319,8 @@ impl FaultyBackend {
         match failure {
             Some(kind) => {
                 state.injected_failures += 1;
-                Err(io::Error::new(kind, format!("injected {op:?} failure")))
+                let what = if kind == io::ErrorKind::StorageFull { "no space left on device".to_owned() } else { kind.to_string() };
+                Err(io::Error::new(kind, format!("injected {op:?} failure: {what}")))
             }
             None => Ok(()),
         }
