@@ -614,7 +614,9 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
             let key = task_key(run, part).attempt(attempt);
             let (rows, total) = expected(run, part);
             let rows = if good { rows } else { rows + 1 };
-            let staging_rel = store.snapshot()?.attempt(&key)?.map(|a| a.staging_rel);
+            // A worker writes its output only while its attempt runs; once finished, the files
+            // are the candidate's and are left alone.
+            let staging_rel = store.snapshot()?.attempt(&key)?.filter(|a| a.candidate.is_none()).map(|a| a.staging_rel);
             let mut files = Vec::new();
             if let Some(rel) = staging_rel {
                 let dir = store.staging_root().join(rel);
@@ -964,4 +966,78 @@ pub fn scripted_workload() -> Vec<Op> {
 /// The store's error.
 pub fn open_file_store(path: &Path, staging: &Path) -> crate::Result<Store> {
     Store::open_with_options(path, staging, &harness_options())
+}
+
+/// The most ops a fuzz input is decoded into.
+pub const FUZZ_OPS_MAX: usize = 48;
+
+/// Decodes a `crash_recovery` fuzz input: bytes 0-1 the crash point (u16 little-endian, taken
+/// modulo the storage operations of the workload + 1), byte 2 the tear mode (modulo 4: lose,
+/// torn last write, keep, seeded subset), then one op per 3 bytes (see [`encode_fuzz_input`]).
+/// Short inputs are padded with zeros.
+pub fn decode_fuzz_input(bytes: &[u8]) -> (Vec<Op>, u16, Tear) {
+    let byte = |i: usize| bytes.get(i).copied().unwrap_or(0);
+    let crash_at = u16::from_le_bytes([byte(0), byte(1)]);
+    let seed = u64::from(crc32fast::hash(bytes));
+    let tear = match byte(2) % 4 {
+        0 => Tear::LoseUnsynced,
+        1 => Tear::TornLastWrite,
+        2 => Tear::KeepUnsynced,
+        _ => Tear::Subset { seed },
+    };
+    let mut ops = Vec::new();
+    for chunk in bytes.get(3..).unwrap_or(&[]).chunks(3).take(FUZZ_OPS_MAX) {
+        let (code, a, b) = (chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0));
+        let run = a & 0x7f;
+        let attempt = 1 + u32::from((b >> 4) % 3);
+        let optional_part = if b & 0x80 != 0 { None } else { Some(b & 0x0f) };
+        ops.push(match code % 8 {
+            0 => Op::Declare { run },
+            1 => Op::Begin { run, part: b & 0x0f },
+            2 => Op::Finish { run, part: b & 0x0f, attempt, good: a & 0x80 == 0 },
+            3 => Op::Validate { run, part: b & 0x0f, attempt },
+            4 => Op::Effect { run, part: optional_part, name: (b >> 4) & 1 },
+            5 => Op::Publish { run },
+            6 => Op::Emit { run, part: optional_part, name: (b >> 4) & 1 },
+            _ => Op::Read,
+        });
+    }
+    (ops, crash_at, tear)
+}
+
+/// Encodes ops (indexes below 16, attempts 1 to 3) as a `crash_recovery` fuzz input; the
+/// inverse of [`decode_fuzz_input`] for those, used to write seed inputs.
+pub fn encode_fuzz_input(ops: &[Op], crash_at: u16, tear: u8) -> Vec<u8> {
+    let mut out = crash_at.to_le_bytes().to_vec();
+    out.push(tear);
+    let attempt_bits = |attempt: u32| ((attempt.clamp(1, 3) - 1) as u8) << 4;
+    let optional = |part: Option<u8>| part.map_or(0x80, |p| p & 0x0f);
+    for op in ops {
+        let chunk = match *op {
+            Op::Declare { run } => [0, run, 0],
+            Op::Begin { run, part } => [1, run, part & 0x0f],
+            Op::Finish { run, part, attempt, good } => [2, run | if good { 0 } else { 0x80 }, (part & 0x0f) | attempt_bits(attempt)],
+            Op::Validate { run, part, attempt } => [3, run, (part & 0x0f) | attempt_bits(attempt)],
+            Op::Effect { run, part, name } => [4, run, optional(part) | ((name & 1) << 4)],
+            Op::Publish { run } => [5, run, 0],
+            Op::Emit { run, part, name } => [6, run, optional(part) | ((name & 1) << 4)],
+            Op::Read => [7, 0, 0],
+        };
+        out.extend_from_slice(&chunk);
+    }
+    out
+}
+
+/// The whole `crash_recovery` check for one fuzz input: the fault-free reference run of its
+/// ops, a crash run losing power at its crash point, and the recovery of the image its tear
+/// mode leaves (see [`Reference::recover`]).
+///
+/// # Errors
+/// A message naming the violated property.
+pub fn crash_recovery_check(bytes: &[u8]) -> Result<(), String> {
+    let (ops, crash_at, tear) = decode_fuzz_input(bytes);
+    let reference = Reference::new(&ops)?;
+    let k = 1 + u64::from(crash_at) % (reference.storage_ops + 1);
+    let crashed = reference.crash_run(k)?;
+    reference.recover(&crashed, crashed.backend.crash_image(tear)).map(|_| ()).map_err(|e| format!("crash point {k}, {tear:?}: {e}"))
 }

@@ -1,7 +1,9 @@
 //! The integration tests: one binary, a module per concern.
 
 mod crash;
+mod fuzz_regressions;
 mod io_errors;
+mod kill;
 mod scenario;
 mod support;
 mod verify;
