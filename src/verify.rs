@@ -440,6 +440,13 @@ impl Walk {
     }
 
     fn check_references(&mut self, t: &Tables) {
+        let undecodable = self.report.findings.len();
+        if undecodable > 0 {
+            self.report.notes.push(format!(
+                "{undecodable} record(s) could not be decoded; the reference checks below treat them as missing, so some of their \
+                 findings may follow from those"
+            ));
+        }
         self.check_runs_and_tasks(t);
         self.check_attempts_and_accepted(t);
         self.check_generations_and_pointers(t);

@@ -210,7 +210,13 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let dir_existed = dir.exists();
     fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
+    // A directory made here must itself survive a power loss, or the store's entry in it
+    // could vanish with it: sync its parent too.
+    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        files::sync_dir(parent)?;
+    }
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
