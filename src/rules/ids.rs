@@ -45,10 +45,15 @@ fn check_text(what: &'static str, value: &str, bytes_max: usize) -> Result<()> {
     Ok(())
 }
 
-/// A plain name: dataset, run id, snapshot id, effect name. One path component at most.
+/// An input snapshot id: any printable text (it may be a URL or a path), never a path itself.
+pub(crate) fn check_snapshot(value: &str) -> Result<()> {
+    check_text("snapshot", value, NAME_BYTES_MAX)
+}
+
+/// A plain name: dataset, run id, effect name. One path component at most.
 pub(crate) fn check_name(what: &'static str, value: &str) -> Result<()> {
     check_text(what, value, NAME_BYTES_MAX)?;
-    if what != "snapshot" && value.contains('/') {
+    if value.contains('/') {
         return Err(Error::invalid(what, value, "must not contain '/'"));
     }
     if value == "." || value == ".." {
@@ -101,7 +106,7 @@ pub(crate) fn check_file_path(value: &str) -> Result<()> {
 pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
     check_name("dataset", &spec.dataset)?;
     check_name("run id", &spec.run)?;
-    check_name("snapshot", &spec.snapshot)?;
+    check_snapshot(&spec.snapshot)?;
     if spec.tasks.is_empty() {
         return Err(Error::invalid("run", &spec.run, "declares no task"));
     }
@@ -120,7 +125,7 @@ pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
 
 /// Checks a candidate's fields (not its agreement with the run; that is validation).
 pub(crate) fn check_candidate(candidate: &Candidate) -> Result<()> {
-    check_name("snapshot", &candidate.snapshot)?;
+    check_snapshot(&candidate.snapshot)?;
     check_text("digest", &candidate.digest, DIGEST_BYTES_MAX)?;
     if candidate.files.len() > CANDIDATE_FILES_MAX {
         return Err(Error::invalid(
@@ -209,6 +214,6 @@ mod tests {
     fn names_may_not_hold_separators() {
         assert!(check_name("dataset", "a/b").is_err());
         assert!(check_name("run id", "..").is_err());
-        check_name("snapshot", "s3://bucket/x@v1").unwrap();
+        check_snapshot("s3://bucket/x@v1").unwrap();
     }
 }

@@ -1,10 +1,16 @@
 //! The integration tests: one binary, a module per concern.
 
+mod accepted_model;
 mod crash;
+mod effects;
 mod fixtures;
 mod fuzz_regressions;
+mod gates;
+mod inputs;
 mod io_errors;
 mod kill;
+mod publish;
+mod readers;
 mod scenario;
 mod support;
 mod verify;
