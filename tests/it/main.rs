@@ -1,6 +1,7 @@
 //! The integration tests: one binary, a module per concern.
 
 mod accepted_model;
+mod backend;
 mod crash;
 mod effects;
 mod fixtures;
