@@ -716,8 +716,18 @@ fn harness_options() -> StoreOptions {
     StoreOptions { cache_size_bytes: 4 * 1024 * 1024 }
 }
 
+/// A temporary directory for harness runs: in memory (`/dev/shm`) where the machine has it,
+/// since the harness's stores live in memory anyway and only their staging files touch the
+/// file system; `MANIFESTDB_TEST_TMPDIR` overrides.
 fn tempdir() -> Result<tempfile::TempDir, String> {
-    tempfile::tempdir().map_err(|e| format!("creating a temporary directory: {e}"))
+    let base = std::env::var_os("MANIFESTDB_TEST_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .or_else(|| Some(std::path::PathBuf::from("/dev/shm")).filter(|p| p.is_dir()));
+    match base {
+        Some(base) => tempfile::Builder::new().prefix("manifestdb-").tempdir_in(&base),
+        None => tempfile::tempdir(),
+    }
+    .map_err(|e| format!("creating a temporary directory: {e}"))
 }
 
 /// The fault-free execution of a workload: the observable state before the first op and after
