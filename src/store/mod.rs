@@ -67,6 +67,13 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
+        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
+        // message, "Database repair aborted.", would not tell the reader what to do.
+        err @ DatabaseError::RepairAborted => Error::storage(
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
+             Store::open performs",
+            err,
+        ),
         other => Error::storage("opening the store", other),
     }
 }

@@ -221,3 +221,25 @@ fn leftover_temporary_files_of_an_interrupted_creation_are_ignored() {
     assert!(store.verify(&VerifyOptions::default()).unwrap().is_clean());
     assert_eq!(std::fs::read(dir.path().join(".store.redb.creating-2-2")).unwrap(), &good[..good.len() / 2], "left untouched");
 }
+
+#[test]
+fn a_reader_of_a_store_whose_writer_was_killed_is_told_to_let_a_writer_recover_it() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    // Kill a child that has opened the store and is publishing.
+    let mut opened = false;
+    for _ in 0..20 {
+        let (_, was_open) = run_and_kill(&dir, Duration::from_millis(400));
+        if was_open {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "the child never opened the store");
+    let path = dir.join("store.redb");
+    // The writer died with the file open, so redb marks it as needing recovery.
+    let err = ReadOnlyStore::open(&path).expect_err("a killed writer's store needs recovery first");
+    assert!(err.to_string().contains("writable Store::open"), "{err}");
+    drop(Store::open(&path, dir.join("staging")).unwrap());
+    ReadOnlyStore::open(&path).unwrap();
+}
