@@ -713,7 +713,7 @@ pub fn dump(snapshot: &Snapshot) -> crate::Result<Vec<String>> {
 
 /// Options for stores in harness runs: a small cache.
 fn harness_options() -> StoreOptions {
-    StoreOptions { cache_size_bytes: 4 * 1024 * 1024 }
+    StoreOptions { cache_size_bytes: 4 * 1024 * 1024, ..StoreOptions::default() }
 }
 
 /// A temporary directory for harness runs: in memory (`/dev/shm`) where the machine has it,

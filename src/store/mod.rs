@@ -6,7 +6,9 @@
 
 mod files;
 mod read;
+mod retention;
 mod tables;
+mod walk;
 mod write;
 
 use std::fs;
@@ -31,11 +33,15 @@ pub struct StoreOptions {
     /// Memory redb may use to cache pages, in bytes. redb's own default is 1 GiB per database,
     /// far more than a scheduler's metadata needs; manifestdb's default is 64 MiB.
     pub cache_size_bytes: usize,
+    /// The attempt lease: how long an attempt may go without finishing or sending a heartbeat
+    /// ([`Store::heartbeat`]) before [`Store::abandon_expired_attempts`] records it abandoned.
+    /// Cleanup age thresholds must exceed it. Default 1 hour.
+    pub attempt_lifetime_max: std::time::Duration,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { cache_size_bytes: 64 * 1024 * 1024 }
+        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: std::time::Duration::from_secs(3600) }
     }
 }
 
@@ -50,6 +56,8 @@ pub struct Store {
     staging_root: PathBuf,
     /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
     poisoned: Mutex<Option<String>>,
+    /// [`StoreOptions::attempt_lifetime_max`] in milliseconds.
+    attempt_lifetime_max_ms: u64,
 }
 
 impl std::fmt::Debug for Store {
@@ -121,7 +129,7 @@ impl Store {
             create_file(db_path, options)?;
         }
         let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root)
+        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
     }
 
     /// Opens (or creates) a store on a custom redb storage backend, for example the
@@ -134,14 +142,15 @@ impl Store {
         let mut builder = Builder::new();
         builder.set_cache_size(options.cache_size_bytes);
         let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        Store::finish_open(db, None, staging_root)
+        Store::finish_open(db, None, staging_root, options)
     }
 
-    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf) -> Result<Store> {
+    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         initialize(&txn)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None) })
+        let attempt_lifetime_max_ms = u64::try_from(options.attempt_lifetime_max.as_millis()).unwrap_or(u64::MAX);
+        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms })
     }
 
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other

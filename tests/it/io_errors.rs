@@ -9,7 +9,7 @@ use manifestdb::testing::{self, FailMode, FaultyBackend, Op, OpKind, Tear};
 use manifestdb::{Error, FileCheck, PublishOptions, PublishOutcome, Store, StoreOptions, VerifyOptions};
 
 fn options() -> StoreOptions {
-    StoreOptions { cache_size_bytes: 4 * 1024 * 1024 }
+    StoreOptions { cache_size_bytes: 4 * 1024 * 1024, ..StoreOptions::default() }
 }
 
 /// A store with run 0 ready to publish (every task has a valid attempt), on a fresh backend:

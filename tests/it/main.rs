@@ -12,6 +12,7 @@ mod io_errors;
 mod kill;
 mod publish;
 mod readers;
+mod retention;
 mod scenario;
 mod support;
 mod verify;

@@ -50,7 +50,7 @@ fn a_healthy_store_verifies_clean_with_every_table_walked_and_files_checked() {
     let report = t.store.verify(&full()).unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.integrity, IntegrityCheck::Passed);
-    assert_eq!(report.records.len(), 10, "every table is walked");
+    assert_eq!(report.records.len(), 12, "every table is walked");
     assert!(report.records_total() >= 12, "{report}");
     assert_eq!(report.files_checked, 2, "one file per published partition");
 
@@ -132,4 +132,34 @@ fn verify_through_a_snapshot_of_a_shared_handle_skips_only_redbs_check() {
     assert!(matches!(report.integrity, IntegrityCheck::Skipped { .. }));
     assert!(report.is_clean(), "{report}");
     assert_eq!(report.files_checked, 2);
+}
+
+#[test]
+fn rollback_expiry_and_cleanup_leave_a_store_that_verifies_clean() {
+    use manifestdb::{ApplyOptions, CleanupOptions, RetentionPolicy, RollbackOutcome, RunMode};
+    use std::time::Duration;
+
+    let mut t = published();
+    let store = &t.store;
+    store.declare_run(&run_spec("daily_units", "run-2", "sales@2", &[("p=eu", 5, 200)])).unwrap();
+    let task = manifestdb::TaskKey::new("daily_units", "run-2", "p=eu");
+    let ticket = run_attempt(store, &task, "sales@2", 5, 200);
+    store.validate_attempt(&ticket.key, FileCheck::Size).unwrap();
+    assert!(matches!(
+        store.publish("daily_units", "run-2", &manifestdb::PublishOptions::default()).unwrap(),
+        manifestdb::PublishOutcome::Published(g) if g.number == 2
+    ));
+    assert!(matches!(store.rollback("daily_units", 1, "alice", "bad input").unwrap(), RollbackOutcome::RolledBack(g) if g.number == 3));
+    let policy = RetentionPolicy { keep_last: 1, rollback_window: Duration::ZERO };
+    store.expire_generations("daily_units", &policy, RunMode::Execute).unwrap();
+    let plan = store.plan_cleanup(&CleanupOptions { age_threshold: Duration::ZERO, force_short_threshold: true }).unwrap();
+    let applied = store.apply_cleanup(plan.id, &ApplyOptions { mode: RunMode::Execute, ..ApplyOptions::default() }).unwrap();
+    assert_eq!(store.snapshot().unwrap().history("daily_units").unwrap().len(), 1, "only the rollback generation is retained");
+    // The retry of run-1's p=eu (valid, never accepted, run published) and run-2's attempt
+    // (published only in an expired generation) are dead: files and records go.
+    assert!(!applied.deleted.is_empty() && !applied.attempt_records_removed.is_empty(), "{applied:?}");
+
+    let report = t.store.verify(&full()).unwrap();
+    assert!(report.is_clean(), "after rollback, expiry and cleanup {applied:?}:\n{report}");
+    assert_eq!(report.files_checked, 2, "the retained generation's two partitions");
 }
