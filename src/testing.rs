@@ -550,6 +550,21 @@ pub enum Op {
     },
     /// Read the whole observable state (must succeed).
     Read,
+    /// Roll the dataset back to generation `to` (a new generation with its content).
+    Rollback {
+        /// The generation to restore.
+        to: u8,
+    },
+    /// Expire generations beyond the `keep_last` newest (no time window).
+    Expire {
+        /// Generations to keep.
+        keep_last: u8,
+    },
+    /// Plan a cleanup of every dead file (age threshold zero, forced).
+    PlanCleanup,
+    /// Apply the newest stored cleanup plan for real (as a client does with the plan its last
+    /// plan call returned: after a crash that call may have been retried, so the newest one).
+    ApplyCleanup,
 }
 
 /// The id of run `run`.
@@ -652,6 +667,31 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
             store.mark_effect_emitted(&effect_key(run, part, name)).map(|e| format!("{:?}", normalize(&e.status)))
         }
         Op::Read => dump(&store.snapshot()?).map(|lines| format!("{} lines", lines.len())),
+        Op::Rollback { to } => store.rollback(DATASET, u64::from(to), "operator", "crash test").map(|o| match o {
+            crate::RollbackOutcome::RolledBack(g) => format!("rolled back as {}", g.number),
+            crate::RollbackOutcome::Refused(r) => format!("refused {r:?}"),
+        }),
+        Op::Expire { keep_last } => {
+            let policy = crate::RetentionPolicy { keep_last: u64::from(keep_last.max(1)), rollback_window: std::time::Duration::ZERO };
+            store.expire_generations(DATASET, &policy, crate::RunMode::Execute).map(|r| format!("expired {:?}", r.expired))
+        }
+        Op::PlanCleanup => {
+            let options = crate::CleanupOptions { age_threshold: std::time::Duration::ZERO, force_short_threshold: true };
+            store.plan_cleanup(&options).map(|p| format!("plan {} candidates {}", p.id, p.candidates.len()))
+        }
+        Op::ApplyCleanup => {
+            // Plan ids grow from 1 and only the newest few are kept: probe for the newest.
+            let mut newest = None;
+            for id in 1..=256 {
+                if store.cleanup_plan(id)?.is_some() {
+                    newest = Some(id);
+                }
+            }
+            let options = crate::ApplyOptions { mode: crate::RunMode::Execute, ..crate::ApplyOptions::default() };
+            store
+                .apply_cleanup(newest.unwrap_or(0), &options)
+                .map(|r| format!("deleted {} records removed {}", r.deleted.len(), r.attempt_records_removed.len()))
+        }
     }
 }
 
@@ -757,7 +797,8 @@ pub struct CrashRun {
     pub interrupted: bool,
     /// Whether the store's creation completed.
     pub opened: bool,
-    /// Publishes acknowledged with `Published(n)`: (op index, n).
+    /// Publishes acknowledged with `Published(n)`: (op index, n). After an acknowledged
+    /// expiry, the older of them may be legitimately gone.
     pub acknowledged_publishes: Vec<(usize, u64)>,
 }
 
@@ -891,10 +932,16 @@ impl Reference {
             ));
         };
         let snapshot = store.snapshot().map_err(|e| e.to_string())?;
+        let history = snapshot.history(DATASET).map_err(|e| e.to_string())?;
+        let oldest_retained = history.first().map_or(0, |g| g.number);
+        let current = snapshot.current(DATASET).map_err(|e| e.to_string())?.map_or(0, |g| g.number);
         for (i, number) in &crashed.acknowledged_publishes {
-            let generation = snapshot.generation(DATASET, *number).map_err(|e| e.to_string())?;
+            let generation = history.iter().find(|g| g.number == *number);
             match (generation, self.ops[*i]) {
                 (Some(g), Op::Publish { run }) if g.run == run_id(run) => {}
+                // Retention keeps a contiguous range of generations ending at the current one;
+                // an acknowledged generation below it was expired by an acknowledged expiry.
+                (None, _) if *number < oldest_retained && current > *number => {}
                 (other, _) => return Err(format!("acknowledged publish of generation {number} (op {i}) is lost: {other:?}")),
             }
         }
@@ -928,9 +975,11 @@ impl Reference {
 }
 
 /// The scripted workload of the crash tests: run 0 over three partitions with a retried task
-/// (two valid attempts) and a task whose first attempt is invalid, side effects, a publish, a
-/// repeated publish, an emitted effect, then run 1 replacing one partition and adding one,
-/// with its own effects and publish, and a late retry validated after the publish.
+/// (two valid attempts) and a task whose first attempt is invalid, side effects, a refused
+/// publish, a publish, a repeated publish, an emitted effect, then run 1 replacing one
+/// partition and adding one, with its own effects and publish; a rollback to generation 1,
+/// expiry of old generations, a cleanup plan and its application; then run 2 replacing every
+/// partition.
 pub fn scripted_workload() -> Vec<Op> {
     let mut ops = vec![Op::Declare { run: 0 }];
     for part in 0..3 {
@@ -966,6 +1015,20 @@ pub fn scripted_workload() -> Vec<Op> {
     ops.push(Op::Publish { run: 1 });
     ops.push(Op::Emit { run: 1, part: Some(3), name: 0 });
     ops.push(Op::Publish { run: 1 });
+    // Roll back to run 0's generation, expire all but the two newest generations, and clean up
+    // the dead attempts (the unaccepted retry, the invalid attempt) with their records.
+    ops.push(Op::Rollback { to: 1 });
+    ops.push(Op::Expire { keep_last: 2 });
+    ops.push(Op::PlanCleanup);
+    ops.push(Op::ApplyCleanup);
+    // Run 2 replaces every partition after the rollback.
+    ops.push(Op::Declare { run: 2 });
+    for part in 0..PARTITIONS {
+        ops.push(Op::Begin { run: 2, part });
+        ops.push(Op::Finish { run: 2, part, attempt: 1, good: true });
+        ops.push(Op::Validate { run: 2, part, attempt: 1 });
+    }
+    ops.push(Op::Publish { run: 2 });
     ops
 }
 
@@ -979,7 +1042,7 @@ pub fn open_file_store(path: &Path, staging: &Path) -> crate::Result<Store> {
 }
 
 /// The most ops a fuzz input is decoded into.
-pub const FUZZ_OPS_MAX: usize = 48;
+pub const FUZZ_OPS_MAX: usize = 64;
 
 /// Decodes a `crash_recovery` fuzz input: bytes 0-1 the crash point (u16 little-endian, taken
 /// modulo the storage operations of the workload + 1), byte 2 the tear mode (modulo 4: lose,
@@ -1001,7 +1064,7 @@ pub fn decode_fuzz_input(bytes: &[u8]) -> (Vec<Op>, u16, Tear) {
         let run = a & 0x7f;
         let attempt = 1 + u32::from((b >> 4) % 3);
         let optional_part = if b & 0x80 != 0 { None } else { Some(b & 0x0f) };
-        ops.push(match code % 8 {
+        ops.push(match code % 12 {
             0 => Op::Declare { run },
             1 => Op::Begin { run, part: b & 0x0f },
             2 => Op::Finish { run, part: b & 0x0f, attempt, good: a & 0x80 == 0 },
@@ -1009,13 +1072,18 @@ pub fn decode_fuzz_input(bytes: &[u8]) -> (Vec<Op>, u16, Tear) {
             4 => Op::Effect { run, part: optional_part, name: (b >> 4) & 1 },
             5 => Op::Publish { run },
             6 => Op::Emit { run, part: optional_part, name: (b >> 4) & 1 },
-            _ => Op::Read,
+            7 => Op::Read,
+            8 => Op::Rollback { to: 1 + b % 4 },
+            9 => Op::Expire { keep_last: 1 + b % 3 },
+            10 => Op::PlanCleanup,
+            _ => Op::ApplyCleanup,
         });
     }
     (ops, crash_at, tear)
 }
 
-/// Encodes ops (indexes below 16, attempts 1 to 3) as a `crash_recovery` fuzz input; the
+/// Encodes ops (indexes below 16, attempts 1 to 3, rollback targets 1 to 4, keep_last 1 to
+/// 3) as a `crash_recovery` fuzz input; the
 /// inverse of [`decode_fuzz_input`] for those, used to write seed inputs.
 pub fn encode_fuzz_input(ops: &[Op], crash_at: u16, tear: u8) -> Vec<u8> {
     let mut out = crash_at.to_le_bytes().to_vec();
@@ -1032,6 +1100,10 @@ pub fn encode_fuzz_input(ops: &[Op], crash_at: u16, tear: u8) -> Vec<u8> {
             Op::Publish { run } => [5, run, 0],
             Op::Emit { run, part, name } => [6, run, optional(part) | ((name & 1) << 4)],
             Op::Read => [7, 0, 0],
+            Op::Rollback { to } => [8, 0, to.wrapping_sub(1) % 4],
+            Op::Expire { keep_last } => [9, 0, keep_last.wrapping_sub(1) % 3],
+            Op::PlanCleanup => [10, 0, 0],
+            Op::ApplyCleanup => [11, 0, 0],
         };
         out.extend_from_slice(&chunk);
     }

@@ -66,10 +66,18 @@ fn write_fuzz_seeds() {
     std::fs::create_dir_all(&crash).unwrap();
     let workload = testing::scripted_workload();
     let short: Vec<Op> = workload.iter().copied().take(12).collect();
-    for (i, (ops, crash_at, tear)) in
-        [(&workload, 40u16, 0u8), (&workload, 150, 1), (&workload, 200, 2), (&workload, 230, 3), (&short, 20, 1), (&short, 9999, 0)]
-            .into_iter()
-            .enumerate()
+    for (i, (ops, crash_at, tear)) in [
+        (&workload, 40u16, 0u8),
+        (&workload, 150, 1),
+        (&workload, 200, 2),
+        (&workload, 230, 3),
+        (&workload, 300, 2),
+        (&workload, 390, 3),
+        (&short, 20, 1),
+        (&short, 9999, 0),
+    ]
+    .into_iter()
+    .enumerate()
     {
         std::fs::write(crash.join(format!("seed-{i}")), testing::encode_fuzz_input(ops, crash_at, tear)).unwrap();
     }
