@@ -589,8 +589,12 @@ impl Walk {
             }
             let written = t.versions.range((d.clone(), String::new(), 0)..).filter(|((vd, _, vg), _)| vd == d && vg == g).count();
             // A publish writes one version entry per task, a rollback one per partition it
-            // restores or removes.
-            if written as u64 != generation.partitions_replaced {
+            // restores or removes. Expiry drops the removal markers of the oldest retained
+            // generation (they hide nothing once every older version is gone), so there fewer
+            // entries may remain.
+            let oldest = t.oldest_generation(d) == Some(*g);
+            let expected = generation.partitions_replaced;
+            if (!oldest && written as u64 != expected) || (oldest && written as u64 > expected) {
                 self.find(
                     GENERATIONS.name,
                     &key,
