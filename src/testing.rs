@@ -814,7 +814,8 @@ pub struct Recovery {
     pub creation_lost: Option<String>,
 }
 
-/// Copies a directory tree (regular files and directories only).
+/// Copies a directory tree (regular files and directories only), keeping modification times:
+/// cleanup re-checks them, and a crash does not change them.
 fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
@@ -825,6 +826,8 @@ fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
         } else {
             std::fs::copy(entry.path(), &target)?;
         }
+        let modified = entry.metadata()?.modified()?;
+        std::fs::File::open(&target)?.set_modified(modified)?;
     }
     Ok(())
 }

@@ -88,3 +88,25 @@ fn write_fuzz_seeds() {
     }
     std::fs::write(decode.join("short"), [1u8, 2]).unwrap();
 }
+
+/// Prints a crash_recovery input's ops, their reference outcomes and where the crash lands:
+/// `MANIFESTDB_FUZZ_INPUT=fuzz/artifacts/crash_recovery/crash-... cargo test --test it
+/// explain_fuzz_input -- --ignored --nocapture`.
+#[test]
+#[ignore = "explains one fuzz input; run with MANIFESTDB_FUZZ_INPUT=<file>"]
+fn explain_fuzz_input() {
+    let Some(path) = std::env::var_os("MANIFESTDB_FUZZ_INPUT") else { return };
+    let bytes = std::fs::read(path).unwrap();
+    let (ops, crash_at, tear) = testing::decode_fuzz_input(&bytes);
+    for (i, op) in ops.iter().enumerate() {
+        println!("{i}: {op:?}");
+    }
+    let reference = testing::Reference::new(&ops).unwrap();
+    for (i, o) in reference.outcomes.iter().enumerate() {
+        println!("{i}: {o:?}");
+    }
+    let k = 1 + u64::from(crash_at) % (reference.storage_ops + 1);
+    let crashed = reference.crash_run(k).unwrap();
+    println!("crash point {k}, {tear:?}: {} ops acknowledged, interrupted: {}", crashed.acked, crashed.interrupted);
+    println!("{:?}", reference.recover(&crashed, crashed.backend.crash_image(tear)).map(|_| "recovered"));
+}
