@@ -68,6 +68,9 @@ mod records;
 mod rules;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod verify;
 
 pub use error::{Corruption, Error, Result};
 pub use lifecycle::{
@@ -80,3 +83,4 @@ pub use model::{
     PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
+pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};

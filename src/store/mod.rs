@@ -18,6 +18,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
 
+/// For `verify`: file observation without following symlinks.
+pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
 
@@ -73,6 +75,13 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
+        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
+        // message, "Database repair aborted.", would not tell the reader what to do.
+        err @ DatabaseError::RepairAborted => Error::storage(
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
+             Store::open performs",
+            err,
+        ),
         other => Error::storage("opening the store", other),
     }
 }
@@ -144,6 +153,12 @@ impl Store {
         Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms })
     }
 
+    /// The redb database, mutably, for `verify`'s integrity check (which needs no other
+    /// transaction alive on the handle).
+    pub(crate) fn database_mut(&mut self) -> &mut Database {
+        &mut self.db
+    }
+
     /// The staging root (canonical path).
     pub fn staging_root(&self) -> &Path {
         &self.staging_root
@@ -211,7 +226,13 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let dir_existed = dir.exists();
     fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
+    // A directory made here must itself survive a power loss, or the store's entry in it
+    // could vanish with it: sync its parent too.
+    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        files::sync_dir(parent)?;
+    }
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
