@@ -17,8 +17,8 @@ task (each gets a private staging directory), writes the output there, finishes 
 (the candidate), validates it, and publishes the run once every task has a valid attempt: the
 dataset's next generation holds, per partition, the lowest-numbered valid attempt.
 
-Read-only verbs (show, log, diff, run show, effects list, stats) open the store read-only and
-work while a scheduler process holds it open for writing.";
+Read-only verbs (show, log, diff, run show, effects list, stats, verify) open the store
+read-only and work while a scheduler process holds it open for writing.";
 
 const AFTER_HELP: &str = "\
 Store location: --dir DIR (holding store.redb and staging/), or --store PATH and --staging DIR;
@@ -94,6 +94,12 @@ pub enum Command {
     #[command(after_long_help = STATS_JSON)]
     Stats,
 
+    /// Check every record, the references between tables and optionally the files of retained
+    /// generations. Read-only (beside a writer) unless --integrity. Exit 0 when clean, 7 when
+    /// anything is found.
+    #[command(after_long_help = VERIFY_JSON)]
+    Verify(VerifyArgs),
+
     /// Make an earlier retained generation's content current again, as a new generation
     /// recorded in the history. Exit 0 when rolled back, 3 when refused (nothing written).
     #[command(after_long_help = ROLLBACK_JSON)]
@@ -103,6 +109,21 @@ pub enum Command {
     /// cleanup of staging files. Dry runs unless --execute.
     #[command(subcommand)]
     Gc(GcCommand),
+}
+
+/// `verify` flags.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Also check that every file a retained generation references exists with its size.
+    #[arg(long)]
+    pub files: bool,
+    /// As --files, and compare every file's CRC32 (reads every byte).
+    #[arg(long)]
+    pub checksums: bool,
+    /// Also run redb's own integrity check (page checksums). It needs the store exclusively:
+    /// exit 6 while another process holds it.
+    #[arg(long)]
+    pub integrity: bool,
 }
 
 /// `rollback` flags.
@@ -589,6 +610,12 @@ Table names are the store's table names without their version suffix.";
 const HEARTBEAT_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"heartbeat_at_ms\", \"expires_at_ms\"}
 The lease is --attempt-lifetime (default 1h) from now; use the scheduler's own value.";
+
+const VERIFY_JSON: &str = "\
+JSON: {\"clean\": BOOL, \"integrity\": {\"status\": \"passed\"|\"repaired\"|\"failed\"|\"skipped\"|\"other\",
+       \"detail\": STR|null}, \"records\": {TABLE: N, ...}, \"records_total\", \"files_checked\",
+       \"findings\": [{\"table\", \"key\", \"message\"}], \"notes\": [STR]}
+Exit 0 when clean, 7 when redb's check failed or needed a repair, or anything was found.";
 
 const ROLLBACK_JSON: &str = "\
 JSON: {\"dataset\", \"to\", \"outcome\": \"rolled_back\"|\"refused\", \"generation\": GENERATION|null,

@@ -27,7 +27,7 @@ pub enum Exit {
     Conflict = 5,
     /// Another process holds the store open for writing; retry later.
     Busy = 6,
-    /// The store file is corrupt or of an unsupported format.
+    /// The store file is corrupt or of an unsupported format, or `verify` found problems.
     Corrupt = 7,
 }
 
@@ -65,7 +65,7 @@ Exit codes:
      published, attempt finished differently or not finished, attempt abandoned,
      foreign snapshot, effect not ready)
   6  busy: another process holds the store open for writing
-  7  corrupt: the store file is damaged or of an unsupported format";
+  7  corrupt: the store file is damaged or of an unsupported format; verify found problems";
 
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]

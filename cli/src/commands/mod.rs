@@ -7,6 +7,7 @@ pub(crate) mod inspect;
 mod publish;
 mod rollback;
 mod run;
+mod verify;
 
 use std::io::Read;
 use std::path::Path;
@@ -37,6 +38,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
         Command::Stats => inspect::stats(location, out),
         Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
+        Command::Verify(args) => verify::verify(location, out, args),
         Command::Rollback(args) => rollback::rollback(location, out, args),
         Command::Gc(GcCommand::Abandon(args)) => gc::abandon(location, out, args),
         Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),

@@ -1,4 +1,4 @@
-//! `rollback`, `gc` and `attempt heartbeat`.
+//! `verify`, `rollback`, `gc` and `attempt heartbeat`.
 
 use serde_json::json;
 
@@ -6,6 +6,39 @@ use crate::support::{Env, keys};
 
 const EU: &str = "date=2026-11-29/region=eu";
 const US: &str = "date=2026-11-29/region=us";
+
+#[test]
+fn verify_is_clean_on_a_healthy_store_and_runs_beside_a_writer() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let doc = env.json(&["verify", "--checksums"]).code(0).json();
+    assert_eq!(keys(&doc), ["clean", "integrity", "records", "records_total", "files_checked", "findings", "notes"]);
+    assert_eq!((doc["clean"].as_bool(), doc["files_checked"].as_u64()), (Some(true), Some(2)));
+    assert_eq!(doc["findings"], json!([]));
+    assert_eq!(doc["integrity"]["status"], "skipped");
+
+    // Read-only verify works while another process holds the store for writing; redb's own
+    // check needs the store exclusively.
+    let holder = manifestdb::Store::open(env.db_path(), env.staging()).expect("hold the store");
+    env.run(&["verify", "--files"]).code(0);
+    env.run(&["verify", "--integrity"]).code(6);
+    drop(holder);
+    assert_eq!(env.json(&["verify", "--integrity"]).code(0).json()["integrity"]["status"], "passed");
+}
+
+#[test]
+fn verify_reports_a_missing_file_with_exit_7() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700)]);
+    let show = env.json(&["show", "-d", "daily"]).code(0).json();
+    let file = std::path::Path::new(show["partitions"][0]["staging_dir"].as_str().expect("dir")).join("part.csv");
+    env.run(&["verify"]).code(0);
+    std::fs::remove_file(&file).expect("remove");
+    env.run(&["verify"]).code(0);
+    let doc = env.json(&["verify", "--files"]).code(7).json();
+    assert_eq!(doc["clean"], false);
+    assert!(doc["findings"].as_array().is_some_and(|f| !f.is_empty()), "{doc}");
+}
 
 #[test]
 fn rollback_makes_an_earlier_generation_current_or_is_refused() {
@@ -70,6 +103,7 @@ fn gc_plans_first_and_deletes_only_on_execute() {
     assert_eq!(keys(&done), ["plan", "mode", "deleted", "bytes_deleted", "skipped", "directories_removed", "attempt_records_removed"]);
     assert_eq!(done["mode"], "execute");
     assert!(!invalid_file.exists() && accepted_file.exists());
+    env.run(&["verify", "--checksums"]).code(0);
     env.run(&["gc", "apply", "--plan", "999"]).code(4);
 }
 

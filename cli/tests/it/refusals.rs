@@ -148,6 +148,7 @@ fn help_documents_the_exit_codes_and_every_json_shape() {
         &["effects", "record"],
         &["effects", "mark-emitted"],
         &["stats"],
+        &["verify"],
         &["rollback"],
         &["attempt", "heartbeat"],
         &["gc", "abandon"],
