@@ -144,8 +144,13 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         | E::GenerationExpired { .. } => Exit::Conflict,
         E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
         // redb reports a file that is not a redb database (bad magic number, garbage) as an
-        // I/O error of kind InvalidData; for an operator that is a damaged store.
-        E::Storage { source: redb::Error::Io(io), .. } if io.kind() == io::ErrorKind::InvalidData => Exit::Corrupt,
+        // I/O error of kind InvalidData, and a file cut short as UnexpectedEof; for an operator
+        // both are a damaged store.
+        E::Storage { source: redb::Error::Io(io), .. }
+            if matches!(io.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
+        {
+            Exit::Corrupt
+        }
         _ => Exit::Fault,
     }
 }

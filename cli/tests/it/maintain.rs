@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{Env, keys};
+use crate::support::{Env, command, finish, keys};
 
 const EU: &str = "date=2026-11-29/region=eu";
 const US: &str = "date=2026-11-29/region=us";
@@ -38,6 +38,31 @@ fn verify_reports_a_missing_file_with_exit_7() {
     let doc = env.json(&["verify", "--files"]).code(7).json();
     assert_eq!(doc["clean"], false);
     assert!(doc["findings"].as_array().is_some_and(|f| !f.is_empty()), "{doc}");
+}
+
+#[test]
+fn verify_and_show_on_the_committed_store_fixtures() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |name: &str, args: &[&str]| {
+        let copy = tmp.path().join(name);
+        std::fs::copy(fixtures.join(name), &copy).expect("copy fixture");
+        finish(command().arg("--store").arg(&copy).arg("--json").args(args))
+    };
+    assert_eq!(run("good.redb", &["verify"]).code(0).json()["clean"], true);
+    run("good.redb", &["show"]).code(0);
+    let flipped = run("flipped-bit.redb", &["verify"]);
+    flipped.code(7);
+    let findings = flipped.json()["findings"].clone();
+    assert!(
+        findings.as_array().is_some_and(|f| f.iter().any(|f| f["message"].as_str().is_some_and(|m| m.contains("checksum")))),
+        "{findings}"
+    );
+    for name in ["truncated.redb", "wrong-magic.redb"] {
+        let run = run(name, &["verify"]);
+        run.code(7);
+        assert_eq!(run.error_json()["error"]["kind"], "corrupt", "{name}");
+    }
 }
 
 #[test]
