@@ -602,8 +602,9 @@ const EFFECT_RECORD_JSON: &str = concat!("JSON: {\"newly_recorded\": BOOL, \"eff
 const EFFECT_MARK_JSON: &str = concat!("JSON: {\"effect\": EFFECT}\n", effect_json!());
 
 const STATS_JSON: &str = "\
-JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"runs\", \"tasks\", \"attempts\", \"accepted\",
-       \"generations\", \"partition_versions\", \"pointers\", \"published_digests\", \"effects\", ...},
+JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"meta\", \"runs\", \"tasks\", \"attempts\", \"accepted\",
+       \"partition_versions\", \"generations\", \"pointers\", \"published_digests\", \"effects\",
+       \"cleanup_plans\", \"cleanup_batches\"} (one entry count per table),
        \"datasets\": [{\"dataset\", \"current_generation\", \"partitions\", \"rows\", \"files\", \"bytes\"}]}
 Table names are the store's table names without their version suffix.";
 
