@@ -199,6 +199,54 @@ pub enum Error {
         /// The failure that poisoned the handle.
         cause: String,
     },
+
+    /// The attempt was recorded abandoned (its lease ran out before it finished or sent a
+    /// heartbeat); it can no longer finish or renew its lease. Begin a new attempt instead.
+    #[error(
+        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out); it cannot finish"
+    )]
+    AttemptAbandoned {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// Partition key.
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// When it was recorded abandoned (ms since the Unix epoch).
+        abandoned_at_ms: u64,
+    },
+
+    /// A cleanup age threshold that does not exceed the attempt lifetime was given without
+    /// forcing it.
+    #[error(
+        "cleanup age threshold of {age_threshold_ms} ms must exceed the attempt lifetime of {attempt_lifetime_max_ms} ms (force it explicitly to proceed)"
+    )]
+    CleanupThresholdTooShort {
+        /// The threshold asked for.
+        age_threshold_ms: u64,
+        /// The store's attempt lifetime.
+        attempt_lifetime_max_ms: u64,
+    },
+
+    /// No cleanup plan with this id is stored (never made, or pruned as too old).
+    #[error("no cleanup plan {plan} is stored")]
+    UnknownCleanupPlan {
+        /// The plan id.
+        plan: u64,
+    },
+
+    /// The run was published, but the generation it published has since expired.
+    #[error("run {run:?} of dataset {dataset:?} was published as generation {generation}, which has expired")]
+    GenerationExpired {
+        /// Dataset name.
+        dataset: String,
+        /// Run id.
+        run: String,
+        /// The expired generation.
+        generation: u64,
+    },
 }
 
 /// What was wrong with a corrupted record.

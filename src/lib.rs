@@ -16,6 +16,12 @@
 //!   complete generation, never a candidate and never a mix;
 //! - side effects are recorded under a natural key ([`Store::record_effect`]) and become ready
 //!   to emit in the transaction that publishes their run.
+//! - retention bounds what retries leave behind: attempts past their lease are fenced
+//!   ([`Store::abandon_expired_attempts`]), old generations expire
+//!   ([`Store::expire_generations`]), a retained one can be made current again
+//!   ([`Store::rollback`]), and staging files nobody can need are deleted by a persisted plan
+//!   that is re-checked path by path when applied ([`Store::plan_cleanup`],
+//!   [`Store::apply_cleanup`]); every destructive call defaults to a dry run.
 //!
 //! ```
 //! use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, describe_file};
@@ -56,16 +62,25 @@
 
 mod codec;
 mod error;
+mod lifecycle;
 mod model;
 mod records;
 mod rules;
 mod schema;
 mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod verify;
 
 pub use error::{Corruption, Error, Result};
+pub use lifecycle::{
+    ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,
+    RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
+};
 pub use model::{
     AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck,
     FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
     PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
+pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};

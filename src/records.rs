@@ -6,7 +6,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
+use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
+use crate::model::{AttemptKey, Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {
@@ -46,7 +47,8 @@ impl Checked for RunRecord {
 pub(crate) struct TaskRecord {
     pub(crate) expected_rows: u64,
     pub(crate) expected_total: Option<i64>,
-    /// The number the next attempt gets; attempts 1..next_attempt exist.
+    /// The number the next attempt gets; attempts 1..next_attempt were begun (cleanup removes
+    /// the records of dead, unreferenced ones, so some of them may be gone).
     pub(crate) next_attempt: u32,
 }
 impl Checked for TaskRecord {
@@ -142,3 +144,42 @@ pub(crate) struct EffectRecord {
     pub(crate) status: EffectStatus,
 }
 impl Checked for EffectRecord {}
+
+/// A persisted cleanup plan (see `rules::cleanup`): everything it considered deleting, kept so
+/// that an apply can be audited and re-checked against it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CleanupPlanRecord {
+    pub(crate) created_at_ms: u64,
+    pub(crate) age_threshold_ms: u64,
+    pub(crate) attempt_lifetime_max_ms: u64,
+    pub(crate) forced: bool,
+    pub(crate) candidates: Vec<PlannedPath>,
+    pub(crate) unknown: Vec<PlannedPath>,
+    pub(crate) kept: Vec<(KeepReason, u64)>,
+    pub(crate) unconsidered: Vec<String>,
+}
+impl Checked for CleanupPlanRecord {
+    fn check(&self) -> Result<(), String> {
+        if !self.forced && self.age_threshold_ms <= self.attempt_lifetime_max_ms {
+            return Err("plan's age threshold does not exceed the attempt lifetime, yet it was not forced".into());
+        }
+        if let Some(p) = self.candidates.iter().find(|p| p.reason == CleanupReason::Unknown) {
+            return Err(format!("candidate {:?} has reason unknown", p.path));
+        }
+        if let Some(p) = self.unknown.iter().find(|p| p.reason != CleanupReason::Unknown) {
+            return Err(format!("unknown file {:?} has an owner's reason", p.path));
+        }
+        Ok(())
+    }
+}
+
+/// One applied batch of a cleanup plan: what it deleted and what it skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct CleanupBatchRecord {
+    pub(crate) applied_at_ms: u64,
+    pub(crate) deleted: Vec<String>,
+    pub(crate) bytes_deleted: u64,
+    pub(crate) skipped: Vec<(String, SkipReason)>,
+    pub(crate) attempt_records_removed: Vec<AttemptKey>,
+}
+impl Checked for CleanupBatchRecord {}

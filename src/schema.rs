@@ -18,6 +18,13 @@
 //! | `pointers_v1` | dataset | `PointerRecord` (current generation) | publish |
 //! | `published_digests_v1` | dataset, snapshot, partition | `DigestRecord` (first published digest) | publish |
 //! | `effects_v1` | dataset, run, effect, partition ("" for run-level) | `EffectRecord` | record effect, publish, mark emitted |
+//! | `cleanup_plans_v1` | plan id (u64 BE) | `CleanupPlanRecord` (every candidate path with its reason) | plan cleanup |
+//! | `cleanup_batches_v1` | plan id (u64 BE), batch (u32 BE) | `CleanupBatchRecord` (paths deleted and skipped) | apply cleanup |
+//!
+//! Rollback writes `partition_versions_v1`, `generations_v1` and `pointers_v1` like a publish;
+//! expiring generations removes from `generations_v1` and `partition_versions_v1`; applying a
+//! cleanup removes dead attempts from `attempts_v1`; heartbeats and abandonment update
+//! `attempts_v1`.
 
 use redb::TableDefinition;
 
@@ -48,9 +55,12 @@ pub(crate) const GENERATIONS: Def = Def { name: "generations_v1" };
 pub(crate) const POINTERS: Def = Def { name: "pointers_v1" };
 pub(crate) const DIGESTS: Def = Def { name: "published_digests_v1" };
 pub(crate) const EFFECTS: Def = Def { name: "effects_v1" };
+pub(crate) const CLEANUP_PLANS: Def = Def { name: "cleanup_plans_v1" };
+pub(crate) const CLEANUP_BATCHES: Def = Def { name: "cleanup_batches_v1" };
 
 /// Every table, so that creation and verification can walk them all.
-pub(crate) const ALL_TABLES: [Def; 10] = [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS];
+pub(crate) const ALL_TABLES: [Def; 12] =
+    [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS, CLEANUP_PLANS, CLEANUP_BATCHES];
 
 /// The store format this build writes and reads.
 pub(crate) const FORMAT_VERSION: u32 = 1;

@@ -7,6 +7,8 @@
 //! (for example PostgreSQL for multi-host schedulers) calls the same functions.
 
 pub(crate) mod accept;
+pub(crate) mod cleanup;
 pub(crate) mod ids;
 pub(crate) mod publish;
+pub(crate) mod retention;
 pub(crate) mod validate;

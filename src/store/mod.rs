@@ -7,7 +7,9 @@
 mod files;
 mod group;
 mod read;
+mod retention;
 mod tables;
+mod walk;
 mod write;
 
 use std::fs;
@@ -17,6 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::Mutex;
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
 
+/// For `verify`: file observation without following symlinks.
+pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
 
@@ -30,11 +34,15 @@ pub struct StoreOptions {
     /// Memory redb may use to cache pages, in bytes. redb's own default is 1 GiB per database,
     /// far more than a scheduler's metadata needs; manifestdb's default is 64 MiB.
     pub cache_size_bytes: usize,
+    /// The attempt lease: how long an attempt may go without finishing or sending a heartbeat
+    /// ([`Store::heartbeat`]) before [`Store::abandon_expired_attempts`] records it abandoned.
+    /// Cleanup age thresholds must exceed it. Default 1 hour.
+    pub attempt_lifetime_max: std::time::Duration,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { cache_size_bytes: 64 * 1024 * 1024 }
+        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: std::time::Duration::from_secs(3600) }
     }
 }
 
@@ -49,6 +57,8 @@ pub struct Store {
     staging_root: PathBuf,
     /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
     poisoned: Mutex<Option<String>>,
+    /// [`StoreOptions::attempt_lifetime_max`] in milliseconds.
+    attempt_lifetime_max_ms: u64,
     /// The queue of grouped writes (see `group.rs`).
     group: group::GroupCommit,
 }
@@ -68,6 +78,13 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
+        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
+        // message, "Database repair aborted.", would not tell the reader what to do.
+        err @ DatabaseError::RepairAborted => Error::storage(
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
+             Store::open performs",
+            err,
+        ),
         other => Error::storage("opening the store", other),
     }
 }
@@ -115,7 +132,7 @@ impl Store {
             create_file(db_path, options)?;
         }
         let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root)
+        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
     }
 
     /// Opens (or creates) a store on a custom redb storage backend, for example the
@@ -128,14 +145,21 @@ impl Store {
         let mut builder = Builder::new();
         builder.set_cache_size(options.cache_size_bytes);
         let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        Store::finish_open(db, None, staging_root)
+        Store::finish_open(db, None, staging_root, options)
     }
 
-    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf) -> Result<Store> {
+    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         initialize(&txn)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), group: group::GroupCommit::default() })
+        let attempt_lifetime_max_ms = u64::try_from(options.attempt_lifetime_max.as_millis()).unwrap_or(u64::MAX);
+        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
+    }
+
+    /// The redb database, mutably, for `verify`'s integrity check (which needs no other
+    /// transaction alive on the handle).
+    pub(crate) fn database_mut(&mut self) -> &mut Database {
+        &mut self.db
     }
 
     /// The staging root (canonical path).
@@ -205,7 +229,13 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
+    let dir_existed = dir.exists();
     fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
+    // A directory made here must itself survive a power loss, or the store's entry in it
+    // could vanish with it: sync its parent too.
+    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        files::sync_dir(parent)?;
+    }
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::ReadTransaction;
+use redb::{ReadTransaction, ReadableTableMetadata};
 
 use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
 use super::write::{attempt_status, effect_from, generation_from};
@@ -18,8 +18,8 @@ use crate::records::{
     AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
 };
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS, VERSIONS, key,
-    key_u32, key_u64, prefix, prefix_end,
+    self, ACCEPTED, ALL_TABLES, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS,
+    VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
 
 /// A consistent, read-only view of the store at one moment.
@@ -311,6 +311,30 @@ impl Snapshot {
     /// Storage and corruption errors.
     pub fn ready_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
         self.effects_in(&prefix(&[dataset]), |status| matches!(status, EffectStatus::Ready { .. }))
+    }
+
+    /// Every side effect recorded for the dataset, across its runs, in key order.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn dataset_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
+        self.effects_in(&prefix(&[dataset]), |_| true)
+    }
+
+    /// How many entries each table of the store holds, as `(table name, entries)` in schema
+    /// order (table names carry their version, e.g. `runs_v1`). For operators' statistics.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub fn table_entries(&self) -> Result<Vec<(&'static str, u64)>> {
+        ALL_TABLES
+            .iter()
+            .map(|def| {
+                let table = open_ro(&self.txn, *def)?;
+                let entries = table.len().map_err(|e| Error::storage("counting a table's entries", e))?;
+                Ok((def.name, entries))
+            })
+            .collect()
     }
 
     fn effects_in(&self, effect_prefix: &[u8], keep: impl Fn(&EffectStatus) -> bool) -> Result<Vec<Effect>> {

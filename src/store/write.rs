@@ -177,6 +177,7 @@ impl Store {
             let run = read_run(&runs, &task.dataset, &task.run)?;
             let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
             let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+            super::retention::refuse_if_abandoned(attempt, &record)?;
             if candidate.snapshot != run.snapshot {
                 return Err(Error::ForeignSnapshot {
                     run: task.run.clone(),
@@ -310,9 +311,8 @@ impl Store {
             let run_key = key(&[dataset, run]);
             let mut run_record = read_run(&runs, dataset, run)?;
             if let Some(number) = run_record.published_generation {
-                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?.ok_or_else(|| {
-                    tables::corrupted(RUNS, &run_key, format!("run is published as generation {number}, which does not exist"))
-                })?;
+                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?
+                    .ok_or_else(|| super::retention::published_generation_missing(&generations, dataset, run, number))?;
                 return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
             }
             let states = gather_publish_inputs(txn, dataset, run, &run_record)?;

@@ -1,11 +1,19 @@
 //! The integration tests: one binary, a module per concern.
 
 mod accepted_model;
+mod backend;
+mod crash;
 mod effects;
+mod fixtures;
+mod fuzz_regressions;
 mod gates;
 mod group_commit;
 mod inputs;
+mod io_errors;
+mod kill;
 mod publish;
 mod readers;
+mod retention;
 mod scenario;
 mod support;
+mod verify;

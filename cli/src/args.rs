@@ -1,0 +1,648 @@
+//! The command line: every verb, its flags, and (in `--help`) its JSON document.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use manifestdb::TaskSpec;
+
+use crate::location::LocationArgs;
+
+const ABOUT: &str = "Drive manifestdb's publish-exactly-once protocol and inspect a store.";
+
+const LONG_ABOUT: &str = "\
+Drive manifestdb's publish-exactly-once protocol and inspect a store, from any language.
+
+A scheduler declares a run (its tasks and their expectations), begins an attempt per try of a
+task (each gets a private staging directory), writes the output there, finishes the attempt
+(the candidate), validates it, and publishes the run once every task has a valid attempt: the
+dataset's next generation holds, per partition, the lowest-numbered valid attempt.
+
+Read-only verbs (show, log, diff, run show, effects list, stats, verify) open the store
+read-only and work while a scheduler process holds it open for writing.";
+
+const AFTER_HELP: &str = "\
+Store location: --dir DIR (holding store.redb and staging/), or --store PATH and --staging DIR;
+environment fallbacks MANIFESTDB_DIR, MANIFESTDB_STORE, MANIFESTDB_STAGING.
+
+Output: a table for humans by default; with --json one JSON document on stdout, whose shape
+each verb's --help describes. Errors go to stderr (with --json as
+{\"error\": {\"exit_code\", \"kind\", \"message\"}}). Progress bars appear only on a terminal
+and never with --json.
+
+";
+
+/// The `manifestdb` command line.
+#[derive(Debug, Parser)]
+#[command(name = "manifestdb", version, about = ABOUT, long_about = LONG_ABOUT, after_long_help = after_long_help_text(), max_term_width = 100)]
+pub struct Cli {
+    /// Where the store is.
+    #[command(flatten)]
+    pub location: LocationArgs,
+
+    /// Print one JSON document (see each verb's --help) instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// The verb.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+fn after_long_help_text() -> String {
+    format!("{AFTER_HELP}{}", crate::exit::EXIT_CODES_HELP)
+}
+
+/// Every verb.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the store file and its staging root (or check an existing store's format).
+    #[command(after_long_help = "JSON: {\"store\": PATH, \"staging\": PATH, \"created\": BOOL}")]
+    Init,
+
+    /// Declare a run, or show one with its tasks and attempts.
+    #[command(subcommand)]
+    Run(RunCommand),
+
+    /// Begin, finish and validate attempts.
+    #[command(subcommand)]
+    Attempt(AttemptCommand),
+
+    /// Publish a run: the dataset's next generation, all or nothing. Exit 0 when published (or
+    /// already published), 3 when a gate refused it (nothing was written).
+    #[command(after_long_help = PUBLISH_JSON)]
+    Publish(PublishArgs),
+
+    /// Show a generation (the current one by default): partitions, accepted attempts, rows,
+    /// totals. Without --dataset, list the datasets and their current generations.
+    #[command(after_long_help = SHOW_JSON)]
+    Show(ShowArgs),
+
+    /// The history of generations, newest first.
+    #[command(after_long_help = LOG_JSON)]
+    Log(LogArgs),
+
+    /// Partitions added, replaced and removed between two generations of a dataset.
+    #[command(after_long_help = DIFF_JSON)]
+    Diff(DiffArgs),
+
+    /// Side effects: list them, record one, mark one emitted.
+    #[command(subcommand)]
+    Effects(EffectsCommand),
+
+    /// Counts of what the store holds, its file size, and per dataset its current generation's
+    /// size.
+    #[command(after_long_help = STATS_JSON)]
+    Stats,
+
+    /// Check every record, the references between tables and optionally the files of retained
+    /// generations. Read-only (beside a writer) unless --integrity. Exit 0 when clean, 7 when
+    /// anything is found.
+    #[command(after_long_help = VERIFY_JSON)]
+    Verify(VerifyArgs),
+
+    /// Make an earlier retained generation's content current again, as a new generation
+    /// recorded in the history. Exit 0 when rolled back, 3 when refused (nothing written).
+    #[command(after_long_help = ROLLBACK_JSON)]
+    Rollback(RollbackArgs),
+
+    /// Retention and cleanup: abandon expired attempts, expire generations, plan and apply a
+    /// cleanup of staging files. Dry runs unless --execute.
+    #[command(subcommand)]
+    Gc(GcCommand),
+}
+
+/// `verify` flags.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// Also check that every file a retained generation references exists with its size.
+    #[arg(long)]
+    pub files: bool,
+    /// As --files, and compare every file's CRC32 (reads every byte).
+    #[arg(long)]
+    pub checksums: bool,
+    /// Also run redb's own integrity check (page checksums). It needs the store exclusively:
+    /// exit 6 while another process holds it.
+    #[arg(long)]
+    pub integrity: bool,
+}
+
+/// `rollback` flags.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// The retained generation whose content becomes current again.
+    #[arg(long)]
+    pub to: u64,
+    /// Who asks for it (recorded in the history).
+    #[arg(long)]
+    pub actor: String,
+    /// Why (recorded in the history).
+    #[arg(long)]
+    pub reason: String,
+}
+
+/// `gc` verbs.
+#[derive(Debug, Subcommand)]
+pub enum GcCommand {
+    /// Record every unfinished attempt idle longer than --attempt-lifetime as abandoned (it can
+    /// no longer finish; cleanup may then delete its files).
+    #[command(after_long_help = GC_ABANDON_JSON)]
+    Abandon(GcAbandonArgs),
+    /// Expire the generations of a dataset that the retention policy does not keep.
+    #[command(after_long_help = GC_EXPIRE_JSON)]
+    Expire(GcExpireArgs),
+    /// Plan a cleanup of the staging root and store the plan; deletes nothing.
+    #[command(after_long_help = GC_PLAN_JSON)]
+    Plan(GcPlanArgs),
+    /// Apply a stored cleanup plan, re-checking every file first.
+    #[command(after_long_help = GC_APPLY_JSON)]
+    Apply(GcApplyArgs),
+}
+
+/// `gc abandon` flags.
+#[derive(Debug, Args)]
+pub struct GcAbandonArgs {
+    /// Record them (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+}
+
+/// `gc expire` flags.
+#[derive(Debug, Args)]
+pub struct GcExpireArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// How many of the newest generations to keep (default 10).
+    #[arg(long, value_name = "N")]
+    pub keep_last: Option<u64>,
+    /// Keep every generation published less than this long ago (default 7d).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub rollback_window: Option<std::time::Duration>,
+    /// Expire them (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+}
+
+/// `gc plan` flags.
+#[derive(Debug, Args)]
+pub struct GcPlanArgs {
+    /// Only files at least this old may be deleted (default 3d); must exceed the attempt
+    /// lifetime.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub age_threshold: Option<std::time::Duration>,
+    /// Accept an age threshold not above the attempt lifetime (dangerous).
+    #[arg(long)]
+    pub force_short_threshold: bool,
+    /// Show the stored plan with this id instead of making a new one.
+    #[arg(long, value_name = "PLAN", conflicts_with_all = ["age_threshold", "force_short_threshold"])]
+    pub show: Option<u64>,
+}
+
+/// `gc apply` flags.
+#[derive(Debug, Args)]
+pub struct GcApplyArgs {
+    /// The plan id (from `gc plan`).
+    #[arg(long)]
+    pub plan: u64,
+    /// Delete (default: dry run, report only).
+    #[arg(long)]
+    pub execute: bool,
+    /// Also delete the plan's files that no attempt owns.
+    #[arg(long)]
+    pub delete_unknown: bool,
+    /// Files re-checked and deleted per batch (default 1000).
+    #[arg(long, value_name = "N")]
+    pub batch_size: Option<usize>,
+}
+
+/// Parses a duration: a number with a unit `ms`, `s`, `m`, `h` or `d` (`90s`, `30m`, `1h`, `7d`).
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{value:?} needs a unit: ms, s, m, h or d"))?;
+    let (digits, unit) = value.split_at(split);
+    let n: u64 = digits.parse().map_err(|e| format!("{value:?}: {e}"))?;
+    let ms_per = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
+    };
+    n.checked_mul(ms_per).map(std::time::Duration::from_millis).ok_or_else(|| format!("{value:?} is too long"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_need_a_known_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "s", "5w", "-1s", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}
+
+/// `run` verbs.
+#[derive(Debug, Subcommand)]
+pub enum RunCommand {
+    /// Declare a run: dataset, run id, pinned input snapshot and tasks with their expected rows
+    /// and totals. Declaring the identical run again is a no-op (exit 0); a different one with
+    /// the same id is a conflict (exit 5).
+    #[command(after_long_help = DECLARE_JSON)]
+    Declare(DeclareArgs),
+
+    /// Show a declared run: its tasks, each attempt's status and the accepted attempt.
+    #[command(after_long_help = RUN_SHOW_JSON)]
+    Show(RunShowArgs),
+}
+
+/// `run declare` flags.
+#[derive(Debug, Args)]
+pub struct DeclareArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd', required_unless_present = "from")]
+    pub dataset: Option<String>,
+    /// Run id, unique within the dataset.
+    #[arg(long, short = 'r', required_unless_present = "from")]
+    pub run: Option<String>,
+    /// The input snapshot every task of the run reads.
+    #[arg(long, required_unless_present = "from")]
+    pub snapshot: Option<String>,
+    /// A task: its partition key, expected rows and optionally expected total (an integer such
+    /// as cents). Repeat per task. The partition key may not contain ':' here; use --from for
+    /// such keys.
+    #[arg(long = "task", value_name = "PARTITION:ROWS[:TOTAL]", value_parser = parse_task, required_unless_present = "from")]
+    pub tasks: Vec<TaskSpec>,
+    /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks"])]
+    pub from: Option<PathBuf>,
+}
+
+/// `run show` flags.
+#[derive(Debug, Args)]
+pub struct RunShowArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+}
+
+/// Identifies a task.
+#[derive(Debug, Args)]
+pub struct TaskArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+    /// Partition key of the task (e.g. date=2026-11-29/region=eu).
+    #[arg(long, short = 'p')]
+    pub partition: String,
+}
+
+/// `attempt` verbs.
+#[derive(Debug, Subcommand)]
+pub enum AttemptCommand {
+    /// Begin a new attempt of a task: prints its number and its private staging directory.
+    #[command(after_long_help = BEGIN_JSON)]
+    Begin(BeginArgs),
+
+    /// Record a finished attempt's candidate (rows, total, digest, files). Files can be listed
+    /// with their sizes and checksums computed from the staging directory (--file, --scan).
+    #[command(after_long_help = FINISH_JSON)]
+    Finish(FinishArgs),
+
+    /// Validate a finished attempt against its run and task. Exit 0 when valid, 3 when
+    /// invalid (the failed checks are printed).
+    #[command(after_long_help = VALIDATE_JSON)]
+    Validate(ValidateArgs),
+
+    /// Renew a running attempt's lease (exit 5 if it finished or was recorded abandoned: the
+    /// worker must stop).
+    #[command(after_long_help = HEARTBEAT_JSON)]
+    Heartbeat(HeartbeatArgs),
+}
+
+/// `attempt heartbeat` flags.
+#[derive(Debug, Args)]
+pub struct HeartbeatArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// The attempt number.
+    #[arg(long, short = 'a')]
+    pub attempt: u32,
+}
+
+/// `attempt begin` flags.
+#[derive(Debug, Args)]
+pub struct BeginArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// Print shell assignments MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR='...' for
+    /// `eval "$(manifestdb attempt begin --env ...)"`.
+    #[arg(long, conflicts_with = "json")]
+    pub env: bool,
+}
+
+/// `attempt finish` flags.
+#[derive(Debug, Args)]
+pub struct FinishArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// The attempt number.
+    #[arg(long, short = 'a')]
+    pub attempt: u32,
+    /// The input snapshot the attempt read.
+    #[arg(long, required_unless_present = "from")]
+    pub snapshot: Option<String>,
+    /// Rows written at the declared grain.
+    #[arg(long, required_unless_present = "from")]
+    pub rows: Option<u64>,
+    /// Total of the output's measure (an integer such as cents).
+    #[arg(long, allow_hyphen_values = true)]
+    pub total: Option<i64>,
+    /// Canonical digest of the output (equal inputs must give equal digests).
+    #[arg(long, required_unless_present = "from")]
+    pub digest: Option<String>,
+    /// A file the attempt wrote, relative to its staging directory; its size and CRC32 are
+    /// computed. Repeat per file.
+    #[arg(long = "file", value_name = "RELATIVE_PATH")]
+    pub files: Vec<String>,
+    /// Report every regular file under the staging directory, with sizes and CRC32s computed
+    /// (a symlink there is refused: it is never followed).
+    #[arg(long)]
+    pub scan: bool,
+    /// Read the candidate from a JSON file ('-' for stdin). --file and --scan add to its files.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["snapshot", "rows", "total", "digest"])]
+    pub from: Option<PathBuf>,
+}
+
+/// `attempt validate` flags.
+#[derive(Debug, Args)]
+pub struct ValidateArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// The attempt number.
+    #[arg(long, short = 'a')]
+    pub attempt: u32,
+    /// Also compare each file's CRC32 with the reported one (reads every byte); by default
+    /// only presence and size are checked.
+    #[arg(long)]
+    pub checksums: bool,
+}
+
+/// `publish` flags.
+#[derive(Debug, Args)]
+pub struct PublishArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+    /// Publish even if a partition's digest differs from the one published earlier for the
+    /// same input snapshot; the reason is recorded in the history.
+    #[arg(long, value_name = "REASON")]
+    pub accept_nondeterminism: Option<String>,
+}
+
+/// `show` flags.
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// Dataset name (omit to list datasets).
+    #[arg(long, short = 'd')]
+    pub dataset: Option<String>,
+    /// Generation number (default: the current one).
+    #[arg(long, short = 'g', requires = "dataset")]
+    pub generation: Option<u64>,
+}
+
+/// `log` flags.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Dataset name (omit for every dataset).
+    #[arg(long, short = 'd')]
+    pub dataset: Option<String>,
+}
+
+/// `diff` flags.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// The older generation.
+    pub from: u64,
+    /// The newer generation.
+    pub to: u64,
+}
+
+/// `effects` verbs.
+#[derive(Debug, Subcommand)]
+pub enum EffectsCommand {
+    /// List a dataset's side effects (of one run with --run; only those ready to emit with
+    /// --ready).
+    #[command(after_long_help = EFFECTS_LIST_JSON)]
+    List(EffectsListArgs),
+    /// Record a side effect under its natural key; a repeat records nothing and returns the
+    /// first record (exit 0 both ways).
+    #[command(after_long_help = EFFECT_RECORD_JSON)]
+    Record(EffectRecordArgs),
+    /// Mark a ready side effect emitted (exit 5 if its run is not published yet).
+    #[command(name = "mark-emitted", after_long_help = EFFECT_MARK_JSON)]
+    MarkEmitted(EffectKeyArgs),
+}
+
+/// `effects list` flags.
+#[derive(Debug, Args)]
+pub struct EffectsListArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Only this run's effects.
+    #[arg(long, short = 'r', conflicts_with = "ready")]
+    pub run: Option<String>,
+    /// Only effects ready to emit (run published, not yet marked emitted).
+    #[arg(long)]
+    pub ready: bool,
+}
+
+/// Identifies a side effect.
+#[derive(Debug, Args)]
+pub struct EffectKeyArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+    /// The effect's name (e.g. notify-forecast).
+    #[arg(long, short = 'e')]
+    pub effect: String,
+    /// The partition it concerns (omit for a run-level effect).
+    #[arg(long, short = 'p')]
+    pub partition: Option<String>,
+}
+
+/// `effects record` flags.
+#[derive(Debug, Args)]
+pub struct EffectRecordArgs {
+    /// The effect.
+    #[command(flatten)]
+    pub key: EffectKeyArgs,
+    /// The payload as text.
+    #[arg(long, conflicts_with = "payload_file")]
+    pub payload: Option<String>,
+    /// Read the payload from a file ('-' for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub payload_file: Option<PathBuf>,
+}
+
+/// Parses `PARTITION:ROWS[:TOTAL]`.
+fn parse_task(value: &str) -> Result<TaskSpec, String> {
+    let fields: Vec<&str> = value.split(':').collect();
+    let (partition, rows, total) = match fields.as_slice() {
+        [partition, rows] => (*partition, *rows, None),
+        [partition, rows, total] => (*partition, *rows, Some(*total)),
+        _ => return Err("expected PARTITION:ROWS or PARTITION:ROWS:TOTAL (a partition key holding ':' needs --from)".to_owned()),
+    };
+    let expected_rows = rows.parse::<u64>().map_err(|e| format!("rows {rows:?}: {e}"))?;
+    let expected_total = total.map(|t| t.parse::<i64>().map_err(|e| format!("total {t:?}: {e}"))).transpose()?;
+    Ok(TaskSpec { partition: partition.to_owned(), expected_rows, expected_total })
+}
+
+const DECLARE_JSON: &str = "\
+Input (--from): {\"dataset\", \"run\", \"snapshot\",
+                 \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}]}
+JSON: {\"dataset\", \"run\", \"snapshot\", \"outcome\": \"declared\"|\"already_declared\",
+       \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}";
+
+const RUN_SHOW_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"snapshot\", \"declared_at_ms\", \"published_generation\": N|null,
+       \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\", \"accepted_attempt\": N|null,
+                  \"attempts\": [ATTEMPT]}]}
+ATTEMPT: {\"attempt\", \"status\": \"running\"|\"finished\"|\"valid\"|\"invalid\", \"failures\": [FAILURE],
+          \"started_at_ms\", \"staging_rel\", \"candidate\": CANDIDATE|null}
+CANDIDATE: {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}
+FAILURE: {\"kind\", \"message\", ...}; kind is one of foreign_snapshot, rows_mismatch,
+         total_mismatch (expected, got), file_missing (path), file_size_mismatch,
+         file_checksum_mismatch (path, expected, got), file_unreadable (path, error), other";
+
+const BEGIN_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"staging_dir\", \"started_at_ms\"}
+--env: MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR='PATH', one per line, shell-quoted.";
+
+const FINISH_JSON: &str = "\
+Input (--from): {\"snapshot\", \"rows\", \"total\"?, \"digest\",
+                 \"files\"?: [{\"path\", \"size_bytes\", \"crc32\"}]}
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"recorded\"|\"already_recorded\",
+       \"candidate\": {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}}";
+
+const VALIDATE_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"verdict\": \"valid\"|\"invalid\",
+       \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null}
+(failure kinds: see `manifestdb run show --help`)";
+
+const PUBLISH_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"outcome\": \"published\"|\"already_published\"|\"refused\",
+       \"generation\": GENERATION|null, \"refused_tasks\": [REFUSAL]}
+GENERATION: see `manifestdb log --help`
+REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"attempt\", \"status\", \"failures\"}]}
+       | {\"partition\", \"reason\": \"gate\", \"attempt\", \"failures\": [FAILURE]}
+       | {\"partition\", \"reason\": \"nondeterministic\", \"attempt\", \"digest\", \"published_digest\",
+          \"published_run\", \"published_generation\"}";
+
+const SHOW_JSON: &str = "\
+JSON with --dataset: {\"generation\": GENERATION, \"current\": BOOL, \"partitions\": [PARTITION],
+                      \"totals\": {\"partitions\", \"rows\", \"total\": N|null, \"files\", \"bytes\"}}
+PARTITION: {\"partition\", \"since_generation\", \"run\", \"attempt\", \"snapshot\", \"rows\", \"total\",
+            \"digest\", \"staging_rel\", \"staging_dir\": PATH|null (null without a staging root),
+            \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}
+JSON without --dataset: {\"datasets\": [{\"dataset\", \"current_generation\", \"run\", \"published_at_ms\"}]}
+GENERATION: see `manifestdb log --help`. Exit 4 if the dataset has no such generation.";
+
+const LOG_JSON: &str = "\
+JSON: {\"datasets\": [{\"dataset\", \"current_generation\", \"generations\": [GENERATION]}]}, newest first
+GENERATION: {\"dataset\", \"number\", \"parent\", \"kind\": \"publish\"|\"rollback\"|\"other\",
+             \"rollback\": {\"restored\", \"actor\", \"reason\"}|null, \"run\", \"snapshot\",
+             \"published_at_ms\", \"partitions_replaced\",
+             \"nondeterminism_accepted\": {\"reason\", \"partitions\"}|null}";
+
+const DIFF_JSON: &str = "\
+JSON: {\"dataset\", \"from\", \"to\", \"added\": [PARTITION], \"removed\": [PARTITION],
+       \"replaced\": [{\"partition\", \"from\": PARTITION, \"to\": PARTITION}], \"unchanged\": N}
+PARTITION: see `manifestdb show --help`. Exit 4 if either generation does not exist.";
+
+macro_rules! effect_json {
+    () => {
+        "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null,
+        \"status\": \"recorded\"|\"ready\"|\"emitted\", \"generation\": N|null, \"recorded_at_ms\",
+        \"emitted_at_ms\": N|null, \"payload\": STR|null (null if not UTF-8), \"payload_hex\"}"
+    };
+}
+
+const EFFECTS_LIST_JSON: &str = concat!("JSON: {\"effects\": [EFFECT]}\n", effect_json!());
+const EFFECT_RECORD_JSON: &str = concat!("JSON: {\"newly_recorded\": BOOL, \"effect\": EFFECT}\n", effect_json!());
+const EFFECT_MARK_JSON: &str = concat!("JSON: {\"effect\": EFFECT}\n", effect_json!());
+
+const STATS_JSON: &str = "\
+JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"meta\", \"runs\", \"tasks\", \"attempts\", \"accepted\",
+       \"partition_versions\", \"generations\", \"pointers\", \"published_digests\", \"effects\",
+       \"cleanup_plans\", \"cleanup_batches\"} (one entry count per table),
+       \"datasets\": [{\"dataset\", \"current_generation\", \"partitions\", \"rows\", \"files\", \"bytes\"}]}
+Table names are the store's table names without their version suffix.";
+
+const HEARTBEAT_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"heartbeat_at_ms\", \"expires_at_ms\"}
+The lease is --attempt-lifetime (default 1h) from now; use the scheduler's own value.";
+
+const VERIFY_JSON: &str = "\
+JSON: {\"clean\": BOOL, \"integrity\": {\"status\": \"passed\"|\"repaired\"|\"failed\"|\"skipped\"|\"other\",
+       \"detail\": STR|null}, \"records\": {TABLE: N, ...}, \"records_total\", \"files_checked\",
+       \"findings\": [{\"table\", \"key\", \"message\"}], \"notes\": [STR]}
+Exit 0 when clean, 7 when redb's check failed or needed a repair, or anything was found.";
+
+const ROLLBACK_JSON: &str = "\
+JSON: {\"dataset\", \"to\", \"outcome\": \"rolled_back\"|\"refused\", \"generation\": GENERATION|null,
+       \"refusal\": {\"kind\": \"expired\"|\"unknown\"|\"already_current\", \"message\", ...}|null}
+GENERATION: see `manifestdb log --help` (its kind is \"rollback\").";
+
+const GC_ABANDON_JSON: &str = "\
+JSON: {\"mode\": \"dry_run\"|\"execute\", \"attempt_lifetime_max_ms\",
+       \"abandoned\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
+Give --attempt-lifetime the value the scheduler uses (default 1h).";
+
+const GC_EXPIRE_JSON: &str = "\
+JSON: {\"dataset\", \"mode\": \"dry_run\"|\"execute\", \"current\", \"oldest_retained\", \"expired\": [N],
+       \"versions_removed\"}";
+
+const GC_PLAN_JSON: &str = "\
+JSON: {\"plan\", \"created_at_ms\", \"age_threshold_ms\", \"attempt_lifetime_max_ms\", \"candidates\": [PATH],
+       \"candidate_bytes\", \"unknown\": [PATH], \"kept\": {REASON: N, ...}, \"unconsidered\": [STR]}
+PATH: {\"path\", \"size_bytes\", \"modified_at_ms\", \"reason\": \"abandoned\"|\"invalid\"|\"not_retained\"|\"unknown\",
+       \"attempt\": {\"dataset\", \"run\", \"partition\", \"attempt\"}|null}
+REASON: referenced, may_be_running, awaiting_validation, valid_unpublished, too_young,
+        future_modification_time";
+
+const GC_APPLY_JSON: &str = "\
+JSON: {\"plan\", \"mode\": \"dry_run\"|\"execute\", \"deleted\": [PATH], \"bytes_deleted\",
+       \"skipped\": [{\"path\", \"reason\", \"detail\": STR|null}], \"directories_removed\",
+       \"attempt_records_removed\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
+skip reasons: missing, changed, now_protected (detail: the keep reason), owner_changed,
+unknown_not_requested, delete_failed (detail: the OS message)";

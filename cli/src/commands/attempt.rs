@@ -1,0 +1,218 @@
+//! `attempt begin`, `attempt finish`, `attempt validate`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use manifestdb::{Candidate, FileCheck, FileEntry, FinishOutcome, Store, TaskKey, describe_file};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::parse_json;
+use crate::args::{BeginArgs, FinishArgs, HeartbeatArgs, TaskArgs, ValidateArgs};
+use crate::exit::{Exit, usage};
+use crate::json;
+use crate::location::LocationArgs;
+use crate::output::{Out, Table, opt, shell_quote};
+
+fn task_key(args: &TaskArgs) -> TaskKey {
+    TaskKey::new(&args.dataset, &args.run, &args.partition)
+}
+
+/// `attempt begin`.
+pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let ticket = store.begin_attempt(&task_key(&args.task))?;
+    if args.env {
+        let staging = ticket.staging_dir.to_str().ok_or_else(|| usage("the staging directory's path is not UTF-8"))?;
+        out.raw(&format!("MANIFESTDB_ATTEMPT={}\nMANIFESTDB_STAGING_DIR={}\n", ticket.key.attempt, shell_quote(staging)))?;
+        return Ok(Exit::Success);
+    }
+    let task = &ticket.key.task;
+    let doc = json!({
+        "dataset": task.dataset,
+        "run": task.run,
+        "partition": task.partition,
+        "attempt": ticket.key.attempt,
+        "staging_dir": ticket.staging_dir,
+        "started_at_ms": ticket.started_at_ms,
+    });
+    out.emit(&doc, |w| {
+        let mut table = Table::new(vec!["", ""]);
+        table.row(vec!["task".into(), task.to_string()]);
+        table.row(vec!["attempt".into(), ticket.key.attempt.to_string()]);
+        table.row(vec!["staging".into(), ticket.staging_dir.display().to_string()]);
+        table.write_body(w)
+    })?;
+    Ok(Exit::Success)
+}
+
+/// The `--from` document of `attempt finish`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CandidateInput {
+    snapshot: String,
+    rows: u64,
+    #[serde(default)]
+    total: Option<i64>,
+    digest: String,
+    #[serde(default)]
+    files: Vec<FileInput>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileInput {
+    path: String,
+    size_bytes: u64,
+    crc32: u32,
+}
+
+/// The attempt's staging directory, from the store's record of it.
+fn staging_dir(store: &Store, args: &FinishArgs) -> anyhow::Result<PathBuf> {
+    let key = task_key(&args.task).attempt(args.attempt);
+    let info = store.snapshot()?.attempt(&key)?.ok_or_else(|| manifestdb::Error::UnknownAttempt {
+        dataset: key.task.dataset.clone(),
+        run: key.task.run.clone(),
+        partition: key.task.partition.clone(),
+        attempt: key.attempt,
+    })?;
+    Ok(store.staging_root().join(info.staging_rel))
+}
+
+/// Every regular file under `dir`, as `/`-separated relative paths in sorted order. Symlinks
+/// are refused rather than followed or skipped: a candidate must not silently differ from what
+/// the worker meant to report.
+fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
+    let mut found = Vec::new();
+    let mut pending = vec![(dir.to_path_buf(), String::new())];
+    while let Some((path, rel)) = pending.pop() {
+        for entry in fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))? {
+            let entry = entry.with_context(|| format!("listing {}", path.display()))?;
+            let name = entry.file_name();
+            let name = name.to_str().ok_or_else(|| usage(format!("{} holds a file name that is not UTF-8", path.display())))?;
+            let child_rel = if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
+            let file_type = entry.file_type().with_context(|| format!("inspecting {}", entry.path().display()))?;
+            if file_type.is_symlink() {
+                return Err(usage(format!("{} is a symlink; manifestdb never follows symlinks in staging", entry.path().display())));
+            } else if file_type.is_dir() {
+                pending.push((entry.path(), child_rel));
+            } else if file_type.is_file() {
+                found.push(child_rel);
+            } else {
+                return Err(usage(format!("{} is not a regular file or directory", entry.path().display())));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// `attempt finish`.
+pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyhow::Result<Exit> {
+    let (snapshot, rows, total, digest, mut files) = match &args.from {
+        Some(path) => {
+            let input: CandidateInput = parse_json(path, "candidate")?;
+            let files = input.files.into_iter().map(|f| FileEntry { path: f.path, size_bytes: f.size_bytes, crc32: f.crc32 }).collect();
+            (input.snapshot, input.rows, input.total, input.digest, files)
+        }
+        None => {
+            let (Some(snapshot), Some(rows), Some(digest)) = (&args.snapshot, args.rows, &args.digest) else {
+                return Err(usage("--snapshot, --rows and --digest are required without --from"));
+            };
+            (snapshot.clone(), rows, args.total, digest.clone(), Vec::new())
+        }
+    };
+    let store = location.open_writer()?;
+    if !args.files.is_empty() || args.scan {
+        let dir = staging_dir(&store, args)?;
+        let mut paths = args.files.clone();
+        if args.scan {
+            paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
+        }
+        let bar = out.progress(paths.len() as u64, "checksumming files");
+        for path in &paths {
+            files.push(describe_file(&dir, path)?);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+    let key = task_key(&args.task).attempt(args.attempt);
+    let candidate = Candidate { snapshot, rows, total, digest, files };
+    let outcome = store.finish_attempt(&key, &candidate)?;
+    let outcome_name = match outcome {
+        FinishOutcome::Recorded => "recorded",
+        FinishOutcome::AlreadyRecorded => "already_recorded",
+    };
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "outcome": outcome_name,
+        "candidate": json::candidate(&candidate),
+    });
+    out.emit(&doc, |w| {
+        let verb = if outcome == FinishOutcome::Recorded { "recorded" } else { "already recorded (identical; nothing written)" };
+        writeln!(
+            w,
+            "candidate of attempt {key} {verb}: rows {}, total {}, digest {}",
+            candidate.rows,
+            opt(candidate.total),
+            candidate.digest
+        )?;
+        let mut table = Table::new(vec!["FILE", "BYTES", "CRC32"]);
+        for f in &candidate.files {
+            table.row(vec![f.path.clone(), f.size_bytes.to_string(), format!("{:08x}", f.crc32)]);
+        }
+        table.write(w)
+    })?;
+    Ok(Exit::Success)
+}
+
+/// `attempt validate`.
+pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let task = task_key(&args.task);
+    let key = task.attempt(args.attempt);
+    let check = if args.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+    let verdict = store.validate_attempt(&key, check)?;
+    let accepted = store.snapshot()?.accepted(&task)?;
+    let (verdict_name, failures) = json::verdict(&verdict);
+    let doc = json!({
+        "dataset": task.dataset,
+        "run": task.run,
+        "partition": task.partition,
+        "attempt": key.attempt,
+        "verdict": verdict_name,
+        "failures": failures,
+        "accepted_attempt": accepted,
+    });
+    out.emit(&doc, |w| {
+        writeln!(w, "attempt {key} is {verdict_name}; accepted attempt of the task: {}", opt(accepted))?;
+        if let manifestdb::Verdict::Invalid(failures) = &verdict {
+            for failure in failures {
+                writeln!(w, "  {failure}")?;
+            }
+        }
+        Ok(())
+    })?;
+    Ok(if verdict.is_valid() { Exit::Success } else { Exit::Refused })
+}
+
+/// `attempt heartbeat`.
+pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let lease = store.heartbeat(&key)?;
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "heartbeat_at_ms": lease.heartbeat_at_ms,
+        "expires_at_ms": lease.expires_at_ms,
+    });
+    out.emit(&doc, |w| writeln!(w, "attempt {key}: lease renewed until {}", crate::output::utc(lease.expires_at_ms)))?;
+    Ok(Exit::Success)
+}

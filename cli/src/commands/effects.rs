@@ -1,0 +1,82 @@
+//! `effects list`, `effects record`, `effects mark-emitted`.
+
+use std::io::Write;
+
+use manifestdb::{Effect, EffectKey};
+use serde_json::json;
+
+use super::read_input;
+use crate::args::{EffectKeyArgs, EffectRecordArgs, EffectsListArgs};
+use crate::exit::Exit;
+use crate::json;
+use crate::location::LocationArgs;
+use crate::output::{Out, Table, opt, utc};
+
+fn effect_key(args: &EffectKeyArgs) -> EffectKey {
+    EffectKey { dataset: args.dataset.clone(), run: args.run.clone(), effect: args.effect.clone(), partition: args.partition.clone() }
+}
+
+fn effects_table(effects: &[Effect], w: &mut dyn Write) -> std::io::Result<()> {
+    let mut table = Table::new(vec!["RUN", "EFFECT", "PARTITION", "STATUS", "GENERATION", "RECORDED", "PAYLOAD"]);
+    for e in effects {
+        let (status, generation, _) = json::effect_status(&e.status);
+        let payload = match std::str::from_utf8(&e.payload) {
+            Ok(text) if text.chars().count() <= 40 => text.escape_debug().to_string(),
+            Ok(text) => format!("{}...", text.chars().take(40).collect::<String>().escape_debug()),
+            Err(_) => format!("({} bytes, not UTF-8)", e.payload.len()),
+        };
+        table.row(vec![
+            e.key.run.clone(),
+            e.key.effect.clone(),
+            e.key.partition.clone().unwrap_or_else(|| "-".into()),
+            status.to_owned(),
+            opt(generation),
+            utc(e.recorded_at_ms),
+            payload,
+        ]);
+    }
+    table.write(w)
+}
+
+/// `effects list`.
+pub fn list(location: &LocationArgs, out: &mut Out, args: &EffectsListArgs) -> anyhow::Result<Exit> {
+    let store = location.open_reader()?;
+    let snapshot = store.snapshot()?;
+    let effects = match (&args.run, args.ready) {
+        (Some(run), _) => snapshot.effects(&args.dataset, run)?,
+        (None, true) => snapshot.ready_effects(&args.dataset)?,
+        (None, false) => snapshot.dataset_effects(&args.dataset)?,
+    };
+    drop(snapshot);
+    let doc = json!({ "effects": effects.iter().map(json::effect).collect::<Vec<_>>() });
+    out.emit(&doc, |w| effects_table(&effects, w))?;
+    Ok(Exit::Success)
+}
+
+/// `effects record`.
+pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -> anyhow::Result<Exit> {
+    let payload = match (&args.payload, &args.payload_file) {
+        (Some(text), _) => text.as_bytes().to_vec(),
+        (None, Some(path)) => read_input(path)?,
+        (None, None) => Vec::new(),
+    };
+    let store = location.open_writer()?;
+    let recorded = store.record_effect(&effect_key(&args.key), &payload)?;
+    let doc = json!({ "newly_recorded": recorded.newly_recorded, "effect": json::effect(&recorded.effect) });
+    out.emit(&doc, |w| {
+        if !recorded.newly_recorded {
+            writeln!(w, "already recorded under this key; nothing written (the first record stands)")?;
+        }
+        effects_table(std::slice::from_ref(&recorded.effect), w)
+    })?;
+    Ok(Exit::Success)
+}
+
+/// `effects mark-emitted`.
+pub fn mark_emitted(location: &LocationArgs, out: &mut Out, args: &EffectKeyArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let effect = store.mark_effect_emitted(&effect_key(args))?;
+    let doc = json!({ "effect": json::effect(&effect) });
+    out.emit(&doc, |w| effects_table(std::slice::from_ref(&effect), w))?;
+    Ok(Exit::Success)
+}

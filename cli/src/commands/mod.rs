@@ -1,0 +1,78 @@
+//! One function per verb: call the library, print the outcome, return the exit code.
+
+mod attempt;
+mod effects;
+mod gc;
+pub(crate) mod inspect;
+mod publish;
+mod rollback;
+mod run;
+mod verify;
+
+use std::io::Read;
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, GcCommand, RunCommand};
+use crate::exit::Exit;
+use crate::output::{Out, Table};
+
+/// Runs the parsed command line.
+pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
+    let location = &cli.location;
+    match &cli.command {
+        Command::Init => init(location, out),
+        Command::Run(RunCommand::Declare(args)) => run::declare(location, out, args),
+        Command::Run(RunCommand::Show(args)) => run::show(location, out, args),
+        Command::Attempt(AttemptCommand::Begin(args)) => attempt::begin(location, out, args),
+        Command::Attempt(AttemptCommand::Finish(args)) => attempt::finish(location, out, args),
+        Command::Attempt(AttemptCommand::Validate(args)) => attempt::validate(location, out, args),
+        Command::Publish(args) => publish::publish(location, out, args),
+        Command::Show(args) => inspect::show(location, out, args),
+        Command::Log(args) => inspect::log(location, out, args),
+        Command::Diff(args) => inspect::diff(location, out, args),
+        Command::Effects(EffectsCommand::List(args)) => effects::list(location, out, args),
+        Command::Effects(EffectsCommand::Record(args)) => effects::record(location, out, args),
+        Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
+        Command::Stats => inspect::stats(location, out),
+        Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
+        Command::Verify(args) => verify::verify(location, out, args),
+        Command::Rollback(args) => rollback::rollback(location, out, args),
+        Command::Gc(GcCommand::Abandon(args)) => gc::abandon(location, out, args),
+        Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),
+        Command::Gc(GcCommand::Plan(args)) => gc::plan(location, out, args),
+        Command::Gc(GcCommand::Apply(args)) => gc::apply(location, out, args),
+    }
+}
+
+fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
+    let (store, path, created) = location.create()?;
+    let staging = store.staging_root().to_path_buf();
+    let doc = json!({ "store": path, "staging": staging, "created": created });
+    out.emit(&doc, |w| {
+        let mut table = Table::new(vec!["", ""]);
+        table.row(vec!["store".into(), format!("{}{}", path.display(), if created { " (created)" } else { " (exists)" })]);
+        table.row(vec!["staging".into(), staging.display().to_string()]);
+        table.write_body(w)
+    })?;
+    Ok(Exit::Success)
+}
+
+/// Reads a whole file, or stdin for `-`.
+fn read_input(path: &Path) -> anyhow::Result<Vec<u8>> {
+    if path == Path::new("-") {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).context("reading stdin")?;
+        Ok(buf)
+    } else {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
+/// Parses a JSON input document; a malformed one is a usage error.
+fn parse_json<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> anyhow::Result<T> {
+    let bytes = read_input(path)?;
+    serde_json::from_slice(&bytes).map_err(|e| crate::exit::usage(format!("{what} in {} is not valid: {e}", path.display())))
+}

@@ -1,0 +1,41 @@
+//! `publish`.
+
+use manifestdb::{PublishOptions, PublishOutcome};
+use serde_json::{Value, json};
+
+use crate::args::PublishArgs;
+use crate::exit::Exit;
+use crate::json;
+use crate::location::LocationArgs;
+use crate::output::Out;
+
+/// `publish`: exit 0 when published or already published, 3 when refused.
+pub fn publish(location: &LocationArgs, out: &mut Out, args: &PublishArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let options = PublishOptions { accept_nondeterminism: args.accept_nondeterminism.clone() };
+    let outcome = store.publish(&args.dataset, &args.run, &options)?;
+    let (name, generation, refused, exit) = match &outcome {
+        PublishOutcome::Published(g) => ("published", json::generation(g), Vec::new(), Exit::Success),
+        PublishOutcome::AlreadyPublished(g) => ("already_published", json::generation(g), Vec::new(), Exit::Success),
+        PublishOutcome::Refused(r) => ("refused", Value::Null, json::refused_tasks(r), Exit::Refused),
+    };
+    let doc = json!({
+        "dataset": args.dataset,
+        "run": args.run,
+        "outcome": name,
+        "generation": generation,
+        "refused_tasks": refused,
+    });
+    out.emit(&doc, |w| match &outcome {
+        PublishOutcome::Published(g) => writeln!(
+            w,
+            "published run {} of {} as generation {} (parent {}, {} partitions replaced)",
+            g.run, g.dataset, g.number, g.parent, g.partitions_replaced
+        ),
+        PublishOutcome::AlreadyPublished(g) => {
+            writeln!(w, "run {} of {} was already published as generation {}; nothing written", g.run, g.dataset, g.number)
+        }
+        PublishOutcome::Refused(refusal) => writeln!(w, "{refusal}\nnothing was written; the generation pointer did not move"),
+    })?;
+    Ok(exit)
+}

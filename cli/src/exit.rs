@@ -1,0 +1,169 @@
+//! Exit codes, and how an error maps to one.
+//!
+//! The codes are part of the tool's interface: schedulers branch on them. They are listed once
+//! here ([`EXIT_CODES_HELP`]) and that text is shown by `manifestdb --help` and copied in the
+//! README's "Command-line tool" section.
+
+use std::io;
+
+/// How a command ended. The discriminant is the process exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Done (including "nothing to do": an identical re-declaration, an already published run).
+    Success = 0,
+    /// A fault: I/O or storage failure, or anything unexpected.
+    Fault = 1,
+    /// The call is wrong: bad flags, unreadable JSON input, an invalid name or path (for
+    /// example a partition key with `..`), no store location given.
+    Usage = 2,
+    /// A negative outcome, not a fault: a publish refused by a gate, a candidate validated
+    /// invalid, a rollback refused.
+    Refused = 3,
+    /// Something named does not exist: store, run, task, attempt, effect, generation, file.
+    NotFound = 4,
+    /// The store's state forbids the operation: a run declared differently, a run already
+    /// published, an attempt finished with another candidate or not finished yet, a foreign
+    /// snapshot, an effect whose run is not published.
+    Conflict = 5,
+    /// Another process holds the store open for writing; retry later.
+    Busy = 6,
+    /// The store file is corrupt or of an unsupported format, or `verify` found problems.
+    Corrupt = 7,
+}
+
+impl Exit {
+    /// The exit code.
+    pub fn code(self) -> u8 {
+        self as u8
+    }
+
+    /// A short stable name, used in JSON error documents.
+    pub fn name(self) -> &'static str {
+        match self {
+            Exit::Success => "success",
+            Exit::Fault => "fault",
+            Exit::Usage => "usage",
+            Exit::Refused => "refused",
+            Exit::NotFound => "not_found",
+            Exit::Conflict => "conflict",
+            Exit::Busy => "busy",
+            Exit::Corrupt => "corrupt",
+        }
+    }
+}
+
+/// The exit-code table shown by `--help` (and in the README).
+pub const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0  success (also: identical re-declaration, run already published, closed output pipe)
+  1  fault: I/O or storage failure, anything unexpected
+  2  usage: bad flags or JSON input, invalid name or path (e.g. '..' in a partition key),
+     no store location
+  3  refused: publish refused by a gate, candidate validated invalid, rollback refused
+  4  not found: store, run, task, attempt, effect, generation or file does not exist
+  5  conflict: the store's state forbids it (run declared differently, run already
+     published, attempt finished differently or not finished, attempt abandoned,
+     foreign snapshot, effect not ready)
+  6  busy: another process holds the store open for writing
+  7  corrupt: the store file is damaged or of an unsupported format; verify found problems";
+
+/// An error the tool itself raises, with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    /// The exit code.
+    pub exit: Exit,
+    /// The message.
+    pub message: String,
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+/// A usage error (exit 2).
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    CliError { exit: Exit::Usage, message: message.into() }.into()
+}
+
+/// A not-found error (exit 4).
+pub fn not_found(message: impl Into<String>) -> anyhow::Error {
+    CliError { exit: Exit::NotFound, message: message.into() }.into()
+}
+
+/// True if the error is a write to a closed pipe (`manifestdb log | head`), which is not a
+/// failure of the tool.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| cause.downcast_ref::<io::Error>().is_some_and(|e| e.kind() == io::ErrorKind::BrokenPipe))
+}
+
+/// The exit code for an error: the first cause in the chain that says what it is decides.
+pub fn classify(err: &anyhow::Error) -> Exit {
+    for cause in err.chain() {
+        if let Some(cli) = cause.downcast_ref::<CliError>() {
+            return cli.exit;
+        }
+        if let Some(lib) = cause.downcast_ref::<manifestdb::Error>() {
+            return classify_library(lib);
+        }
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            return if io.kind() == io::ErrorKind::NotFound { Exit::NotFound } else { Exit::Fault };
+        }
+        if cause.downcast_ref::<serde_json::Error>().is_some() {
+            return Exit::Usage;
+        }
+    }
+    Exit::Fault
+}
+
+fn classify_library(err: &manifestdb::Error) -> Exit {
+    use manifestdb::Error as E;
+    if err.is_corruption() {
+        return Exit::Corrupt;
+    }
+    match err {
+        E::AlreadyOpen { .. } => Exit::Busy,
+        E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
+        E::InvalidInput { .. } => Exit::Usage,
+        E::UnknownRun { .. }
+        | E::UnknownTask { .. }
+        | E::UnknownAttempt { .. }
+        | E::UnknownEffect { .. }
+        | E::UnknownCleanupPlan { .. } => Exit::NotFound,
+        E::CleanupThresholdTooShort { .. } => Exit::Usage,
+        E::RunConflict { .. }
+        | E::RunPublished { .. }
+        | E::ForeignSnapshot { .. }
+        | E::CandidateConflict { .. }
+        | E::AttemptState { .. }
+        | E::EffectNotReady { .. }
+        | E::AttemptAbandoned { .. }
+        | E::GenerationExpired { .. } => Exit::Conflict,
+        E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
+        // redb reports a file that is not a redb database (bad magic number, garbage) as an
+        // I/O error of kind InvalidData, and a file cut short as UnexpectedEof; for an operator
+        // both are a damaged store.
+        E::Storage { source: redb::Error::Io(io), .. }
+            if matches!(io.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
+        {
+            Exit::Corrupt
+        }
+        _ => Exit::Fault,
+    }
+}
+
+/// The message for an error: its context layers and causes joined by `: `, stopping at the
+/// library's error, whose message already includes its own cause.
+pub fn message(err: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in err.chain() {
+        parts.push(cause.to_string());
+        if cause.downcast_ref::<manifestdb::Error>().is_some() {
+            break;
+        }
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,97 @@
+//! Where the store lives: `--store`/`--staging`, or one `--dir` holding both, with
+//! environment-variable fallbacks. Turned into paths once, then opened read-only or for
+//! writing.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use manifestdb::{ReadOnlyStore, Store, StoreOptions};
+
+use crate::exit::{not_found, usage};
+
+/// The store file's name inside `--dir`.
+pub const STORE_FILE: &str = "store.redb";
+/// The staging root's name inside `--dir`.
+pub const STAGING_DIR: &str = "staging";
+
+/// The store-location flags, shared by every verb.
+#[derive(Debug, Clone, Args)]
+pub struct LocationArgs {
+    /// Directory holding the store file (store.redb) and the staging root (staging/).
+    #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_DIR")]
+    pub dir: Option<PathBuf>,
+
+    /// The store file (overrides the one in --dir).
+    #[arg(long, global = true, value_name = "PATH", env = "MANIFESTDB_STORE")]
+    pub store: Option<PathBuf>,
+
+    /// The staging root, under which every attempt gets its private directory (overrides the
+    /// one in --dir).
+    #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_STAGING")]
+    pub staging: Option<PathBuf>,
+
+    /// The attempt lease for writing verbs (heartbeat, gc): how long an attempt may go without
+    /// finishing or a heartbeat before `gc abandon` may abandon it. Use the scheduler's value.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
+    pub attempt_lifetime: Option<std::time::Duration>,
+}
+
+impl LocationArgs {
+    /// The store file.
+    pub fn store_path(&self) -> anyhow::Result<PathBuf> {
+        match (&self.store, &self.dir) {
+            (Some(store), _) => Ok(store.clone()),
+            (None, Some(dir)) => Ok(dir.join(STORE_FILE)),
+            (None, None) => Err(usage("no store given: pass --dir DIR or --store PATH (or set MANIFESTDB_DIR or MANIFESTDB_STORE)")),
+        }
+    }
+
+    /// The staging root, if one is given.
+    pub fn staging_root(&self) -> Option<PathBuf> {
+        match (&self.staging, &self.dir) {
+            (Some(staging), _) => Some(staging.clone()),
+            (None, Some(dir)) => Some(dir.join(STAGING_DIR)),
+            (None, None) => None,
+        }
+    }
+
+    fn required_staging_root(&self) -> anyhow::Result<PathBuf> {
+        self.staging_root()
+            .ok_or_else(|| usage("no staging root given: pass --dir DIR or --staging DIR (or set MANIFESTDB_DIR or MANIFESTDB_STAGING)"))
+    }
+
+    /// Creates the store (or opens an existing one) for `init`. Returns the store and whether
+    /// it was created.
+    pub fn create(&self) -> anyhow::Result<(Store, PathBuf, bool)> {
+        let path = self.store_path()?;
+        let staging = self.required_staging_root()?;
+        let existed = path.exists();
+        let store = Store::open(&path, &staging).with_context(|| format!("opening store {}", path.display()))?;
+        Ok((store, path, !existed))
+    }
+
+    /// Opens an existing store for writing. A missing store is an error rather than created,
+    /// so that a mistyped `--dir` does not silently start a new, empty store.
+    pub fn open_writer(&self) -> anyhow::Result<Store> {
+        let path = self.store_path()?;
+        let staging = self.required_staging_root()?;
+        require_existing(&path)?;
+        let mut options = StoreOptions::default();
+        if let Some(lifetime) = self.attempt_lifetime {
+            options.attempt_lifetime_max = lifetime;
+        }
+        Store::open_with_options(&path, &staging, &options).with_context(|| format!("opening store {} for writing", path.display()))
+    }
+
+    /// Opens an existing store read-only; works while another process holds it for writing.
+    pub fn open_reader(&self) -> anyhow::Result<ReadOnlyStore> {
+        let path = self.store_path()?;
+        require_existing(&path)?;
+        ReadOnlyStore::open(&path).with_context(|| format!("opening store {} read-only", path.display()))
+    }
+}
+
+fn require_existing(path: &Path) -> anyhow::Result<()> {
+    if path.exists() { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
+}

@@ -1,0 +1,8 @@
+//! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
+
+mod maintain;
+mod readonly;
+mod refusals;
+mod support;
+mod verbs;
+mod walkthrough;

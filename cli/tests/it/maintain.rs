@@ -1,0 +1,168 @@
+//! `verify`, `rollback`, `gc` and `attempt heartbeat`.
+
+use serde_json::json;
+
+use crate::support::{Env, command, finish, keys};
+
+const EU: &str = "date=2026-11-29/region=eu";
+const US: &str = "date=2026-11-29/region=us";
+
+#[test]
+fn verify_is_clean_on_a_healthy_store_and_runs_beside_a_writer() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let doc = env.json(&["verify", "--checksums"]).code(0).json();
+    assert_eq!(keys(&doc), ["clean", "integrity", "records", "records_total", "files_checked", "findings", "notes"]);
+    assert_eq!((doc["clean"].as_bool(), doc["files_checked"].as_u64()), (Some(true), Some(2)));
+    assert_eq!(doc["findings"], json!([]));
+    assert_eq!(doc["integrity"]["status"], "skipped");
+
+    // Read-only verify works while another process holds the store for writing; redb's own
+    // check needs the store exclusively.
+    let holder = manifestdb::Store::open(env.db_path(), env.staging()).expect("hold the store");
+    env.run(&["verify", "--files"]).code(0);
+    env.run(&["verify", "--integrity"]).code(6);
+    drop(holder);
+    assert_eq!(env.json(&["verify", "--integrity"]).code(0).json()["integrity"]["status"], "passed");
+}
+
+#[test]
+fn verify_reports_a_missing_file_with_exit_7() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700)]);
+    let show = env.json(&["show", "-d", "daily"]).code(0).json();
+    let file = std::path::Path::new(show["partitions"][0]["staging_dir"].as_str().expect("dir")).join("part.csv");
+    env.run(&["verify"]).code(0);
+    std::fs::remove_file(&file).expect("remove");
+    env.run(&["verify"]).code(0);
+    let doc = env.json(&["verify", "--files"]).code(7).json();
+    assert_eq!(doc["clean"], false);
+    assert!(doc["findings"].as_array().is_some_and(|f| !f.is_empty()), "{doc}");
+}
+
+#[test]
+fn verify_and_show_on_the_committed_store_fixtures() {
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |name: &str, args: &[&str]| {
+        let copy = tmp.path().join(name);
+        std::fs::copy(fixtures.join(name), &copy).expect("copy fixture");
+        finish(command().arg("--store").arg(&copy).arg("--json").args(args))
+    };
+    assert_eq!(run("good.redb", &["verify"]).code(0).json()["clean"], true);
+    run("good.redb", &["show"]).code(0);
+    let flipped = run("flipped-bit.redb", &["verify"]);
+    flipped.code(7);
+    let findings = flipped.json()["findings"].clone();
+    assert!(
+        findings.as_array().is_some_and(|f| f.iter().any(|f| f["message"].as_str().is_some_and(|m| m.contains("checksum")))),
+        "{findings}"
+    );
+    for name in ["truncated.redb", "wrong-magic.redb"] {
+        let run = run(name, &["verify"]);
+        run.code(7);
+        assert_eq!(run.error_json()["error"]["kind"], "corrupt", "{name}");
+    }
+}
+
+#[test]
+fn rollback_makes_an_earlier_generation_current_or_is_refused() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700)]);
+    env.publish_run("r2", "s2", &[(EU, 2, 800), (US, 1, 5)]);
+    let doc = env.json(&["rollback", "-d", "daily", "--to", "1", "--actor", "ops", "--reason", "bad input"]).code(0).json();
+    assert_eq!(keys(&doc), ["dataset", "to", "outcome", "generation", "refusal"]);
+    assert_eq!((doc["outcome"].as_str(), doc["generation"]["number"].as_u64()), (Some("rolled_back"), Some(3)));
+    assert_eq!(doc["generation"]["kind"], "rollback");
+    assert_eq!(doc["generation"]["rollback"], json!({ "restored": 1, "actor": "ops", "reason": "bad input" }));
+    let show = env.json(&["show", "-d", "daily"]).code(0).json();
+    assert_eq!((show["generation"]["number"].as_u64(), show["totals"]["total"].as_i64()), (Some(3), Some(700)));
+    assert_eq!(show["partitions"].as_array().map(Vec::len), Some(1), "the partition only generation 2 had is gone");
+
+    let current = env.json(&["rollback", "-d", "daily", "--to", "3", "--actor", "ops", "--reason", "x"]).code(3).json();
+    assert_eq!(current["refusal"]["kind"], "already_current");
+    let unknown = env.json(&["rollback", "-d", "daily", "--to", "9", "--actor", "ops", "--reason", "x"]).code(3).json();
+    assert_eq!(unknown["refusal"]["kind"], "unknown");
+    assert_eq!(env.json(&["log", "-d", "daily"]).code(0).json()["datasets"][0]["generations"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn gc_plans_first_and_deletes_only_on_execute() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    env.attempt("r1", "s1", EU, 2, 600).code(3);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    let attempts = env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json();
+    let staging = std::fs::canonicalize(env.staging()).expect("staging");
+    let invalid_file = staging.join(attempts["tasks"][0]["attempts"][0]["staging_rel"].as_str().expect("rel")).join("part.csv");
+    let accepted_file = staging.join(attempts["tasks"][0]["attempts"][1]["staging_rel"].as_str().expect("rel")).join("part.csv");
+
+    // A threshold not above the attempt lifetime is refused unless forced.
+    env.run(&["gc", "plan", "--age-threshold", "1s"]).code(2);
+    let plan = env.json(&["gc", "plan", "--age-threshold", "0s", "--force-short-threshold"]).code(0).json();
+    assert_eq!(
+        keys(&plan),
+        [
+            "plan",
+            "created_at_ms",
+            "age_threshold_ms",
+            "attempt_lifetime_max_ms",
+            "candidates",
+            "candidate_bytes",
+            "unknown",
+            "kept",
+            "unconsidered"
+        ]
+    );
+    assert_eq!(plan["candidates"].as_array().map(Vec::len), Some(1), "{plan}");
+    assert_eq!(plan["candidates"][0]["reason"], "invalid");
+    assert_eq!(plan["kept"]["referenced"], 1);
+    let id = plan["plan"].as_u64().expect("plan id").to_string();
+    assert_eq!(env.json(&["gc", "plan", "--show", &id]).code(0).json()["candidates"], plan["candidates"]);
+
+    let dry = env.json(&["gc", "apply", "--plan", &id]).code(0).json();
+    assert_eq!((dry["mode"].as_str(), dry["deleted"].as_array().map(Vec::len)), (Some("dry_run"), Some(1)));
+    assert!(invalid_file.exists(), "a dry run deletes nothing");
+    let done = env.json(&["gc", "apply", "--plan", &id, "--execute"]).code(0).json();
+    assert_eq!(keys(&done), ["plan", "mode", "deleted", "bytes_deleted", "skipped", "directories_removed", "attempt_records_removed"]);
+    assert_eq!(done["mode"], "execute");
+    assert!(!invalid_file.exists() && accepted_file.exists());
+    env.run(&["verify", "--checksums"]).code(0);
+    env.run(&["gc", "apply", "--plan", "999"]).code(4);
+}
+
+#[test]
+fn gc_expire_and_abandon_are_dry_runs_unless_executed() {
+    let env = Env::new();
+    for i in 1..=3 {
+        env.publish_run(&format!("r{i}"), &format!("s{i}"), &[(EU, 1, i)]);
+    }
+    let args = ["gc", "expire", "-d", "daily", "--keep-last", "1", "--rollback-window", "0s"];
+    let dry = env.json(&args).code(0).json();
+    assert_eq!(keys(&dry), ["dataset", "mode", "current", "oldest_retained", "expired", "versions_removed"]);
+    assert_eq!((dry["mode"].as_str(), dry["expired"].clone()), (Some("dry_run"), json!([1, 2])));
+    assert_eq!(env.json(&["log", "-d", "daily"]).code(0).json()["datasets"][0]["generations"].as_array().map(Vec::len), Some(3));
+    let mut execute = args.to_vec();
+    execute.push("--execute");
+    assert_eq!(env.json(&execute).code(0).json()["mode"], "execute");
+    assert_eq!(env.json(&["log", "-d", "daily"]).code(0).json()["datasets"][0]["generations"].as_array().map(Vec::len), Some(1));
+    env.run(&["show", "-d", "daily", "-g", "1"]).code(4);
+
+    env.declare("r9", "s9", &[(US, 1, 1)]);
+    let (attempt, _) = env.begin("r9", US);
+    let n = attempt.to_string();
+    let lease = env.json(&["attempt", "heartbeat", "-d", "daily", "-r", "r9", "-p", US, "-a", &n]).code(0).json();
+    assert_eq!(keys(&lease), ["dataset", "run", "partition", "attempt", "heartbeat_at_ms", "expires_at_ms"]);
+    assert!(lease["expires_at_ms"].as_u64() > lease["heartbeat_at_ms"].as_u64());
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let dry = env.json(&["--attempt-lifetime", "5ms", "gc", "abandon"]).code(0).json();
+    assert_eq!((dry["mode"].as_str(), dry["abandoned"][0]["attempt"].as_u64()), (Some("dry_run"), Some(u64::from(attempt))));
+    env.run(&["attempt", "heartbeat", "-d", "daily", "-r", "r9", "-p", US, "-a", &n]).code(0);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    env.json(&["--attempt-lifetime", "5ms", "gc", "abandon", "--execute"]).code(0);
+    // An abandoned attempt can neither renew its lease nor finish.
+    env.run(&["attempt", "heartbeat", "-d", "daily", "-r", "r9", "-p", US, "-a", &n]).code(5);
+    env.run(&["attempt", "finish", "-d", "daily", "-r", "r9", "-p", US, "-a", &n, "--snapshot", "s9", "--rows", "1", "--digest", "d"])
+        .code(5);
+}

@@ -1,0 +1,76 @@
+//! The README's shell walkthrough, run as it is printed there.
+
+use std::path::{Path, PathBuf};
+
+use manifestdb::ReadOnlyStore;
+
+use crate::support::{BIN, Env, command, finish, read_rows};
+
+fn cli_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn script() -> String {
+    std::fs::read_to_string(cli_dir().join("tests/walkthrough.sh")).expect("read walkthrough.sh")
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(cli_dir().join("../README.md")).expect("read README.md")
+}
+
+#[test]
+fn shell_walkthrough_publishes_one_attempt_per_partition_with_the_inputs_totals() {
+    let env = Env::empty();
+    let bin_dir = Path::new(BIN).parent().expect("binary's directory");
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let output = std::process::Command::new("bash")
+        .arg(cli_dir().join("tests/walkthrough.sh"))
+        .env("PATH", path)
+        .env("MANIFESTDB_DIR", env.dir())
+        .env_remove("MANIFESTDB_STORE")
+        .env_remove("MANIFESTDB_STAGING")
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "walkthrough failed\nstdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("published run 2026-11-29 of daily_units as generation 1"), "{stdout}");
+
+    // Check what a reader in another process now sees, through the library.
+    let store = ReadOnlyStore::open(env.db_path()).expect("open read-only");
+    let snapshot = store.snapshot().expect("snapshot");
+    let manifest = snapshot.manifest("daily_units", None).expect("manifest").expect("published");
+    assert_eq!(manifest.generation.number, 1);
+    assert_eq!(snapshot.history("daily_units").expect("history").len(), 1, "the retried publish added no generation");
+    let staging = std::fs::canonicalize(env.staging()).expect("staging");
+    let seen: Vec<(String, u32, (u64, i64))> = manifest
+        .partitions
+        .iter()
+        .map(|p| {
+            assert_eq!(p.files.len(), 1);
+            (p.partition.clone(), p.attempt, read_rows(&staging.join(&p.staging_rel).join(&p.files[0].path)))
+        })
+        .collect();
+    // eu: two valid attempts (the lost acknowledgement and its retry); the lowest is accepted,
+    // once. us: attempt 1 was invalid, the retry is accepted. Totals equal the input's.
+    assert_eq!(seen, [("date=2026-11-29/region=eu".to_owned(), 1, (2, 700)), ("date=2026-11-29/region=us".to_owned(), 2, (3, 450))]);
+    // Two eu candidates exist on disk; a reader going through the generation counts one.
+    let eu_attempts = std::fs::read_dir(staging.join("daily_units/2026-11-29/date=2026-11-29/region=eu")).expect("eu dir").count();
+    assert_eq!(eu_attempts, 2);
+}
+
+#[test]
+fn readme_includes_the_walkthrough_verbatim() {
+    let script = script();
+    let body = script.split_once('\n').map(|(_, rest)| rest).expect("shebang line");
+    assert!(readme().contains(body), "README.md must include cli/tests/walkthrough.sh (after its #! line) verbatim");
+}
+
+#[test]
+fn readme_documents_the_exit_codes_shown_by_help() {
+    let help = finish(command().arg("--help")).code(0).stdout.clone();
+    let codes = &help[help.find("Exit codes:").expect("exit codes in --help")..];
+    assert!(readme().contains(codes.trim_end()), "README.md must show the --help exit-code table verbatim:\n{codes}");
+}

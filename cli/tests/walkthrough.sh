@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# A scheduler written in shell drives one run of the protocol with the manifestdb tool.
+# The store lives in $MANIFESTDB_DIR (store.redb + staging/); a fresh one is made if unset.
+set -euo pipefail
+export MANIFESTDB_DIR="${MANIFESTDB_DIR:-$(mktemp -d)/store}"
+D=daily_units R=2026-11-29 EU=date=2026-11-29/region=eu US=date=2026-11-29/region=us
+
+manifestdb init
+
+# 1. Declare the run: its pinned input snapshot and, per task (= partition), the rows and
+#    total (here: units) that the input says the output must hold.
+manifestdb run declare --dataset $D --run $R --snapshot sales@v42 --task $EU:2:700 --task $US:3:450
+
+# Publishing now is refused (exit 3): no task has a valid attempt. Nothing is written.
+status=0; manifestdb publish --dataset $D --run $R || status=$?
+test $status -eq 3
+
+# 2. A worker begins attempt 1 of the eu task and writes its file into its private staging
+#    directory, then dies before the scheduler hears back: the acknowledgement is lost.
+eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
+lost_attempt=$MANIFESTDB_ATTEMPT lost_dir=$MANIFESTDB_STAGING_DIR
+printf 'store,units\n1,300\n2,400\n' > "$lost_dir/part.csv"
+
+# The scheduler retries on another worker: attempt 2 gets a directory of its own.
+eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
+printf 'store,units\n1,300\n2,400\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $MANIFESTDB_ATTEMPT \
+    --snapshot sales@v42 --rows 2 --total 700 --digest rows=2,units=700 --scan
+
+# The lost attempt was not dead after all: it finishes too. Two candidates now exist.
+manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $lost_attempt \
+    --snapshot sales@v42 --rows 2 --total 700 --digest rows=2,units=700 --file part.csv
+
+# 3. The us task: attempt 1 writes an incomplete file (2 of 3 rows); validation marks it
+#    invalid (exit 3) and the scheduler retries.
+eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
+printf 'store,units\n3,100\n4,200\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
+    --snapshot sales@v42 --rows 2 --total 300 --digest rows=2,units=300 --scan
+status=0; manifestdb attempt validate --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT || status=$?
+test $status -eq 3
+
+eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
+printf 'store,units\n3,100\n4,200\n5,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
+    --snapshot sales@v42 --rows 3 --total 450 --digest rows=3,units=450 --scan
+manifestdb attempt validate --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT --checksums
+
+# 4. The coordinator validates both eu candidates, in any order: the lowest-numbered valid
+#    attempt is accepted, whichever finished or was validated first.
+manifestdb attempt validate --dataset $D --run $R --partition $EU --attempt 2 --checksums
+manifestdb attempt validate --dataset $D --run $R --partition $EU --attempt 1 --checksums
+
+# 5. Publish: one transaction writes generation 1 and moves the dataset's pointer.
+manifestdb publish --dataset $D --run $R
+manifestdb publish --dataset $D --run $R   # a retried publish: same generation, nothing new
+
+# 6. What readers now see: one attempt per partition, totals equal to the input's.
+manifestdb run show --dataset $D --run $R
+manifestdb show --dataset $D
+manifestdb log --dataset $D

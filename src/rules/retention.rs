@@ -1,0 +1,152 @@
+//! Which generations are retained, which version entries they can still see, and what a
+//! rollback writes.
+//!
+//! Pure: the store reads the generation list and the version keys, these functions decide.
+//!
+//! Invariant: the retained generations of a dataset are always a contiguous range ending at
+//! the current generation, so expiring removes a prefix of the history; a version entry is
+//! removed only if no retained generation can see it (it is superseded by a version written at
+//! or before the oldest retained generation, or it is a removal marker visible only from that
+//! generation on, when nothing older remains for it to hide).
+
+use crate::lifecycle::RetentionPolicy;
+use crate::model::PartitionEntry;
+
+/// The oldest retained generation, given every stored generation `(number, published_at_ms)`
+/// in ascending order (the last one is the current one). Returns 0 when there is none.
+///
+/// A generation is retained if it is among the `keep_last` newest (at least the current one),
+/// or was published less than `rollback_window` before `now_ms`, or is newer than a
+/// retained generation.
+pub(crate) fn oldest_retained(generations: &[(u64, u64)], policy: &RetentionPolicy, now_ms: u64) -> u64 {
+    let Some(&(current, _)) = generations.last() else {
+        return 0;
+    };
+    let keep_last = policy.keep_last.max(1);
+    let by_count = current.saturating_sub(keep_last - 1).max(1);
+    let window_ms = u64::try_from(policy.rollback_window.as_millis()).unwrap_or(u64::MAX);
+    let horizon_ms = now_ms.saturating_sub(window_ms);
+    let by_age = generations.iter().find(|(_, published)| *published > horizon_ms).map_or(current, |(number, _)| *number);
+    by_count.min(by_age).min(current)
+}
+
+/// The version entries of one partition to remove, given its versions `(generation,
+/// is_removal_marker)` in ascending order and the oldest retained generation.
+pub(crate) fn versions_to_remove(versions: &[(u64, bool)], oldest_retained: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for (i, &(generation, removal)) in versions.iter().enumerate() {
+        if generation > oldest_retained {
+            break;
+        }
+        let superseded = versions.get(i + 1).is_some_and(|&(next, _)| next <= oldest_retained);
+        // A removal marker that is the newest version at or before the oldest retained
+        // generation hides nothing once every older version of the partition is gone.
+        if superseded || removal {
+            out.push(generation);
+        }
+    }
+    out
+}
+
+/// What a rollback writes for one partition: the partition and the generation whose version
+/// entry to copy, or `None` to write a removal marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Restore {
+    pub(crate) partition: String,
+    pub(crate) from_version: Option<u64>,
+}
+
+/// The partitions whose visible entry differs between the current generation and the target,
+/// in partition order. Both inputs are in partition order (as `partitions_at` returns them);
+/// two partitions hold the same content exactly when the same version entry is visible.
+pub(crate) fn rollback_diff(current: &[PartitionEntry], target: &[PartitionEntry]) -> Vec<Restore> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (current.get(i), target.get(j)) {
+            (None, None) => return out,
+            (Some(c), Some(t)) if c.partition == t.partition => {
+                if c.since_generation != t.since_generation {
+                    out.push(Restore { partition: t.partition.clone(), from_version: Some(t.since_generation) });
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(c), t) if t.is_none_or(|t| c.partition < t.partition) => {
+                out.push(Restore { partition: c.partition.clone(), from_version: None });
+                i += 1;
+            }
+            (_, Some(t)) => {
+                out.push(Restore { partition: t.partition.clone(), from_version: Some(t.since_generation) });
+                j += 1;
+            }
+            (Some(_), None) => unreachable!("handled by the arm above"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn policy(keep_last: u64, window_ms: u64) -> RetentionPolicy {
+        RetentionPolicy { keep_last, rollback_window: Duration::from_millis(window_ms) }
+    }
+
+    #[test]
+    fn retained_range_is_the_larger_of_count_and_window() {
+        let gens: Vec<(u64, u64)> = (1..=10).map(|n| (n, n * 100)).collect();
+        assert_eq!(oldest_retained(&gens, &policy(3, 0), 1_000), 8);
+        assert_eq!(oldest_retained(&gens, &policy(3, 550), 1_000), 5, "generations 5.. are younger than 550 ms");
+        assert_eq!(oldest_retained(&gens, &policy(0, 0), 1_000), 10, "the current generation is always kept");
+        assert_eq!(oldest_retained(&gens, &policy(100, 0), 1_000), 1);
+        assert_eq!(oldest_retained(&[], &policy(3, 0), 1_000), 0);
+        // After an earlier expiry the history starts later.
+        assert_eq!(oldest_retained(&gens[6..], &policy(1, 0), 1_000), 10);
+    }
+
+    #[test]
+    fn only_versions_invisible_from_the_oldest_retained_generation_go() {
+        // Versions at 1, 3, 5, 8; oldest retained 5: 1 and 3 are superseded by 5 <= 5.
+        let v = [(1, false), (3, false), (5, false), (8, false)];
+        assert_eq!(versions_to_remove(&v, 5), vec![1, 3]);
+        assert_eq!(versions_to_remove(&v, 4), vec![1], "3 is still visible in generation 4");
+        assert_eq!(versions_to_remove(&v, 1), Vec::<u64>::new());
+        // A removal marker visible at the oldest retained generation goes with what it hides.
+        assert_eq!(versions_to_remove(&[(1, false), (2, true), (6, false)], 4), vec![1, 2]);
+        // But not while an older retained generation can still see the entry it hides.
+        assert_eq!(versions_to_remove(&[(1, false), (4, true)], 3), Vec::<u64>::new());
+    }
+
+    fn entry(partition: &str, since: u64) -> PartitionEntry {
+        PartitionEntry {
+            partition: partition.into(),
+            since_generation: since,
+            run: "r".into(),
+            attempt: 1,
+            snapshot: "s".into(),
+            rows: 0,
+            total: None,
+            digest: "d".into(),
+            staging_rel: "x".into(),
+            files: vec![],
+        }
+    }
+
+    #[test]
+    fn rollback_rewrites_changed_partitions_and_removes_new_ones() {
+        let current = [entry("a", 1), entry("b", 4), entry("d", 5)];
+        let target = [entry("a", 1), entry("b", 2), entry("c", 2)];
+        assert_eq!(
+            rollback_diff(&current, &target),
+            vec![
+                Restore { partition: "b".into(), from_version: Some(2) },
+                Restore { partition: "c".into(), from_version: Some(2) },
+                Restore { partition: "d".into(), from_version: None },
+            ]
+        );
+        assert!(rollback_diff(&target, &target).is_empty());
+    }
+}

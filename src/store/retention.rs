@@ -1,0 +1,738 @@
+//! Lifecycle operations: attempt leases, rollback, expiring generations, and cleanup of
+//! staging files (plan, then apply).
+//!
+//! Each operation that changes the store does so in one write transaction. The decisions are
+//! pure rules (`rules::retention`, `rules::cleanup`); this module reads their inputs, walks the
+//! staging root (`walk.rs`) and writes or deletes what they decided.
+//!
+//! Invariant: cleanup never deletes a file held by a stored generation's version entry, nor a
+//! file of an attempt that may still run (not finished and not recorded abandoned), nor one of
+//! an attempt that may still be published; it never follows a symlink or leaves the staging
+//! root; and it deletes only paths that were planned, persisted and logged first, each
+//! re-checked against the live state just before deletion.
+
+use std::collections::HashMap;
+
+use redb::{ReadTransaction, ReadableTable, WriteTransaction};
+
+use super::read::{partitions_at, read_pointer};
+use super::tables::{self, Readable, get, put, scan};
+use super::write::generation_from;
+use super::{Store, TxnEnd, now_ms, walk};
+use crate::error::{Error, Result};
+use crate::lifecycle::{
+    ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
+    RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
+};
+use crate::model::{AttemptKey, GenerationKind, TaskKey};
+use crate::records::{
+    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, GenerationRecord, PartitionVersionRecord, PointerRecord,
+    RunRecord,
+};
+use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
+use crate::rules::{ids, retention};
+use crate::schema::{
+    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64, prefix,
+    prefix_end,
+};
+
+/// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
+/// new plan is made, so the plan table stays bounded.
+const CLEANUP_PLANS_KEPT: u64 = 8;
+
+/// Longest rollback actor or reason, in bytes.
+const ROLLBACK_TEXT_BYTES_MAX: usize = 4096;
+
+fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
+    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
+}
+
+fn open_ro(txn: &ReadTransaction, def: schema::Def) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
+    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))
+}
+
+fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
+    let task = &attempt.task;
+    key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt)
+}
+
+fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
+    ids::check_name("dataset", &attempt.task.dataset)?;
+    ids::check_name("run id", &attempt.task.run)?;
+    ids::check_partition(&attempt.task.partition)
+}
+
+fn unknown_attempt(attempt: &AttemptKey) -> Error {
+    Error::UnknownAttempt {
+        dataset: attempt.task.dataset.clone(),
+        run: attempt.task.run.clone(),
+        partition: attempt.task.partition.clone(),
+        attempt: attempt.attempt,
+    }
+}
+
+/// Refuses any further progress of an attempt recorded abandoned: a finish or heartbeat that
+/// arrives after abandonment must not revive it, because cleanup treats an abandoned attempt's
+/// files as garbage from then on.
+pub(crate) fn refuse_if_abandoned(attempt: &AttemptKey, record: &AttemptRecord) -> Result<()> {
+    match record.abandoned_at_ms {
+        Some(abandoned_at_ms) => Err(Error::AttemptAbandoned {
+            dataset: attempt.task.dataset.clone(),
+            run: attempt.task.run.clone(),
+            partition: attempt.task.partition.clone(),
+            attempt: attempt.attempt,
+            abandoned_at_ms,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The error for a published run whose generation record is missing: expired if the dataset's
+/// history now starts after it, corruption otherwise.
+pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
+    let generation_prefix = prefix(&[dataset]);
+    let oldest = match tables::first_key(generations, &generation_prefix, &prefix_end(&generation_prefix)) {
+        Ok(found) => found.and_then(|k| schema::trailing_u64(&k)),
+        Err(err) => return err,
+    };
+    match oldest {
+        Some(oldest) if oldest > generation => Error::GenerationExpired { dataset: dataset.to_owned(), run: run.to_owned(), generation },
+        _ => tables::corrupted(RUNS, &key(&[dataset, run]), format!("run is published as generation {generation}, which does not exist")),
+    }
+}
+
+/// Splits an attempt key into its task and number.
+fn parse_attempt_key(raw: &[u8]) -> Option<AttemptKey> {
+    let (head, number) = raw.split_at_checked(raw.len().checked_sub(4)?)?;
+    let text = head.strip_suffix(&[0])?;
+    let text = std::str::from_utf8(text).ok()?;
+    let mut fields = text.split('\0');
+    let (dataset, run, partition) = (fields.next()?, fields.next()?, fields.next()?);
+    if fields.next().is_some() {
+        return None;
+    }
+    Some(TaskKey::new(dataset, run, partition).attempt(u32::from_be_bytes(number.try_into().ok()?)))
+}
+
+/// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
+fn generation_list(generations: &impl Readable, dataset: &str) -> Result<Vec<(u64, u64)>> {
+    let generation_prefix = prefix(&[dataset]);
+    let mut out = Vec::new();
+    scan::<GenerationRecord>(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |k, record| {
+        let number = schema::trailing_u64(k)
+            .filter(|_| k.len() == generation_prefix.len() + 8)
+            .ok_or_else(|| tables::corrupted(GENERATIONS, k, "malformed generation key"))?;
+        out.push((number, record.published_at_ms));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Gathers what cleanup needs to know from one consistent view.
+fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
+    let mut facts = Facts::default();
+    let versions = open_ro(txn, VERSIONS)?;
+    scan::<PartitionVersionRecord>(&versions, VERSIONS, &[], &[0xff], |_, record| {
+        if let Some(entry) = record.entry {
+            facts.referenced.insert(entry.staging_rel);
+        }
+        Ok(true)
+    })?;
+    let attempts = open_ro(txn, ATTEMPTS)?;
+    let runs = open_ro(txn, RUNS)?;
+    let accepted = open_ro(txn, ACCEPTED)?;
+    let mut published: HashMap<(String, String), bool> = HashMap::new();
+    let mut accepted_of: HashMap<TaskKey, Option<u32>> = HashMap::new();
+    scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
+        let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+        let task = &attempt.task;
+        let run_key = (task.dataset.clone(), task.run.clone());
+        let run_published = match published.get(&run_key) {
+            Some(p) => *p,
+            None => {
+                let run = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?
+                    .ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "attempt of an undeclared run"))?;
+                let p = run.published_generation.is_some();
+                published.insert(run_key, p);
+                p
+            }
+        };
+        let accepted_attempt = match accepted_of.get(task) {
+            Some(a) => *a,
+            None => {
+                let a = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt);
+                accepted_of.insert(task.clone(), a);
+                a
+            }
+        };
+        let state = AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), run_published);
+        let fact = AttemptFact { accepted: accepted_attempt == Some(attempt.attempt), key: attempt, state };
+        facts.attempts.insert(record.staging_rel, fact);
+        Ok(true)
+    })?;
+    Ok(facts)
+}
+
+fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
+    if value.trim().is_empty() {
+        return Err(Error::invalid(what, value, "must not be empty"));
+    }
+    if value.len() > ROLLBACK_TEXT_BYTES_MAX {
+        return Err(Error::invalid(what, value, format!("is longer than {ROLLBACK_TEXT_BYTES_MAX} bytes")));
+    }
+    if value.chars().any(|c| c.is_control() && c != '\n') {
+        return Err(Error::invalid(what, value, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn plan_key(id: u64) -> [u8; 8] {
+    id.to_be_bytes()
+}
+
+fn batch_key(plan: u64, batch: u32) -> Vec<u8> {
+    let mut out = plan.to_be_bytes().to_vec();
+    out.extend_from_slice(&batch.to_be_bytes());
+    out
+}
+
+fn plan_from(id: u64, record: CleanupPlanRecord) -> CleanupPlan {
+    CleanupPlan {
+        id,
+        created_at_ms: record.created_at_ms,
+        age_threshold_ms: record.age_threshold_ms,
+        attempt_lifetime_max_ms: record.attempt_lifetime_max_ms,
+        candidates: record.candidates,
+        unknown: record.unknown,
+        kept: record.kept,
+        unconsidered: record.unconsidered,
+    }
+}
+
+impl Store {
+    /// The attempt lease in force on this handle, in milliseconds
+    /// ([`crate::StoreOptions::attempt_lifetime_max`]).
+    pub fn attempt_lifetime_max_ms(&self) -> u64 {
+        self.attempt_lifetime_max_ms
+    }
+
+    /// Renews a running attempt's lease: its last sign of life becomes now, so it is not
+    /// abandoned before now plus the attempt lifetime. A heartbeat (or a finish) that arrives
+    /// after the lease ran out but before [`Store::abandon_expired_attempts`] recorded the
+    /// attempt abandoned still succeeds: the recorded abandonment, not the clock, is the fence
+    /// that cleanup relies on.
+    ///
+    /// # Errors
+    /// [`Error::UnknownAttempt`]; [`Error::AttemptAbandoned`] if it was already recorded
+    /// abandoned (the worker must stop: its output will never be used);
+    /// [`Error::AttemptState`] if it has finished; storage errors.
+    pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
+        check_attempt_key(attempt)?;
+        self.write("renewing an attempt's lease", |txn| {
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let attempt_key = attempt_key_bytes(attempt);
+            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+            refuse_if_abandoned(attempt, &record)?;
+            if record.candidate.is_some() {
+                return Err(Error::AttemptState {
+                    partition: attempt.task.partition.clone(),
+                    attempt: attempt.attempt,
+                    state: "finished",
+                    operation: "a heartbeat",
+                    needed: "a running attempt",
+                });
+            }
+            // A clock that stepped back never shortens a lease already granted.
+            record.heartbeat_at_ms = record.heartbeat_at_ms.max(now_ms());
+            put(&mut attempts, &attempt_key, &record)?;
+            Ok(TxnEnd::Commit(AttemptLease {
+                heartbeat_at_ms: record.heartbeat_at_ms,
+                expires_at_ms: record.heartbeat_at_ms.saturating_add(self.attempt_lifetime_max_ms),
+            }))
+        })
+    }
+
+    /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
+    /// longer than the attempt lifetime) as abandoned, in one transaction, and returns them.
+    /// From then on the attempt cannot finish ([`Error::AttemptAbandoned`]) and cleanup may
+    /// delete its files once they are older than the age threshold. In a dry run (the
+    /// default of [`RunMode`]) nothing is recorded and the attempts that would be abandoned
+    /// are returned.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn abandon_expired_attempts(&self, mode: RunMode) -> Result<Vec<AttemptKey>> {
+        let lifetime_ms = self.attempt_lifetime_max_ms;
+        self.write("abandoning expired attempts", |txn| {
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let now = now_ms();
+            let mut expired = Vec::new();
+            scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
+                if record.candidate.is_none()
+                    && record.abandoned_at_ms.is_none()
+                    && record.heartbeat_at_ms.saturating_add(lifetime_ms) < now
+                {
+                    let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+                    expired.push((raw.to_vec(), attempt, record));
+                }
+                Ok(true)
+            })?;
+            let keys: Vec<AttemptKey> = expired.iter().map(|(_, attempt, _)| attempt.clone()).collect();
+            if mode == RunMode::DryRun || expired.is_empty() {
+                return Ok(TxnEnd::Abort(keys));
+            }
+            for (raw, attempt, mut record) in expired {
+                record.abandoned_at_ms = Some(now);
+                put(&mut attempts, &raw, &record)?;
+                tracing::info!(attempt = %attempt, heartbeat_at_ms = record.heartbeat_at_ms, "attempt abandoned: lease ran out");
+            }
+            Ok(TxnEnd::Commit(keys))
+        })
+    }
+
+    /// Makes generation `to` of `dataset` current again, as a new generation recorded in the
+    /// history with its kind [`GenerationKind::Rollback`] (the restored generation, `actor`
+    /// and `reason`; its run and snapshot are those of the restored generation). One write
+    /// transaction: version entries are written only for the partitions whose content differs
+    /// between the current generation and `to` (a removal marker for a partition `to` did not
+    /// have), then the pointer moves.
+    ///
+    /// Side effects are not touched: effects already emitted stay emitted and nothing becomes
+    /// ready again, because a rollback publishes no run.
+    ///
+    /// A generation that expired, never existed or is already current is refused as a value
+    /// ([`RollbackOutcome::Refused`]); nothing is written then.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad dataset name, an empty or overlong actor or reason;
+    /// storage and corruption errors.
+    pub fn rollback(&self, dataset: &str, to: u64, actor: &str, reason: &str) -> Result<RollbackOutcome> {
+        ids::check_name("dataset", dataset)?;
+        check_rollback_text("rollback actor", actor)?;
+        check_rollback_text("rollback reason", reason)?;
+        self.write("rolling back", |txn| {
+            let mut pointers = open(txn, POINTERS)?;
+            let mut generations = open(txn, GENERATIONS)?;
+            let mut versions = open(txn, VERSIONS)?;
+            let refused = |refusal| Ok(TxnEnd::Abort(RollbackOutcome::Refused(refusal)));
+            let Some(current) = read_pointer(&pointers, dataset)? else {
+                return refused(RollbackRefusal::Unknown { requested: to, current: None });
+            };
+            if to == current {
+                return refused(RollbackRefusal::AlreadyCurrent { generation: current });
+            }
+            if to == 0 || to > current {
+                return refused(RollbackRefusal::Unknown { requested: to, current: Some(current) });
+            }
+            let Some(target) = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], to))? else {
+                let oldest = generation_list(&generations, dataset)?.first().map_or(current, |(n, _)| *n);
+                return refused(RollbackRefusal::Expired { requested: to, oldest_retained: oldest });
+            };
+            let now_parts = partitions_at(&versions, dataset, current)?;
+            let target_parts = partitions_at(&versions, dataset, to)?;
+            let restores = retention::rollback_diff(&now_parts, &target_parts);
+            let number = current + 1;
+            for restore in &restores {
+                let record = match restore.from_version {
+                    None => PartitionVersionRecord { entry: None },
+                    Some(version) => {
+                        let version_key = key_u64(&[dataset, &restore.partition], version);
+                        get::<PartitionVersionRecord>(&versions, VERSIONS, &version_key)?
+                            .ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "visible version vanished during rollback"))?
+                    }
+                };
+                put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
+            }
+            let record = GenerationRecord {
+                parent: current,
+                run: target.run,
+                snapshot: target.snapshot,
+                published_at_ms: now_ms(),
+                partitions_replaced: restores.len() as u64,
+                nondeterminism_accepted: None,
+                kind: GenerationKind::Rollback { restored: to, actor: actor.to_owned(), reason: reason.to_owned() },
+            };
+            put(&mut generations, &key_u64(&[dataset], number), &record)?;
+            // The pointer only moves forward, and only once the new generation is complete.
+            debug_assert!(number > current);
+            put(&mut pointers, &key(&[dataset]), &PointerRecord { generation: number })?;
+            tracing::info!(dataset, restored = to, generation = number, actor, reason, partitions = restores.len(), "rolled back");
+            Ok(TxnEnd::Commit(RollbackOutcome::RolledBack(generation_from(dataset, number, record))))
+        })
+    }
+
+    /// Expires the generations of `dataset` that `policy` does not retain, in one transaction:
+    /// their history records go, and so do the partition version entries no retained
+    /// generation can see (superseded at or before the oldest retained generation). The
+    /// current generation is never expired; expired generations cannot be rolled back to, and
+    /// the files only they held become eligible for cleanup. In a dry run (the default of
+    /// [`RunMode`]) the report says what would go and nothing changes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad dataset name; storage and corruption errors.
+    pub fn expire_generations(&self, dataset: &str, policy: &RetentionPolicy, mode: RunMode) -> Result<ExpireReport> {
+        ids::check_name("dataset", dataset)?;
+        self.write("expiring generations", |txn| {
+            let mut generations = open(txn, GENERATIONS)?;
+            let mut versions = open(txn, VERSIONS)?;
+            let pointers = open(txn, POINTERS)?;
+            let current = read_pointer(&pointers, dataset)?.unwrap_or(0);
+            let list = generation_list(&generations, dataset)?;
+            if list.last().map_or(0, |(n, _)| *n) != current {
+                return Err(tables::corrupted(POINTERS, &key(&[dataset]), "pointer does not name the newest generation"));
+            }
+            let oldest = retention::oldest_retained(&list, policy, now_ms());
+            let expired: Vec<u64> = list.iter().map(|(n, _)| *n).filter(|n| *n < oldest).collect();
+            let mut report =
+                ExpireReport { dataset: dataset.to_owned(), mode, current, oldest_retained: oldest, expired, versions_removed: 0 };
+            // Group the dataset's version keys by partition (keys sort by partition, then
+            // generation), and let the rule pick the invisible ones.
+            let dataset_prefix = prefix(&[dataset]);
+            let mut doomed: Vec<Vec<u8>> = Vec::new();
+            let mut partition: Option<String> = None;
+            let mut group: Vec<(u64, bool)> = Vec::new();
+            let mut flush = |partition: &Option<String>, group: &mut Vec<(u64, bool)>| {
+                if let Some(p) = partition {
+                    for generation in retention::versions_to_remove(group, oldest) {
+                        doomed.push(key_u64(&[dataset, p], generation));
+                    }
+                }
+                group.clear();
+            };
+            scan::<PartitionVersionRecord>(&versions, VERSIONS, &dataset_prefix, &prefix_end(&dataset_prefix), |k, record| {
+                let (p, generation) = schema::split_text_u64(&k[dataset_prefix.len()..])
+                    .ok_or_else(|| tables::corrupted(VERSIONS, k, "malformed version key"))?;
+                if partition.as_deref() != Some(p) {
+                    flush(&partition, &mut group);
+                    partition = Some(p.to_owned());
+                }
+                group.push((generation, record.entry.is_none()));
+                Ok(true)
+            })?;
+            flush(&partition, &mut group);
+            report.versions_removed = doomed.len() as u64;
+            if mode == RunMode::DryRun || (report.expired.is_empty() && doomed.is_empty()) {
+                return Ok(TxnEnd::Abort(report));
+            }
+            for k in &doomed {
+                versions.remove(k.as_slice()).map_err(|e| Error::storage("removing a version entry", e))?;
+            }
+            for n in &report.expired {
+                generations.remove(key_u64(&[dataset], *n).as_slice()).map_err(|e| Error::storage("removing a generation", e))?;
+            }
+            tracing::info!(
+                dataset,
+                oldest_retained = oldest,
+                expired = report.expired.len(),
+                versions_removed = report.versions_removed,
+                "expired generations"
+            );
+            Ok(TxnEnd::Commit(report))
+        })
+    }
+
+    /// Plans a cleanup of the staging root and persists the plan (deleting nothing).
+    ///
+    /// Walks the staging root without following symlinks, then reads the store's state, and
+    /// lists as deletion candidates the files that no stored generation holds, that belong to
+    /// attempts that can never be used again (abandoned, invalid, or finished attempts of
+    /// published runs not held by a retained generation), and whose modification time is at
+    /// least `options.age_threshold` old and not in the future. Files of attempts that may
+    /// still run or still be published are kept whatever their age. Files no attempt owns are
+    /// listed apart, as unknown. The plan is stored (see [`Store::cleanup_plan`]) and logged
+    /// before it is returned; only the newest 8 plans are kept.
+    ///
+    /// Run [`Store::abandon_expired_attempts`] and [`Store::expire_generations`] first: an
+    /// attempt not recorded abandoned counts as possibly running, and every stored
+    /// generation's files count as retained.
+    ///
+    /// # Errors
+    /// [`Error::CleanupThresholdTooShort`] if the threshold does not exceed the attempt
+    /// lifetime and is not forced; I/O errors listing the staging root; storage errors.
+    pub fn plan_cleanup(&self, options: &CleanupOptions) -> Result<CleanupPlan> {
+        let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
+        let lifetime_ms = self.attempt_lifetime_max_ms;
+        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
+            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+        }
+        // Walk first, read the state second: every reference made before a file was seen is
+        // then visible to the decision.
+        let walked = walk::walk(&self.staging_root)?;
+        let facts = gather_facts(self.snapshot()?.txn())?;
+        let now = now_ms();
+        let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
+        let record = CleanupPlanRecord {
+            created_at_ms: now,
+            age_threshold_ms,
+            attempt_lifetime_max_ms: lifetime_ms,
+            forced: options.force_short_threshold,
+            candidates: draft.candidates,
+            unknown: draft.unknown,
+            kept: draft.kept,
+            unconsidered: walked.unconsidered,
+        };
+        let id = self.write("storing a cleanup plan", |txn| {
+            let mut plans = open(txn, CLEANUP_PLANS)?;
+            let mut batches = open(txn, CLEANUP_BATCHES)?;
+            let last_key = plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
+            let id = match last_key {
+                None => 1,
+                Some(k) => {
+                    let raw: [u8; 8] = k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
+                    u64::from_be_bytes(raw) + 1
+                }
+            };
+            put(&mut plans, &plan_key(id), &record)?;
+            if id > CLEANUP_PLANS_KEPT {
+                let first_kept = id - CLEANUP_PLANS_KEPT + 1;
+                plans
+                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                    .map_err(|e| Error::storage("pruning old plans", e))?;
+                batches
+                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                    .map_err(|e| Error::storage("pruning old plan batches", e))?;
+            }
+            Ok(TxnEnd::Commit(id))
+        })?;
+        for path in record.candidates.iter().chain(&record.unknown) {
+            tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
+        }
+        tracing::info!(
+            plan = id,
+            candidates = record.candidates.len(),
+            unknown = record.unknown.len(),
+            kept = ?record.kept,
+            unconsidered = record.unconsidered.len(),
+            age_threshold_ms,
+            "cleanup planned"
+        );
+        Ok(plan_from(id, record))
+    }
+
+    /// A stored cleanup plan.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn cleanup_plan(&self, id: u64) -> Result<Option<CleanupPlan>> {
+        let snapshot = self.snapshot()?;
+        let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+        Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+    }
+
+    /// Applies a stored cleanup plan. In a dry run (the default of [`ApplyOptions`]) nothing is
+    /// deleted or recorded; the report lists what would be.
+    ///
+    /// The plan's paths are taken in batches of `options.batch_size`. For each batch the
+    /// store's state is read afresh and every path re-checked just before deletion: a path
+    /// that is gone, whose size, modification time or type changed, that the live state now
+    /// protects (for example its attempt became referenced) or whose owner changed is skipped
+    /// and reported. Unknown files are deleted only with `options.delete_unknown`. Each
+    /// executed batch is recorded in the store (paths deleted and skipped). Afterwards, empty
+    /// directories left behind are removed, and so are the records of attempts that can never
+    /// be used again, whose directory is gone or empty, and that no stored generation or
+    /// accepted index refers to.
+    ///
+    /// # Errors
+    /// [`Error::UnknownCleanupPlan`]; [`Error::CleanupThresholdTooShort`] if this handle's
+    /// attempt lifetime now reaches the plan's threshold (and the plan was not forced);
+    /// storage and corruption errors. A file that cannot be deleted is reported, not an error.
+    pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
+        let plan = {
+            let snapshot = self.snapshot()?;
+            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+            get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
+        };
+        let lifetime_ms = self.attempt_lifetime_max_ms;
+        if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
+            return Err(Error::CleanupThresholdTooShort { age_threshold_ms: plan.age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+        }
+        let execute = options.mode == RunMode::Execute;
+        let mut report = ApplyReport {
+            plan: id,
+            mode: options.mode,
+            deleted: Vec::new(),
+            bytes_deleted: 0,
+            skipped: Vec::new(),
+            directories_removed: 0,
+            attempt_records_removed: Vec::new(),
+        };
+        let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
+        for path in &plan.unknown {
+            if options.delete_unknown {
+                todo.push(path);
+            } else {
+                report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+            }
+        }
+        let mut next_batch = self.next_batch_number(id)?;
+        for chunk in todo.chunks(options.batch_size.max(1)) {
+            let facts = gather_facts(self.snapshot()?.txn())?;
+            let now = now_ms();
+            let mut batch = CleanupBatchRecord {
+                applied_at_ms: now,
+                deleted: Vec::new(),
+                bytes_deleted: 0,
+                skipped: Vec::new(),
+                attempt_records_removed: Vec::new(),
+            };
+            for planned in chunk {
+                match self.recheck(&facts, planned, now, plan.age_threshold_ms) {
+                    Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
+                    Ok(()) if !execute => {
+                        batch.deleted.push(planned.path.clone());
+                        batch.bytes_deleted += planned.size_bytes;
+                    }
+                    Ok(()) => match walk::delete(&self.staging_root, &planned.path) {
+                        Ok(()) => {
+                            tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+                            batch.deleted.push(planned.path.clone());
+                            batch.bytes_deleted += planned.size_bytes;
+                        }
+                        Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
+                    },
+                }
+            }
+            if execute {
+                for path in &batch.deleted {
+                    report.directories_removed += walk::remove_empty_parents(&self.staging_root, path);
+                }
+                self.record_batch(id, next_batch, &batch)?;
+                next_batch = next_batch.saturating_add(1);
+                tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
+            }
+            report.deleted.extend(batch.deleted);
+            report.bytes_deleted += batch.bytes_deleted;
+            report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
+        }
+        let (removed, dirs) = self.prune_attempt_records(id, next_batch, execute)?;
+        report.attempt_records_removed = removed;
+        report.directories_removed += dirs;
+        Ok(report)
+    }
+
+    /// Re-checks one planned path against the live state: `Ok` if it may be deleted now.
+    fn recheck(&self, facts: &Facts, planned: &PlannedPath, now: u64, age_threshold_ms: u64) -> Result<(), SkipReason> {
+        let observed = match walk::observe(&self.staging_root, &planned.path) {
+            walk::Now::Missing => return Err(SkipReason::Missing),
+            walk::Now::Other => return Err(SkipReason::Changed),
+            walk::Now::Found(observed) => observed,
+        };
+        if observed.size_bytes != planned.size_bytes || observed.modified_at_ms != planned.modified_at_ms {
+            return Err(SkipReason::Changed);
+        }
+        match cleanup::classify(facts, &observed, now, age_threshold_ms) {
+            Class::Keep(reason) => Err(SkipReason::NowProtected(reason)),
+            Class::Delete { reason, attempt }
+                if (reason == CleanupReason::Unknown) != (planned.reason == CleanupReason::Unknown) || attempt != planned.attempt =>
+            {
+                Err(SkipReason::OwnerChanged)
+            }
+            Class::Delete { .. } => Ok(()),
+        }
+    }
+
+    fn next_batch_number(&self, plan: u64) -> Result<u32> {
+        let snapshot = self.snapshot()?;
+        let batches = open_ro(snapshot.txn(), CLEANUP_BATCHES)?;
+        let mut range = batches
+            .range::<&[u8]>(&batch_key(plan, 0)[..]..=&batch_key(plan, u32::MAX)[..])
+            .map_err(|e| Error::storage("reading cleanup batches", e))?;
+        match range.next_back() {
+            None => Ok(0),
+            Some(item) => {
+                let (k, _) = item.map_err(|e| Error::storage("reading cleanup batches", e))?;
+                let n = schema::trailing_u32(k.value()).ok_or_else(|| tables::corrupted(CLEANUP_BATCHES, k.value(), "malformed key"))?;
+                Ok(n.saturating_add(1))
+            }
+        }
+    }
+
+    fn record_batch(&self, plan: u64, batch: u32, record: &CleanupBatchRecord) -> Result<()> {
+        self.write("recording a cleanup batch", |txn| {
+            let mut batches = open(txn, CLEANUP_BATCHES)?;
+            put(&mut batches, &batch_key(plan, batch), record)?;
+            Ok(TxnEnd::Commit(()))
+        })
+    }
+
+    /// Removes the records (and empty directories) of attempts that can never be used again,
+    /// whose directory is gone or empty, that no version entry holds and that no accepted
+    /// index names. The accepted attempt of a published run keeps its record even once its
+    /// files are gone: it is the run's account of what it published, and the accepted index
+    /// must never name a missing attempt. Returns the attempts and the directories removed
+    /// (in a dry run: the attempts that would be, and 0).
+    fn prune_attempt_records(&self, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
+        let facts = gather_facts(self.snapshot()?.txn())?;
+        let mut doomed: Vec<AttemptKey> = Vec::new();
+        let mut dirs = 0;
+        let mut removable: Vec<(&String, &AttemptFact)> =
+            facts.attempts.iter().filter(|(rel, _)| cleanup::record_removable(&facts, rel)).collect();
+        removable.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+        for (rel, fact) in removable {
+            if !walk::dir_is_gone_or_empty(&self.staging_root, rel) {
+                continue;
+            }
+            if execute && walk::remove_empty_dir(&self.staging_root, rel) {
+                dirs += 1 + walk::remove_empty_parents(&self.staging_root, rel);
+            }
+            doomed.push(fact.key.clone());
+        }
+        if !execute || doomed.is_empty() {
+            return Ok((doomed, dirs));
+        }
+        let removed = self.write("removing dead attempt records", |txn| {
+            let mut attempts = open(txn, ATTEMPTS)?;
+            let runs = open(txn, RUNS)?;
+            let accepted = open(txn, ACCEPTED)?;
+            let versions = open(txn, VERSIONS)?;
+            let mut removed = Vec::new();
+            for attempt in &doomed {
+                // Re-check inside the transaction: the state is read again and must still be
+                // one that can never be used, not accepted, and held by no version entry.
+                let task = &attempt.task;
+                let attempt_key = attempt_key_bytes(attempt);
+                let Some(record) = get::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_key)? else { continue };
+                let published =
+                    get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.is_some_and(|r| r.published_generation.is_some());
+                let state =
+                    AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published);
+                let is_accepted = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?
+                    .is_some_and(|a| a.attempt == attempt.attempt);
+                if !matches!(state, AttemptState::Abandoned | AttemptState::Invalid | AttemptState::Settled)
+                    || is_accepted
+                    || referenced_by_version(&versions, attempt, &record.staging_rel)?
+                {
+                    continue;
+                }
+                attempts.remove(attempt_key.as_slice()).map_err(|e| Error::storage("removing an attempt record", e))?;
+                removed.push(attempt.clone());
+            }
+            let mut batches = open(txn, CLEANUP_BATCHES)?;
+            put(
+                &mut batches,
+                &batch_key(plan, batch),
+                &CleanupBatchRecord {
+                    applied_at_ms: now_ms(),
+                    deleted: Vec::new(),
+                    bytes_deleted: 0,
+                    skipped: Vec::new(),
+                    attempt_records_removed: removed.clone(),
+                },
+            )?;
+            tracing::info!(plan, attempt_records_removed = removed.len(), "removed dead attempt records");
+            Ok(TxnEnd::Commit(removed))
+        })?;
+        Ok((removed, dirs))
+    }
+}
+
+/// Whether any version entry of the attempt's partition holds its staging directory.
+fn referenced_by_version(versions: &impl Readable, attempt: &AttemptKey, staging_rel: &str) -> Result<bool> {
+    let partition_prefix = prefix(&[&attempt.task.dataset, &attempt.task.partition]);
+    let mut found = false;
+    scan::<PartitionVersionRecord>(versions, VERSIONS, &partition_prefix, &prefix_end(&partition_prefix), |_, record| {
+        found = record.entry.is_some_and(|e| e.staging_rel == staging_rel);
+        Ok(!found)
+    })?;
+    Ok(found)
+}
