@@ -21,7 +21,7 @@ fn main() {
     let attempts = (files / 100).clamp(4, 1000);
     let per_attempt = files.div_ceil(attempts);
     let dir = tempfile::tempdir().expect("tempdir");
-    let options = StoreOptions { attempt_lifetime_max: LEASE, ..StoreOptions::default() };
+    let options = StoreOptions { attempt_lifetime_max: Some(LEASE), ..StoreOptions::default() };
     let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options).expect("open");
 
     let setup = Instant::now();

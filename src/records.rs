@@ -21,6 +21,10 @@ pub(crate) trait Checked: Serialize + DeserializeOwned {
 pub(crate) struct MetaRecord {
     pub(crate) format_version: u32,
     pub(crate) created_at_ms: u64,
+    /// The longest attempt lifetime any writer has opened the store with. It only grows, so
+    /// that a process opened with a shorter lifetime (an operator's CLI with the default) can
+    /// neither abandon a scheduler's attempt early nor plan a cleanup inside its lease.
+    pub(crate) attempt_lifetime_max_ms: u64,
 }
 impl Checked for MetaRecord {}
 

@@ -146,7 +146,7 @@ pub struct RollbackArgs {
 /// `gc` verbs.
 #[derive(Debug, Subcommand)]
 pub enum GcCommand {
-    /// Record every unfinished attempt idle longer than --attempt-lifetime as abandoned (it can
+    /// Record every unfinished attempt idle longer than the store's lease as abandoned (it can
     /// no longer finish; cleanup may then delete its files).
     #[command(after_long_help = GC_ABANDON_JSON)]
     Abandon(GcAbandonArgs),
@@ -610,7 +610,7 @@ Table names are the store's table names without their version suffix.";
 
 const HEARTBEAT_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"heartbeat_at_ms\", \"expires_at_ms\"}
-The lease is --attempt-lifetime (default 1h) from now; use the scheduler's own value.";
+The lease is the store's recorded attempt lifetime (see --attempt-lifetime) from now.";
 
 const VERIFY_JSON: &str = "\
 JSON: {\"clean\": BOOL, \"integrity\": {\"status\": \"passed\"|\"repaired\"|\"failed\"|\"skipped\"|\"other\",
@@ -626,7 +626,7 @@ GENERATION: see `manifestdb log --help` (its kind is \"rollback\").";
 const GC_ABANDON_JSON: &str = "\
 JSON: {\"mode\": \"dry_run\"|\"execute\", \"attempt_lifetime_max_ms\",
        \"abandoned\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
-Give --attempt-lifetime the value the scheduler uses (default 1h).";
+The lease is the store's recorded attempt lifetime; --attempt-lifetime can only raise it.";
 
 const GC_EXPIRE_JSON: &str = "\
 JSON: {\"dataset\", \"mode\": \"dry_run\"|\"execute\", \"current\", \"oldest_retained\", \"expired\": [N],

@@ -31,8 +31,9 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_STAGING")]
     pub staging: Option<PathBuf>,
 
-    /// The attempt lease for writing verbs (heartbeat, gc): how long an attempt may go without
-    /// finishing or a heartbeat before `gc abandon` may abandon it. Use the scheduler's value.
+    /// Raise the store's attempt lease (how long an attempt may go without finishing or a
+    /// heartbeat before `gc abandon` may abandon it). The lease is recorded in the store (1h
+    /// for a new one) and never shrinks; without this flag the recorded lease is used.
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
     pub attempt_lifetime: Option<std::time::Duration>,
 }
@@ -67,8 +68,13 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         let existed = path.exists();
-        let store = Store::open(&path, &staging).with_context(|| format!("opening store {}", path.display()))?;
+        let store =
+            Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
         Ok((store, path, !existed))
+    }
+
+    fn options(&self) -> StoreOptions {
+        StoreOptions { attempt_lifetime_max: self.attempt_lifetime, ..StoreOptions::default() }
     }
 
     /// Opens an existing store for writing. A missing store is an error rather than created,
@@ -77,11 +83,7 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
-        let mut options = StoreOptions::default();
-        if let Some(lifetime) = self.attempt_lifetime {
-            options.attempt_lifetime_max = lifetime;
-        }
-        Store::open_with_options(&path, &staging, &options).with_context(|| format!("opening store {} for writing", path.display()))
+        Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {} for writing", path.display()))
     }
 
     /// Opens an existing store read-only; works while another process holds it for writing.

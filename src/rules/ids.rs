@@ -158,23 +158,22 @@ fn encode_component(name: &str) -> String {
     out
 }
 
-/// The attempt's staging directory relative to the staging root:
-/// `dataset/run/<partition components>/@attempt-N`, each name percent-encoded.
+/// The directory holding every attempt of a task, relative to the staging root:
+/// `dataset/run/<partition components>`, each name percent-encoded.
 ///
 /// Callers must have checked the names; this re-checks the length limits.
-pub(crate) fn staging_rel(dataset: &str, run: &str, partition: &str, attempt: u32) -> Result<String> {
-    let mut rel = String::new();
+pub(crate) fn staging_parent_rel(dataset: &str, run: &str, partition: &str) -> Result<String> {
+    let mut components = Vec::new();
     for name in [dataset, run].into_iter().chain(partition.split('/')) {
         let component = encode_component(name);
         if component.len() > PATH_COMPONENT_BYTES_MAX {
             return Err(Error::invalid("name", name, format!("is longer than {PATH_COMPONENT_BYTES_MAX} bytes once encoded for a path")));
         }
-        rel.push_str(&component);
-        rel.push('/');
+        components.push(component);
     }
-    rel.push_str(ATTEMPT_DIR_PREFIX);
-    rel.push_str(&attempt.to_string());
-    if rel.len() > STAGING_REL_BYTES_MAX {
+    let rel = components.join("/");
+    // Leave room for the attempt directory's name (`@attempt-` and up to 10 digits).
+    if rel.len() + 1 + ATTEMPT_DIR_PREFIX.len() + 10 > STAGING_REL_BYTES_MAX {
         return Err(Error::invalid(
             "partition key",
             partition,
@@ -182,6 +181,19 @@ pub(crate) fn staging_rel(dataset: &str, run: &str, partition: &str, attempt: u3
         ));
     }
     Ok(rel)
+}
+
+/// The name of attempt `attempt`'s own directory inside its task's directory.
+pub(crate) fn attempt_dir_name(attempt: u32) -> String {
+    format!("{ATTEMPT_DIR_PREFIX}{attempt}")
+}
+
+/// The attempt's staging directory relative to the staging root:
+/// `dataset/run/<partition components>/@attempt-N`, each name percent-encoded.
+///
+/// Callers must have checked the names; this re-checks the length limits.
+pub(crate) fn staging_rel(dataset: &str, run: &str, partition: &str, attempt: u32) -> Result<String> {
+    Ok(format!("{}/{}", staging_parent_rel(dataset, run, partition)?, attempt_dir_name(attempt)))
 }
 
 #[cfg(test)]

@@ -50,34 +50,65 @@ pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
 /// The leaf is created fresh or must be an empty directory (left by a begin that crashed
 /// before it committed, so no worker ever had it).
 pub(crate) fn create_staging_dir(root: &Path, rel: &str) -> Result<PathBuf> {
+    let (parent_rel, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
+    let parent = if parent_rel.is_empty() { root.to_path_buf() } else { prepare_staging_parent(root, parent_rel)? };
+    match create_attempt_dir(&parent, leaf, rel)? {
+        Some(dir) => Ok(dir),
+        None => Err(Error::io(
+            format!("creating staging directory {}", parent.join(leaf).display()),
+            io::Error::new(io::ErrorKind::NotFound, "its parent directory vanished while it was being created"),
+        )),
+    }
+}
+
+/// Creates (or checks) the directories `root/parent_rel`, refusing to pass through a symlink
+/// or a non-directory. Idempotent, so it can run before the begin transaction, outside the
+/// single writer's critical section.
+pub(crate) fn prepare_staging_parent(root: &Path, parent_rel: &str) -> Result<PathBuf> {
     let mut dir = root.to_path_buf();
-    let components: Vec<&str> = rel.split('/').collect();
-    for (i, component) in components.iter().enumerate() {
+    for component in parent_rel.split('/') {
         dir.push(component);
         match fs::symlink_metadata(&dir) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(Error::invalid("staging path", rel, format!("{} is a symlink; refusing to follow it", dir.display())));
+                return Err(Error::invalid("staging path", parent_rel, format!("{} is a symlink; refusing to follow it", dir.display())));
             }
             Ok(meta) if !meta.is_dir() => {
-                return Err(Error::invalid("staging path", rel, format!("{} exists and is not a directory", dir.display())));
-            }
-            Ok(_) if i + 1 == components.len() => {
-                let mut entries = fs::read_dir(&dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-                if entries.next().is_some() {
-                    return Err(Error::invalid("staging path", rel, format!("{} already holds files of an unknown writer", dir.display())));
-                }
+                return Err(Error::invalid("staging path", parent_rel, format!("{} exists and is not a directory", dir.display())));
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&dir) {
+                // Another attempt of a sibling task may create the same directory in between.
                 Ok(()) => {}
-                // Another attempt of a sibling task created the same parent in between.
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && i + 1 < components.len() => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(Error::io(format!("creating staging directory {}", dir.display()), e)),
             },
             Err(e) => return Err(Error::io(format!("inspecting {}", dir.display()), e)),
         }
     }
     Ok(dir)
+}
+
+/// Creates an attempt's own directory `parent/leaf` with one `mkdir`. An existing leaf must be
+/// an empty real directory. `Ok(None)` if the parent is gone (a concurrent cleanup removed it
+/// as empty): the caller prepares the parent again.
+pub(crate) fn create_attempt_dir(parent: &Path, leaf: &str, rel: &str) -> Result<Option<PathBuf>> {
+    let dir = parent.join(leaf);
+    match fs::create_dir(&dir) {
+        Ok(()) => Ok(Some(dir)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let meta = fs::symlink_metadata(&dir).map_err(|e| Error::io(format!("inspecting {}", dir.display()), e))?;
+            if meta.file_type().is_symlink() || !meta.is_dir() {
+                return Err(Error::invalid("staging path", rel, format!("{} exists and is not a directory", dir.display())));
+            }
+            let mut entries = fs::read_dir(&dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
+            if entries.next().is_some() {
+                return Err(Error::invalid("staging path", rel, format!("{} already holds files of an unknown writer", dir.display())));
+            }
+            Ok(Some(dir))
+        }
+        Err(e) => Err(Error::io(format!("creating staging directory {}", dir.display()), e)),
+    }
 }
 
 /// Observes a reported file under a staging directory without following symlinks.

@@ -319,7 +319,10 @@ mod tests {
     }
 
     fn wait_for_members(store: &Store, members: usize) {
+        // A member that never joins fails the test instead of hanging it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
+            assert!(std::time::Instant::now() < deadline, "{members} members never joined the forming batch");
             if let Some(batch) = &store.group.queue.lock().forming
                 && batch.state.lock().members == members
             {
@@ -333,6 +336,10 @@ mod tests {
         let mut queue = store.group.queue.lock();
         queue.in_flight = false;
         store.group.settled.notify_all();
+    }
+
+    fn nope_effect() -> crate::model::EffectKey {
+        crate::model::EffectKey { dataset: "ds".into(), run: "r1".into(), effect: "e".into(), partition: Some("nope".into()) }
     }
 
     fn empty_candidate(digest: &str) -> Candidate {
@@ -349,7 +356,9 @@ mod tests {
         let results = std::thread::scope(|scope| {
             let handles = [
                 scope.spawn(|| store.begin_attempt(&task("a")).map(|t| t.key.attempt)),
-                scope.spawn(|| store.begin_attempt(&task("nope")).map(|t| t.key.attempt)),
+                // Refused inside the batch: no task "nope" (begin_attempt would refuse it
+                // before joining, when it prepares the task's staging directory).
+                scope.spawn(|| store.record_effect(&nope_effect(), b"").map(|_| 0)),
                 scope.spawn(|| store.begin_attempt(&task("b")).map(|t| t.key.attempt)),
                 scope.spawn(|| store.finish_attempt(&task("c").attempt(7), &empty_candidate("d")).map(|_| 0)),
                 scope.spawn(|| store.begin_attempt(&task("c")).map(|t| t.key.attempt)),

@@ -36,13 +36,21 @@ pub struct StoreOptions {
     pub cache_size_bytes: usize,
     /// The attempt lease: how long an attempt may go without finishing or sending a heartbeat
     /// ([`Store::heartbeat`]) before [`Store::abandon_expired_attempts`] records it abandoned.
-    /// Cleanup age thresholds must exceed it. Default 1 hour.
-    pub attempt_lifetime_max: std::time::Duration,
+    /// Cleanup age thresholds must exceed it.
+    ///
+    /// The lease belongs to the store, not to a handle: the store records the longest lease any
+    /// writer asked for, and every handle uses the recorded one
+    /// ([`Store::attempt_lifetime_max_ms`]). `None` (the default) uses the recorded lease,
+    /// [`DEFAULT_ATTEMPT_LIFETIME`] for a new store; `Some(d)` raises it to `d` if longer. It
+    /// never shrinks: attempts begun under a longer lease may still be running. So an operator's
+    /// process (the CLI) can neither abandon the scheduler's attempts early nor plan a cleanup
+    /// inside their lease.
+    pub attempt_lifetime_max: Option<std::time::Duration>,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: std::time::Duration::from_secs(3600) }
+        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: None }
     }
 }
 
@@ -93,17 +101,39 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// The attempt lease of a new store whose creator asked for none: 1 hour.
+pub const DEFAULT_ATTEMPT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
+
+fn lifetime_ms(options: &StoreOptions) -> Option<u64> {
+    options.attempt_lifetime_max.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// Creates every table and the format record, or checks the format of an existing store.
-fn initialize(txn: &WriteTransaction) -> Result<()> {
+/// Returns the attempt lease in force: the recorded one, raised to `attempt_lifetime_max_ms`
+/// (and recorded) if that is longer.
+fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> Result<u64> {
     for def in ALL_TABLES {
         txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
     }
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
-    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
-        Some(record) if record.format_version == FORMAT_VERSION => Ok(()),
-        Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
-        None => tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { format_version: FORMAT_VERSION, created_at_ms: now_ms() }),
+    let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
+    let (record, is_new) = match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+        Some(record) if record.format_version == FORMAT_VERSION => (record, false),
+        Some(record) => return Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
+        None => (
+            MetaRecord {
+                format_version: FORMAT_VERSION,
+                created_at_ms: now_ms(),
+                attempt_lifetime_max_ms: attempt_lifetime_max_ms.unwrap_or(default_ms),
+            },
+            true,
+        ),
+    };
+    let lease_ms = record.attempt_lifetime_max_ms.max(attempt_lifetime_max_ms.unwrap_or(0));
+    if is_new || lease_ms != record.attempt_lifetime_max_ms {
+        tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
     }
+    Ok(lease_ms)
 }
 
 impl Store {
@@ -150,9 +180,8 @@ impl Store {
 
     fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
-        initialize(&txn)?;
+        let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        let attempt_lifetime_max_ms = u64::try_from(options.attempt_lifetime_max.as_millis()).unwrap_or(u64::MAX);
         Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
     }
 
@@ -241,7 +270,7 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
     let built = (|| {
         let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
-        initialize(&txn)?;
+        initialize(&txn, lifetime_ms(options))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
         drop(db);
         let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;

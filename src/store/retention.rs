@@ -210,8 +210,9 @@ fn plan_from(id: u64, record: CleanupPlanRecord) -> CleanupPlan {
 }
 
 impl Store {
-    /// The attempt lease in force on this handle, in milliseconds
-    /// ([`crate::StoreOptions::attempt_lifetime_max`]).
+    /// The attempt lease in force on this handle, in milliseconds: the longest of this
+    /// handle's [`crate::StoreOptions::attempt_lifetime_max`] and every earlier writer's, as
+    /// recorded in the store.
     pub fn attempt_lifetime_max_ms(&self) -> u64 {
         self.attempt_lifetime_max_ms
     }

@@ -122,6 +122,20 @@ impl Store {
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         check_task_key(task)?;
+        // The task's directory does not depend on the attempt number, so it is made (and
+        // checked for symlinks) before the write, outside the single writer's critical
+        // section; inside it there is one `mkdir`. A read first, so that no directory is
+        // made for a task that does not exist.
+        {
+            let snapshot = self.snapshot()?;
+            let txn = snapshot.txn();
+            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            read_run(&runs, &task.dataset, &task.run)?;
+            read_task(&tasks, task)?;
+        }
+        let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel)?;
         self.write_grouped("beginning an attempt", |txn| {
             let runs = open(txn, RUNS)?;
             let mut tasks = open(txn, TASKS)?;
@@ -142,7 +156,10 @@ impl Store {
             }
             // The directory is made before the commit: if the commit fails, the number is not
             // taken and the next begin reuses the (empty, never handed out) directory.
-            let staging_dir = files::create_staging_dir(&self.staging_root, &staging_rel)?;
+            let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
+                Some(dir) => dir,
+                None => files::create_staging_dir(&self.staging_root, &staging_rel)?,
+            };
             put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
             put(
                 &mut attempts,

@@ -29,7 +29,7 @@ struct Fixture {
 impl Fixture {
     fn new(lease: Duration) -> Fixture {
         let dir = tempfile::tempdir().expect("tempdir");
-        let options = StoreOptions { attempt_lifetime_max: lease, ..StoreOptions::default() };
+        let options = StoreOptions { attempt_lifetime_max: Some(lease), ..StoreOptions::default() };
         let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options).expect("open");
         Fixture { dir, store }
     }
@@ -255,7 +255,7 @@ fn a_threshold_not_above_the_attempt_lifetime_is_refused_unless_forced() {
     let plan = f.store.plan_cleanup(&CleanupOptions { age_threshold: Duration::from_secs(601), force_short_threshold: false }).unwrap();
     let Fixture { dir, store } = f;
     drop(store);
-    let longer = StoreOptions { attempt_lifetime_max: Duration::from_secs(3600), ..StoreOptions::default() };
+    let longer = StoreOptions { attempt_lifetime_max: Some(Duration::from_secs(3600)), ..StoreOptions::default() };
     let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &longer).unwrap();
     assert!(matches!(store.apply_cleanup(plan.id, &execute()), Err(Error::CleanupThresholdTooShort { .. })));
     assert!(matches!(store.apply_cleanup(999, &ApplyOptions::default()), Err(Error::UnknownCleanupPlan { plan: 999 })));
@@ -904,4 +904,22 @@ fn keep_reasons_are_reported() {
     let kept: HashMap<KeepReason, u64> = plan.kept.iter().copied().collect();
     assert_eq!(kept.get(&KeepReason::MayBeRunning), Some(&1), "running attempts are kept even past their lease until abandoned");
     assert_eq!(kept.get(&KeepReason::ValidUnpublished), Some(&1));
+}
+
+#[test]
+fn a_handle_opened_with_a_shorter_lifetime_uses_the_longest_recorded_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, staging) = (dir.path().join("store.redb"), dir.path().join("staging"));
+    let six_hours = std::time::Duration::from_secs(6 * 3600);
+    let scheduler =
+        Store::open_with_options(&db, &staging, &StoreOptions { attempt_lifetime_max: Some(six_hours), ..StoreOptions::default() })
+            .unwrap();
+    assert_eq!(scheduler.attempt_lifetime_max_ms(), 6 * 3600 * 1000);
+    drop(scheduler);
+    // An operator's process with the default (1 hour) lifetime: it must not plan a cleanup
+    // whose threshold lies inside the scheduler's 6-hour lease.
+    let operator = Store::open(&db, &staging).unwrap();
+    assert_eq!(operator.attempt_lifetime_max_ms(), 6 * 3600 * 1000);
+    let options = CleanupOptions { age_threshold: std::time::Duration::from_secs(2 * 3600), ..CleanupOptions::default() };
+    assert!(matches!(operator.plan_cleanup(&options), Err(Error::CleanupThresholdTooShort { .. })));
 }

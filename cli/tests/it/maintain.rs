@@ -134,7 +134,9 @@ fn gc_plans_first_and_deletes_only_on_execute() {
 
 #[test]
 fn gc_expire_and_abandon_are_dry_runs_unless_executed() {
-    let env = Env::new();
+    let env = Env::empty();
+    // The lease is the store's: set at creation, used by every later verb.
+    env.run(&["--attempt-lifetime", "5ms", "init"]).code(0);
     for i in 1..=3 {
         env.publish_run(&format!("r{i}"), &format!("s{i}"), &[(EU, 1, i)]);
     }
@@ -156,11 +158,11 @@ fn gc_expire_and_abandon_are_dry_runs_unless_executed() {
     assert_eq!(keys(&lease), ["dataset", "run", "partition", "attempt", "heartbeat_at_ms", "expires_at_ms"]);
     assert!(lease["expires_at_ms"].as_u64() > lease["heartbeat_at_ms"].as_u64());
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let dry = env.json(&["--attempt-lifetime", "5ms", "gc", "abandon"]).code(0).json();
+    let dry = env.json(&["gc", "abandon"]).code(0).json();
     assert_eq!((dry["mode"].as_str(), dry["abandoned"][0]["attempt"].as_u64()), (Some("dry_run"), Some(u64::from(attempt))));
     env.run(&["attempt", "heartbeat", "-d", "daily", "-r", "r9", "-p", US, "-a", &n]).code(0);
     std::thread::sleep(std::time::Duration::from_millis(20));
-    env.json(&["--attempt-lifetime", "5ms", "gc", "abandon", "--execute"]).code(0);
+    env.json(&["gc", "abandon", "--execute"]).code(0);
     // An abandoned attempt can neither renew its lease nor finish.
     env.run(&["attempt", "heartbeat", "-d", "daily", "-r", "r9", "-p", US, "-a", &n]).code(5);
     env.run(&["attempt", "finish", "-d", "daily", "-r", "r9", "-p", US, "-a", &n, "--snapshot", "s9", "--rows", "1", "--digest", "d"])
