@@ -8,7 +8,7 @@
 //!
 //! | table | key | value | written by |
 //! |---|---|---|---|
-//! | `meta_v1` | `"format"` | `MetaRecord` | create |
+//! | `meta_v1` | `"format"` | `MetaRecord` (format version, attempt lease) | create, open (raises the lease) |
 //! | `runs_v1` | dataset, run | `RunRecord` | declare, publish |
 //! | `tasks_v1` | dataset, run, partition | `TaskRecord` (expectations, next attempt number) | declare, begin |
 //! | `attempts_v1` | dataset, run, partition, attempt (u32 BE) | `AttemptRecord` | begin, finish, validate |
