@@ -65,7 +65,8 @@ fn assert_reads_served_elsewhere(backend: &FaultyBackend, store: &Store, states:
     let err = store.snapshot().expect_err("a poisoned handle refuses reads");
     assert!(matches!(err, Error::Poisoned { .. }), "{err}");
     assert!(err.to_string().contains("read-only handles keep reading"), "{err}");
-    let reader = ReadOnlyStore::open_with_backend(backend.another_process(), &options()).expect("a reader opens beside the poisoned writer");
+    let reader =
+        ReadOnlyStore::open_with_backend(backend.another_process(), &options()).expect("a reader opens beside the poisoned writer");
     let seen = testing::dump(&reader.snapshot().unwrap()).expect("the reader reads");
     assert!(states.contains(&seen.as_slice()), "the reader sees a committed state, not {seen:#?}");
 }
