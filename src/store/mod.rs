@@ -480,7 +480,7 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        let store = ReadOnlyStore { db };
+        let store = ReadOnlyStore { db, staging_root: None };
         store.snapshot()?.check_format()?;
         Ok(store)
     }
