@@ -17,3 +17,4 @@ mod retention;
 mod scenario;
 mod support;
 mod verify;
+mod views;
