@@ -81,7 +81,7 @@ pub use lifecycle::{
 pub use model::{
     AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck,
     FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
-    PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
+    PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};

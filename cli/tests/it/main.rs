@@ -1,6 +1,7 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
 mod maintain;
+mod operator;
 mod readonly;
 mod refusals;
 mod support;
