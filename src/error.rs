@@ -247,6 +247,17 @@ pub enum Error {
         /// The expired generation.
         generation: u64,
     },
+
+    /// The directory given as the staging root is not this store's: its marker file is
+    /// missing, damaged or names another store, or (for a new store) it already holds files.
+    /// Nothing was created or deleted in it. Give the store's own staging root.
+    #[error("staging root {path} is not this store's: {detail}")]
+    StagingRootMismatch {
+        /// The directory given.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
 }
 
 /// What was wrong with a corrupted record.

@@ -11,4 +11,5 @@ pub(crate) mod cleanup;
 pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;
+pub(crate) mod staging;
 pub(crate) mod validate;
