@@ -192,9 +192,15 @@ pub enum Error {
     },
 
     /// A write failed earlier on this handle (an fsync or write error, or a failed commit). The
-    /// state on disk is whatever the last durable commit left; the handle refuses writes until
-    /// the store is reopened, because a failed fsync cannot be retried and trusted.
-    #[error("store handle refuses writes after an earlier write failure ({cause}); reopen the store")]
+    /// state on disk is whatever the last durable commit left; the handle refuses writes and
+    /// reads until the store is reopened, because a failed fsync cannot be retried and trusted
+    /// (and redb, in the mode the store ships, refuses every later operation of that handle).
+    /// Read-only handles ([`crate::ReadOnlyStore`], other processes) keep reading the last
+    /// committed state.
+    #[error(
+        "store handle refuses reads and writes after an earlier write failure ({cause}); reopen the store (read-only handles keep \
+         reading the last committed state)"
+    )]
     Poisoned {
         /// The failure that poisoned the handle.
         cause: String,

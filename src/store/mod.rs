@@ -267,14 +267,16 @@ impl Store {
     /// Opens (or creates) a store on a custom redb storage backend, for example the
     /// fault-injecting one the crash tests use. No file-level creation protocol applies.
     ///
+    /// The store is opened exactly as [`Store::open`] opens a file (same concurrency mode, so
+    /// the same two-phase commits and locks): the backend must support redb's byte-range
+    /// locks, as the testing backend does by forwarding them to a real lock file.
+    ///
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
-        let mut builder = Builder::new();
-        builder.set_cache_size(options.cache_size_bytes);
-        let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+        let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
         Store::finish_open(db, None, root, lease_ms)
     }
 
@@ -371,8 +373,12 @@ impl Store {
     /// after later publishes, until dropped.
     ///
     /// # Errors
-    /// Storage errors.
+    /// [`Error::Poisoned`] once a write failed on this handle (open a [`ReadOnlyStore`] or
+    /// reopen the store to read on); storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned { cause });
+        }
         let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
         Ok(Snapshot::new(txn, Some(self.staging_root.clone())))
     }
@@ -493,6 +499,19 @@ impl ReadOnlyStore {
             ));
         }
         let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+        let store = ReadOnlyStore { db };
+        store.snapshot()?.check_format()?;
+        Ok(store)
+    }
+
+    /// Opens a store on a custom redb storage backend for reading, as [`ReadOnlyStore::open`]
+    /// opens a file (same concurrency mode), for example beside a writer on the testing
+    /// backend's `FaultyBackend::another_process` handle (feature `testing`).
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::open`].
+    pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
+        let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
         let store = ReadOnlyStore { db };
         store.snapshot()?.check_format()?;
         Ok(store)
