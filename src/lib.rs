@@ -71,6 +71,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+mod views;
 
 pub use error::{Corruption, Error, Result};
 pub use lifecycle::{
@@ -87,3 +88,4 @@ pub use store::{
     file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
+pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};
