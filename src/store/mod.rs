@@ -187,6 +187,17 @@ impl Store {
         Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
     }
 
+    /// Closes the store: redb flushes and syncs its clean-shutdown state and the file's locks
+    /// are released. Dropping a `Store` does the same but cannot report a failure; a process
+    /// that reports success after writing (the CLI) closes first and reports a failed close.
+    ///
+    /// # Errors
+    /// A storage error if the close's writes or syncs failed (the store then needs the recovery
+    /// the next open performs; every acknowledged commit is intact).
+    pub fn close(self) -> Result<()> {
+        self.db.close().map_err(|e| Error::storage("closing the store", e))
+    }
+
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
@@ -252,8 +263,10 @@ enum TxnEnd<T> {
     Abort(T),
 }
 
+/// Creates the staging root if missing (every directory it creates synced into its parent) and
+/// resolves it.
 fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(root).map_err(|e| Error::io(format!("creating staging root {}", root.display()), e))?;
+    files::create_dir_all_durable(root)?;
     fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
@@ -264,13 +277,9 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let dir_existed = dir.exists();
-    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
     // A directory made here must itself survive a power loss, or the store's entry in it
-    // could vanish with it: sync its parent too.
-    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        files::sync_dir(parent)?;
-    }
+    // could vanish with it: each one made is synced into its parent.
+    files::create_dir_all_durable(&dir)?;
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
@@ -278,9 +287,10 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
         initialize(&txn, lifetime_ms(options))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
-        drop(db);
-        let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
-        file.sync_all().map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        // redb's close syncs the file again (its clean-shutdown header): a failure there must
+        // fail the creation, not be dropped with the handle.
+        db.close().map_err(|e| Error::storage("closing the new store", e))?;
+        files::sync_file(&tmp)?;
         // A hard link never replaces an existing file: if another process created the store in
         // the meantime, its store wins and ours is discarded.
         match fs::hard_link(&tmp, db_path) {
@@ -355,5 +365,14 @@ impl ReadOnlyStore {
     pub fn snapshot(&self) -> Result<Snapshot> {
         let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
         Ok(Snapshot::new(txn, None))
+    }
+
+    /// Closes the store and releases its locks at once, even if snapshots are still alive
+    /// (their later reads fail).
+    ///
+    /// # Errors
+    /// A storage error if releasing the file failed.
+    pub fn close(self) -> Result<()> {
+        self.db.close().map_err(|e| Error::storage("closing the store", e))
     }
 }
