@@ -253,6 +253,47 @@ pub enum Error {
         /// The expired generation.
         generation: u64,
     },
+
+    /// The view root cannot serve as one (inside the staging root, containing it, on another
+    /// file system for hard links, not a directory). Nothing was created under it.
+    #[error("view root {root}: {reason}")]
+    ViewRoot {
+        /// The view root as given.
+        root: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// A dataset's view cannot be written without touching something that is not
+    /// manifestdb's, or a partition or file path cannot be placed inside the view directory.
+    /// Nothing was deleted.
+    #[error("view of dataset {dataset:?}: {path}: {reason}; nothing was deleted")]
+    ViewRefused {
+        /// The dataset.
+        dataset: String,
+        /// The offending path (on disk, or a partition or file path).
+        path: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// The publish or rollback committed generation `generation` (it is durable and current in
+    /// the store), but its view could not be built or `current` could not be moved: readers of
+    /// the view still see the previous complete view. A retried publish returns the same
+    /// generation and retries the view; so do `Store::sync_view` and the next writable open.
+    #[error(
+        "generation {generation} of dataset {dataset:?} is committed, but its view was not updated: {source}; `current` still \
+         names the previous complete view (retry with `manifestdb view sync`, the next publish or the next writable open)"
+    )]
+    ViewLagging {
+        /// The dataset.
+        dataset: String,
+        /// The committed generation.
+        generation: u64,
+        /// What stopped the view.
+        #[source]
+        source: Box<Error>,
+    },
 }
 
 /// What was wrong with a corrupted record.

@@ -1070,7 +1070,7 @@ impl Reference {
             }
         }
         drop(snapshot);
-        let options = VerifyOptions { integrity_check: true, files: Some(FileCheck::Size), staging_root: None };
+        let options = VerifyOptions { integrity_check: true, files: Some(FileCheck::Size), staging_root: None, views: true };
         let report = store.verify(&options).map_err(|e| format!("verify failed: {e}"))?;
         if !report.is_clean() {
             return Err(format!("verify after the crash is not clean:\n{report}"));
