@@ -101,11 +101,11 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
-        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
-        // message, "Database repair aborted.", would not tell the reader what to do.
+        // Only a read-only open reaches this (manifestdb sets no repair callback), after its own
+        // recovery could not run: redb's message, "Database repair aborted.", says too little.
         err @ DatabaseError::RepairAborted => Error::storage(
-            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
-             Store::open performs",
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery; run `manifestdb recover` \
+             on it (or open it with Store::open)",
             err,
         ),
         other => Error::storage("opening the store", other),
@@ -125,10 +125,20 @@ fn lifetime_ms(options: &StoreOptions) -> Option<u64> {
 
 /// Creates every table and the format record, or checks the format of an existing store.
 /// Returns the attempt lease in force: the recorded one, raised to `attempt_lifetime_max_ms`
-/// (and recorded) if that is longer.
-fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> Result<u64> {
+/// (and recorded) if that is longer; and whether anything was written (a store that is already
+/// initialized with that lease needs no commit, so opening it costs no sync).
+fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> Result<(u64, bool)> {
+    let existing: std::collections::BTreeSet<String> = txn
+        .list_tables()
+        .map_err(|e| Error::storage("listing tables", e))?
+        .map(|handle| redb::TableHandle::name(&handle).to_owned())
+        .collect();
+    let mut wrote = false;
     for def in ALL_TABLES {
-        txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+        if !existing.contains(def.name) {
+            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            wrote = true;
+        }
     }
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
@@ -147,8 +157,9 @@ fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> R
     let lease_ms = record.attempt_lifetime_max_ms.max(attempt_lifetime_max_ms.unwrap_or(0));
     if is_new || lease_ms != record.attempt_lifetime_max_ms {
         tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+        wrote = true;
     }
-    Ok(lease_ms)
+    Ok((lease_ms, wrote))
 }
 
 impl Store {
@@ -197,9 +208,14 @@ impl Store {
 
     fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
-        let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
-        let views = configure_views(&txn, options, &staging_root)?;
-        txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        let (attempt_lifetime_max_ms, initialized) = initialize(&txn, lifetime_ms(options))?;
+        let (views, configured) = configure_views(&txn, options, &staging_root)?;
+        // Only a store that needed a change pays a commit: reopening one costs no sync.
+        if initialized || configured {
+            txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        } else {
+            txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
+        }
         let store = Store {
             db,
             db_path,
@@ -307,6 +323,24 @@ impl Store {
         self.db.close().map_err(|e| Error::storage("closing the store", e))
     }
 
+    /// Recovers a store whose writer crashed, without a staging root: opens it for writing
+    /// (redb repairs it in the open) and closes it. Returns whether it needed recovery. A store
+    /// closed cleanly, or held by a live writer, is left alone.
+    ///
+    /// # Errors
+    /// [`Error::NeedsRecovery`] if it needs recovery and this process may not write the file;
+    /// [`Error::AlreadyOpen`] only if a writer held it and did not finish its own recovery
+    /// within seconds; storage errors.
+    pub fn recover(db_path: impl AsRef<Path>) -> Result<bool> {
+        let db_path = db_path.as_ref();
+        let options = StoreOptions::default();
+        match builder(&options).open_read_only(db_path) {
+            Ok(db) => db.close().map(|()| false).map_err(|e| Error::storage("closing a probe of the store", e)),
+            Err(DatabaseError::RepairAborted) => recover_unheld(db_path, &options).map(|()| true),
+            Err(e) => Err(open_error(db_path, e)),
+        }
+    }
+
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
@@ -366,7 +400,8 @@ impl Store {
 
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
 /// recorded one, else none. Refused (nothing recorded) if the root cannot serve.
-fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<Option<Views>> {
+/// The views the store publishes, and whether their record had to be written.
+fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
     let wanted = match (&options.views, &recorded) {
@@ -374,7 +409,7 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         (None, Some(record)) => {
             ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
         }
-        (None, None) => return Ok(None),
+        (None, None) => return Ok((None, false)),
     };
     let views = Views::open(&wanted, staging_root)?;
     let record = ViewsRecord {
@@ -387,8 +422,9 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
         tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+        return Ok((Some(views), true));
     }
-    Ok(Some(views))
+    Ok((Some(views), false))
 }
 
 /// How a write transaction ends.
@@ -441,6 +477,45 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
     files::sync_dir(&dir)
 }
 
+/// How long a reader waits, in total, for a writer that holds a crashed store to finish the
+/// recovery its own open performs.
+const RECOVERY_WAIT_MS_MAX: u64 = 5_000;
+
+/// Recovers a store whose writer crashed, for a reader: takes the writer lock by opening the
+/// store for writing (redb repairs it in that open), and closes it at once, releasing the lock.
+/// If a writer holds the store meanwhile, its open recovers it: wait until a read-only open
+/// succeeds.
+fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match builder(options).open(db_path) {
+            Ok(db) => {
+                tracing::info!(path = %db_path.display(), "recovered a store whose writer crashed");
+                return db.close().map_err(|e| Error::storage("closing the store after recovering it", e));
+            }
+            Err(DatabaseError::DatabaseAlreadyOpen) => {
+                // A writer (or another recovering reader) holds it. Once its open completes the
+                // file reads as held by a live writer, and a read-only open works.
+                match builder(options).open_read_only(db_path) {
+                    Ok(db) => return db.close().map_err(|e| Error::storage("closing a probe of the store", e)),
+                    Err(DatabaseError::RepairAborted | DatabaseError::DatabaseAlreadyOpen) => {}
+                    Err(e) => return Err(open_error(db_path, e)),
+                }
+                if started.elapsed() > std::time::Duration::from_millis(RECOVERY_WAIT_MS_MAX) {
+                    return Err(open_error(db_path, DatabaseError::RepairAborted));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(DatabaseError::Storage(redb::StorageError::Io(e)))
+                if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) =>
+            {
+                return Err(Error::NeedsRecovery { path: db_path.to_path_buf(), source: e });
+            }
+            Err(e) => return Err(open_error(db_path, e)),
+        }
+    }
+}
+
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
@@ -457,8 +532,15 @@ impl std::fmt::Debug for ReadOnlyStore {
 impl ReadOnlyStore {
     /// Opens an existing store for reading, while a writer may hold it.
     ///
+    /// Readers outlive writers (DOMAIN 12): if the store's writer crashed (SIGKILL, power loss,
+    /// a failed close) and no writer holds it now, the open first recovers it, as
+    /// [`Store::recover`] does (the writer lock taken for the recovery only, then released),
+    /// and then reads the last committed generation. If a writer holds the store, its own open
+    /// recovered it and the reader simply reads beside it.
+    ///
     /// # Errors
-    /// Storage errors (including a store that needs recovery by a writer first), and
+    /// [`Error::NeedsRecovery`] if the store needs recovery and this process may not write the
+    /// file (the message names the command that fixes it); storage errors;
     /// [`Error::UnsupportedFormat`].
     pub fn open(db_path: impl AsRef<Path>) -> Result<ReadOnlyStore> {
         ReadOnlyStore::open_with_options(db_path, &StoreOptions::default())
@@ -476,7 +558,14 @@ impl ReadOnlyStore {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             ));
         }
-        let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+        let db = match builder(options).open_read_only(db_path) {
+            Ok(db) => db,
+            Err(DatabaseError::RepairAborted) => {
+                recover_unheld(db_path, options)?;
+                builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?
+            }
+            Err(e) => return Err(open_error(db_path, e)),
+        };
         let store = ReadOnlyStore { db, staging_root: None };
         store.snapshot()?.check_format()?;
         Ok(store)
