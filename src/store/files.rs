@@ -320,28 +320,46 @@ pub(crate) fn make_candidate_durable(root: &Path, staging_rel: &str, files: &[Fi
     Ok(failures)
 }
 
-/// Makes removals durable: syncs, once each, the deepest still existing directory on the way to
-/// each removed path (the directory whose entry for it, or for its removed parent, is gone).
-/// Returns how many directories were synced.
+/// Makes removals durable: syncs, once each, the deepest directory still on the way to each
+/// removed path (the directory whose entry for it, or for its removed parent, is gone). The way
+/// is walked with directory handles from the root, never through a symlink: a component that
+/// is gone, or is no longer a real directory, ends the walk there, and the handle synced is the
+/// one the walk opened. Returns how many directories were synced.
 pub(crate) fn sync_after_removal<'a>(root: &Path, removed: impl IntoIterator<Item = &'a str>) -> Result<usize> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    let root_fd = open_dir(root).map_err(|e| Error::io(format!("opening staging root {} to sync it", root.display()), e))?;
+    // The deepest directory reached, by its path relative to the root ("" for the root).
+    let mut deepest: BTreeMap<String, Option<OwnedFd>> = BTreeMap::new();
     for rel in removed {
         let components: Vec<&str> = rel.split('/').filter(|c| !c.is_empty() && *c != "." && *c != "..").collect();
-        let mut deepest = root.to_path_buf();
-        let mut dir = root.to_path_buf();
+        let mut reached = String::new();
+        let mut fd: Option<OwnedFd> = None;
         for component in components.iter().take(components.len().saturating_sub(1)) {
-            dir.push(component);
-            match fs::symlink_metadata(&dir) {
-                Ok(meta) if meta.is_dir() && !meta.file_type().is_symlink() => deepest = dir.clone(),
-                _ => break,
+            let parent = fd.as_ref().map_or(root_fd.as_fd(), |fd| fd.as_fd());
+            match open_dir_at(parent, component) {
+                Ok(next) => {
+                    fd = Some(next);
+                    if !reached.is_empty() {
+                        reached.push('/');
+                    }
+                    reached.push_str(component);
+                }
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(code) if code == rustix::io::Errno::NOENT.raw_os_error()
+                    || code == rustix::io::Errno::NOTDIR.raw_os_error()
+                    || code == rustix::io::Errno::LOOP.raw_os_error()) =>
+                {
+                    break;
+                }
+                Err(e) => return Err(Error::io(format!("opening {} to sync it", root.join(&reached).join(component).display()), e)),
             }
         }
-        dirs.push(deepest);
+        deepest.entry(reached).or_insert(fd);
     }
-    dirs.sort();
-    dirs.dedup();
-    for dir in dirs.iter().rev() {
-        sync_dir(dir)?;
+    // Deepest first: a child's entry is flushed before its parent's.
+    for (rel, fd) in deepest.iter().rev() {
+        let path = root.join(rel);
+        let fd = fd.as_ref().map_or(root_fd.as_fd(), |fd| fd.as_fd());
+        sync_handle(fd, &path, SyncTarget::Dir).map_err(|e| Error::io(format!("syncing directory {}", path.display()), e))?;
     }
-    Ok(dirs.len())
+    Ok(deepest.len())
 }

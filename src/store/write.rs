@@ -137,6 +137,8 @@ impl Store {
             read_task(&tasks, task)?;
         }
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+        // Nothing is created under a root that is not this store's (its marker checked).
+        drop(self.checked_staging_root()?);
         let mut created = Vec::new();
         let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
         let ticket = self.write_grouped("beginning an attempt", |txn| {
