@@ -357,6 +357,7 @@ impl Store {
             let number =
                 current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
             let mut digests = open(txn, DIGESTS)?;
+            let runs = open(txn, RUNS)?;
             for restore in &restores {
                 let record = match restore.from_version {
                     None => PartitionVersionRecord { entry: None },
@@ -368,11 +369,21 @@ impl Store {
                 };
                 // The restored content is what the partition now holds from its snapshot: the
                 // determinism check of the next rerun on that snapshot compares against it.
+                // The record names the run that published this content and the generation it
+                // published it in, as a publish's record does.
                 if let Some(entry) = &record.entry {
+                    let run_key = key(&[dataset, &entry.run]);
+                    let published = get::<RunRecord>(&runs, RUNS, &run_key)?.and_then(|r| r.published_generation).ok_or_else(|| {
+                        tables::corrupted(
+                            VERSIONS,
+                            &key_u64(&[dataset, &restore.partition], number),
+                            "restored content of an unpublished run",
+                        )
+                    })?;
                     put(
                         &mut digests,
                         &key(&[dataset, &entry.snapshot, &restore.partition]),
-                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: number },
+                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: published },
                     )?;
                 }
                 put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
