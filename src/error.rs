@@ -207,9 +207,10 @@ pub enum Error {
     },
 
     /// The attempt was recorded abandoned (its lease ran out before it finished or sent a
-    /// heartbeat); it can no longer finish or renew its lease. Begin a new attempt instead.
+    /// heartbeat, or [`crate::Store::abandon_attempt`] fenced it); it can no longer finish,
+    /// renew its lease or be validated. Begin a new attempt instead.
     #[error(
-        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out); it cannot finish"
+        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out, or it was abandoned explicitly); it cannot finish, renew its lease or be validated"
     )]
     AttemptAbandoned {
         /// Dataset name.
@@ -304,6 +305,23 @@ pub enum Error {
         /// What stopped the view.
         #[source]
         source: Box<Error>,
+    },
+
+    /// The store's writer crashed (the file was not closed cleanly), no writer holds it now, and
+    /// this process may not write it, so it cannot perform the recovery a read needs first
+    /// (DOMAIN 12). A user who can write the file recovers it with `manifestdb recover` (or
+    /// [`crate::Store::recover`], or any writable open); readers then read the last committed
+    /// generation.
+    #[error(
+        "store {path} was not closed cleanly (its writer crashed) and must be recovered before it can be read, which needs write \
+         access ({source}): run `manifestdb recover --store {path}` as a user who can write it"
+    )]
+    NeedsRecovery {
+        /// The store file.
+        path: PathBuf,
+        /// Why this process could not recover it.
+        #[source]
+        source: std::io::Error,
     },
 }
 

@@ -3,6 +3,7 @@
 mod accepted_model;
 mod backend;
 mod crash;
+mod durability;
 mod effects;
 mod fixtures;
 mod fuzz_regressions;
@@ -15,6 +16,7 @@ mod kill;
 mod publish;
 mod readers;
 mod retention;
+mod rule_holes;
 mod scenario;
 mod support;
 mod verify;

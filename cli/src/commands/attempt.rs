@@ -1,15 +1,16 @@
-//! `attempt begin`, `attempt finish`, `attempt validate`, `attempt heartbeat`, `attempt list`.
+//! `attempt begin`, `attempt finish`, `attempt validate`, `attempt heartbeat`, `attempt abandon`,
+//! `attempt invalidate`, `attempt list`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use manifestdb::{Candidate, FileCheck, FileEntry, FinishOutcome, Store, TaskKey, describe_file};
+use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome, InvalidateOutcome, Store, TaskKey, describe_file};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::{parse_json, require_dataset};
-use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, TaskArgs, ValidateArgs};
+use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, InvalidateArgs, TaskArgs, ValidateArgs};
 use crate::exit::{Exit, not_found, usage};
 use crate::json;
 use crate::location::LocationArgs;
@@ -262,7 +263,7 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> a
         }
     }
     drop(snapshot);
-    let now_ms = manifestdb_now_ms();
+    let now_ms = now_ms();
     // Only a running attempt not recorded abandoned holds a lease; it runs from the last sign of
     // life for the store's recorded attempt lifetime.
     let lease_expiry = |a: &manifestdb::AttemptInfo| {
@@ -315,6 +316,60 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> a
 }
 
 /// Now, in milliseconds since the Unix epoch (the clock the store's times use).
-fn manifestdb_now_ms() -> u64 {
+fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `attempt abandon`.
+pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let outcome = store.abandon_attempt(&key)?;
+    drop(store);
+    let (name, abandoned_at_ms) = match outcome {
+        AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", abandoned_at_ms),
+        AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", abandoned_at_ms),
+    };
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "outcome": name,
+        "abandoned_at_ms": abandoned_at_ms,
+    });
+    out.emit(&doc, |w| writeln!(w, "attempt {}: {} at {}", escape(&key.to_string()), name.replace('_', " "), utc(abandoned_at_ms)))?;
+    Ok(Exit::Success)
+}
+
+/// `attempt invalidate`.
+pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
+    drop(store);
+    let (name, before, after) = match outcome {
+        InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", accepted_before, accepted_after),
+        InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
+    };
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "outcome": name,
+        "accepted_before": before,
+        "accepted_after": after,
+    });
+    out.emit(&doc, |w| {
+        writeln!(
+            w,
+            "attempt {}: {}; accepted attempt of the task: {} -> {}",
+            escape(&key.to_string()),
+            name.replace('_', " "),
+            opt(before),
+            opt(after)
+        )
+    })?;
+    Ok(Exit::Success)
 }

@@ -261,6 +261,12 @@ fn every_verb_naming_something_unknown_exits_4_and_names_it() {
         ),
         ("attempt validate", &["attempt", "validate", "-d", "daily", "-r", "r2", "-p", EU, "-a", "99"], "99"),
         ("attempt heartbeat", &["attempt", "heartbeat", "-d", "daily", "-r", "r2", "-p", EU, "-a", "99"], "99"),
+        ("attempt abandon", &["attempt", "abandon", "-d", "daily", "-r", "r2", "-p", EU, "-a", "99"], "99"),
+        (
+            "attempt invalidate",
+            &["attempt", "invalidate", "-d", "daily", "-r", "r2", "-p", EU, "-a", "99", "--actor", "a", "--reason", "r"],
+            "99",
+        ),
         ("attempt list", &["attempt", "list", "-d", "nosuch", "-r", "r1"], "nosuch"),
         ("attempt list", &["attempt", "list", "-d", "daily", "-r", "nosuch"], "nosuch"),
         ("attempt list", &["attempt", "list", "-d", "daily", "-r", "r1", "-p", "nosuch"], "nosuch"),
