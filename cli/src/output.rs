@@ -19,15 +19,20 @@ use jiff::{Span, SpanRound, Timestamp, Unit};
 use serde_json::Value;
 
 /// Where results go.
+///
+/// A result is rendered whole in memory, then written straight to file descriptor 1 (a
+/// duplicate of it, bypassing std's stdout buffer): a write that fails leaves nothing buffered
+/// anywhere, so no success document can reach stdout later (at exit, say) after the command
+/// reported its failure. Commands write only after they closed the store, so a slow reader of
+/// the output never keeps the store locked.
 pub struct Out {
     json: bool,
-    stdout: io::BufWriter<io::Stdout>,
 }
 
 impl Out {
     /// Results as JSON (`--json`) or for humans.
     pub fn new(json: bool) -> Out {
-        Out { json, stdout: io::BufWriter::new(io::stdout()) }
+        Out { json }
     }
 
     /// Whether results are JSON (`--json`).
@@ -35,21 +40,21 @@ impl Out {
         self.json
     }
 
-    /// Writes `doc` (with `--json`) or what `human` writes, then flushes.
+    /// Writes `doc` (with `--json`) or what `human` writes.
     pub fn emit(&mut self, doc: &Value, human: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+        let mut rendered = Vec::new();
         if self.json {
-            serde_json::to_writer_pretty(&mut self.stdout, doc).map_err(io::Error::from)?;
-            writeln!(self.stdout)?;
+            serde_json::to_writer_pretty(&mut rendered, doc).map_err(io::Error::from)?;
+            writeln!(rendered)?;
         } else {
-            human(&mut self.stdout)?;
+            human(&mut rendered)?;
         }
-        self.stdout.flush()
+        write_stdout(&rendered)
     }
 
-    /// Writes raw text (for `attempt begin --env`, completions, the man page), then flushes.
+    /// Writes raw text (for `attempt begin --env`, completions, the man page).
     pub fn raw(&mut self, text: &str) -> io::Result<()> {
-        self.stdout.write_all(text.as_bytes())?;
-        self.stdout.flush()
+        write_stdout(text.as_bytes())
     }
 
     /// A progress bar over `len` steps: drawn on stderr only when stderr is a terminal and the
@@ -87,6 +92,13 @@ pub const CELL_WIDTH_MAX: u16 = 64;
 
 /// The marker ending a cut table cell.
 pub const TRUNCATED: &str = "…";
+
+/// Writes all of `bytes` to stdout's file descriptor, unbuffered.
+fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let mut stdout = std::fs::File::from(io::stdout().as_fd().try_clone_to_owned()?);
+    stdout.write_all(bytes)
+}
 
 /// A plain text table (comfy-table without borders): a header row and left-aligned columns
 /// separated by two spaces. Cells are escaped ([`escape`]) and cut at [`CELL_WIDTH_MAX`].

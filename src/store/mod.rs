@@ -177,8 +177,7 @@ fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
         Ok(handles::Marker::Damaged(why)) => MarkerSeen::Damaged(why),
         Err(e) => return Err(Error::io(format!("reading the staging-root marker in {}", path.display()), e)),
     };
-    let empty = handles::is_empty_except(fd.as_fd(), &[handles::MARKER_NAME])
-        .map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
+    let empty = handles::is_empty_but_marker(fd.as_fd()).map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
     Ok((marker, empty))
 }
 
