@@ -6,3 +6,4 @@ mod refusals;
 mod support;
 mod verbs;
 mod walkthrough;
+mod views;
