@@ -3,6 +3,7 @@
 mod accepted_model;
 mod backend;
 mod crash;
+mod duckdb;
 mod effects;
 mod fixtures;
 mod fuzz_regressions;
