@@ -5,5 +5,5 @@ mod readonly;
 mod refusals;
 mod support;
 mod verbs;
-mod walkthrough;
 mod views;
+mod walkthrough;
