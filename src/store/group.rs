@@ -217,13 +217,23 @@ impl Store {
                 drop(txn);
                 Err((cause, None))
             }
-            (None, Some(txn)) => {
-                let ended = if wrote { txn.commit().map_err(redb::Error::from) } else { txn.abort().map_err(redb::Error::from) };
-                ended.map_err(|e| {
-                    let err = Error::storage("committing a group of writes", e);
-                    (err.to_string(), Some(err))
-                })
-            }
+            (None, Some(txn)) if wrote => match self.record_lease(&txn) {
+                Ok(()) => match txn.commit() {
+                    Ok(()) => {
+                        self.lease_recorded();
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let err = Error::storage("committing a group of writes", e);
+                        Err((err.to_string(), Some(err)))
+                    }
+                },
+                Err(err) => Err((err.to_string(), Some(err))),
+            },
+            (None, Some(txn)) => txn.abort().map_err(|e| {
+                let err = Error::storage("committing a group of writes", e);
+                (err.to_string(), Some(err))
+            }),
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
