@@ -17,7 +17,7 @@ task (each gets a private staging directory), writes the output there, finishes 
 (the candidate), validates it, and publishes the run once every task has a valid attempt: the
 dataset's next generation holds, per partition, the lowest-numbered valid attempt.
 
-Read-only verbs (show, log, diff, run show, effects list, stats, verify) open the store
+Read-only verbs (show, log, diff, run show, effects list, stats, verify, view) open the store
 read-only and work while a scheduler process holds it open for writing.";
 
 const AFTER_HELP: &str = "\
