@@ -117,6 +117,13 @@ pub enum Command {
     /// in the store (set by the first `--views DIR`).
     #[command(after_long_help = VIEW_JSON)]
     View(ViewArgs),
+
+    /// Recover a store whose writer crashed (killed, power loss), so that readers read it
+    /// again: opens it for writing, which repairs it, and closes it. Needs only --store (or
+    /// --dir) and write access. Read verbs do this themselves when they may write the file;
+    /// a store closed cleanly or held by a live writer is left alone.
+    #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
+    Recover,
 }
 
 /// `view` flags and its `sync` sub-verb.

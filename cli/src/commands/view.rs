@@ -29,6 +29,7 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str) -> anyhow::Result
     };
     let store_generation = snapshot.current(dataset)?.map(|g| g.number);
     drop(snapshot);
+    crate::location::close_reader(store)?;
     let current = root.join(dataset).join("current");
     let target = std::fs::read_link(&current).ok();
     let path = target.as_ref().map(|t| root.join(dataset).join(t));
@@ -109,6 +110,7 @@ fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow
         Some(dataset) => store.sync_view(dataset)?.into_iter().collect(),
         None => store.sync_views()?,
     };
+    crate::location::close_writer(store)?;
     let doc = json!({ "synced": synced.iter().map(status_json).collect::<Vec<_>>() });
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REMOVED", "CURRENT"]);

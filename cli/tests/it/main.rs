@@ -4,6 +4,7 @@ mod maintain;
 mod readonly;
 mod refusals;
 mod support;
+mod syncs;
 mod verbs;
 mod views;
 mod walkthrough;
