@@ -8,6 +8,7 @@ mod publish;
 mod rollback;
 mod run;
 mod verify;
+mod view;
 
 use std::io::Read;
 use std::path::Path;
@@ -50,6 +51,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Attempt(AttemptCommand::List(args)) => attempt::list(location, out, args),
         Command::Completions(args) => completions(out, args),
         Command::Man(args) => man(out, args),
+        Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
     }
 }

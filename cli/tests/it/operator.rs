@@ -286,6 +286,8 @@ fn every_verb_naming_something_unknown_exits_4_and_names_it() {
         ("rollback", &["rollback", "-d", "nosuch", "--to", "1", "--actor", "a", "--reason", "r"], "nosuch"),
         ("rollback", &["rollback", "-d", "daily", "--to", "99", "--actor", "a", "--reason", "r"], "99"),
         ("gc expire", &["gc", "expire", "-d", "nosuch"], "nosuch"),
+        ("view", &["view", "nosuch"], "nosuch"),
+        ("view sync", &["view", "sync", "nosuch"], "nosuch"),
         ("gc plan", &["gc", "plan", "--show", "99"], "99"),
         ("gc apply", &["gc", "apply", "--plan", "99"], "99"),
     ];
