@@ -109,6 +109,17 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
+    /// The report for a store whose records cannot be walked at all.
+    fn unreadable(err: &Error) -> VerifyReport {
+        VerifyReport {
+            integrity: IntegrityCheck::Skipped { reason: "the records could not be read".into() },
+            records: Vec::new(),
+            files_checked: 0,
+            findings: vec![Finding { table: crate::store::ENGINE, key: String::new(), message: err.to_string() }],
+            notes: Vec::new(),
+        }
+    }
+
     /// True when there is no finding and redb's check did not fail or need a repair.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty() && matches!(self.integrity, IntegrityCheck::Passed | IntegrityCheck::Skipped { .. })
@@ -155,30 +166,28 @@ impl Store {
     /// # Errors
     /// Storage errors that stop the walk itself. Damage is reported, not returned.
     pub fn verify(&mut self, options: &VerifyOptions) -> Result<VerifyReport> {
+        let poison = self.poison().clone();
         let integrity = if options.integrity_check {
-            match self.database_mut().check_integrity() {
-                Ok(true) => IntegrityCheck::Passed,
-                Ok(false) => IntegrityCheck::Repaired,
-                Err(DatabaseError::TransactionInProgress) => {
+            let checked = poison.contain("checking the store's integrity", || Ok(self.database_mut().check_integrity()));
+            match checked {
+                Ok(Ok(true)) => IntegrityCheck::Passed,
+                Ok(Ok(false)) => IntegrityCheck::Repaired,
+                Ok(Err(DatabaseError::TransactionInProgress)) => {
                     IntegrityCheck::Skipped { reason: "a snapshot or transaction of this handle is alive".into() }
                 }
-                Err(DatabaseError::Storage(StorageError::Corrupted(message))) => IntegrityCheck::Failed { message },
-                Err(err) => return Err(Error::storage("checking the store's integrity", err)),
+                Ok(Err(DatabaseError::Storage(StorageError::Corrupted(message)))) => IntegrityCheck::Failed { message },
+                Ok(Err(err)) => return Err(Error::storage("checking the store's integrity", err)),
+                // redb panicked on what it read: that is damage, reported like the rest.
+                Err(panic) => IntegrityCheck::Failed { message: panic.to_string() },
             }
         } else {
             IntegrityCheck::Skipped { reason: "not requested".into() }
         };
         let failed = matches!(integrity, IntegrityCheck::Failed { .. });
         let mut report = match self.snapshot() {
-            Ok(snapshot) => snapshot.walk(options),
+            Ok(snapshot) => snapshot.walk_contained(options),
             // After a failed integrity check the file may not even open a read; report that.
-            Err(err) if failed => VerifyReport {
-                integrity: IntegrityCheck::Skipped { reason: String::new() },
-                records: Vec::new(),
-                files_checked: 0,
-                findings: vec![Finding { table: "redb", key: String::new(), message: err.to_string() }],
-                notes: Vec::new(),
-            },
+            Err(err) if failed || err.is_corruption() => VerifyReport::unreadable(&err),
             Err(err) => return Err(err),
         };
         report.integrity = integrity;
@@ -193,7 +202,11 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors that stop the walk itself.
     pub fn verify(&self, options: &VerifyOptions) -> Result<VerifyReport> {
-        Ok(self.snapshot()?.verify(options))
+        match self.snapshot() {
+            Ok(snapshot) => Ok(snapshot.verify(options)),
+            Err(err) if err.is_corruption() => Ok(VerifyReport::unreadable(&err)),
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -202,11 +215,19 @@ impl Snapshot {
     /// integrity check needs the writable handle exclusively and is skipped here (use
     /// [`Store::verify`] for it); the report says so.
     pub fn verify(&self, options: &VerifyOptions) -> VerifyReport {
-        let mut report = self.walk(options);
+        let mut report = self.walk_contained(options);
         if options.integrity_check {
             report.integrity = IntegrityCheck::Skipped { reason: "a read snapshot cannot run redb's check; use Store::verify".into() };
         }
         report
+    }
+
+    /// The walk, at the boundary with redb: a panic inside it is reported as a finding.
+    fn walk_contained(&self, options: &VerifyOptions) -> VerifyReport {
+        match self.contain("verifying the records", || Ok(self.walk(options))) {
+            Ok(report) => report,
+            Err(err) => VerifyReport::unreadable(&err),
+        }
     }
 
     fn walk(&self, options: &VerifyOptions) -> VerifyReport {

@@ -4,6 +4,7 @@
 //! durability; an operation refused on its merits writes nothing; after any storage failure
 //! on a write path the handle refuses further writes until reopened.
 
+mod contain;
 mod files;
 mod group;
 mod read;
@@ -16,9 +17,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
 
+use contain::{DropContained, contain_open};
+pub(crate) use contain::{ENGINE, Poison};
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
@@ -60,11 +62,12 @@ impl Default for StoreOptions {
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
 /// behind an `Arc`.
 pub struct Store {
-    db: Database,
+    db: DropContained<Database>,
     db_path: Option<PathBuf>,
     staging_root: PathBuf,
-    /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
-    poisoned: Mutex<Option<String>>,
+    /// Set by the first storage failure on a write path or panic inside redb; see
+    /// [`Error::Poisoned`] and `contain.rs`.
+    poison: Poison,
     /// [`StoreOptions::attempt_lifetime_max`] in milliseconds.
     attempt_lifetime_max_ms: u64,
     /// The queue of grouped writes (see `group.rs`).
@@ -158,11 +161,13 @@ impl Store {
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
         let staging_root = prepare_staging_root(staging_root.as_ref())?;
-        if !db_path.exists() {
-            create_file(db_path, options)?;
-        }
-        let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
+        contain_open("opening the store", || {
+            if !db_path.exists() {
+                create_file(db_path, options)?;
+            }
+            let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
+            Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
+        })
     }
 
     /// Opens (or creates) a store on a custom redb storage backend, for example the
@@ -172,23 +177,32 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let staging_root = prepare_staging_root(staging_root.as_ref())?;
-        let mut builder = Builder::new();
-        builder.set_cache_size(options.cache_size_bytes);
-        let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        Store::finish_open(db, None, staging_root, options)
+        contain_open("opening the store", || {
+            let mut builder = Builder::new();
+            builder.set_cache_size(options.cache_size_bytes);
+            let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+            Store::finish_open(db, None, staging_root, options)
+        })
     }
 
     fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
+        // Owned at the boundary from here on, so that dropping it on a failed open is contained.
+        let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
+        Ok(Store { db, db_path, staging_root, poison: Poison::default(), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
     }
 
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
         &mut self.db
+    }
+
+    /// The handle's poison flag, for entry points outside this module (`verify`).
+    pub(crate) fn poison(&self) -> &Poison {
+        &self.poison
     }
 
     /// The staging root (canonical path).
@@ -207,32 +221,31 @@ impl Store {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-        Ok(Snapshot::new(txn, Some(self.staging_root.clone())))
+        self.poison.contain("beginning a read", || {
+            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+            Ok(Snapshot::new(txn, Some(self.staging_root.clone()), self.poison.clone()))
+        })
     }
 
     /// Runs `body` in one write transaction and commits it if `body` says so. A storage
     /// failure anywhere in it poisons the handle.
     fn write<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
-        if let Some(cause) = self.poisoned.lock().clone() {
-            return Err(Error::Poisoned { cause });
-        }
-        let result = self.db.begin_write().map_err(|e| Error::storage(context, e)).and_then(|txn| match body(&txn)? {
-            TxnEnd::Commit(value) => {
-                txn.commit().map_err(|e| Error::storage(context, e))?;
-                Ok(value)
-            }
-            TxnEnd::Abort(value) => {
-                txn.abort().map_err(|e| Error::storage(context, e))?;
-                Ok(value)
+        self.poison.check()?;
+        let result = self.poison.contain(context, || {
+            let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
+            match body(&txn)? {
+                TxnEnd::Commit(value) => {
+                    txn.commit().map_err(|e| Error::storage(context, e))?;
+                    Ok(value)
+                }
+                TxnEnd::Abort(value) => {
+                    txn.abort().map_err(|e| Error::storage(context, e))?;
+                    Ok(value)
+                }
             }
         });
         if let Err(err @ Error::Storage { .. }) = &result {
-            let mut poisoned = self.poisoned.lock();
-            if poisoned.is_none() {
-                tracing::error!(error = %err, "write failed; the store handle refuses writes until reopened");
-                *poisoned = Some(err.to_string());
-            }
+            self.poison.set(&err);
         }
         result
     }
@@ -292,7 +305,9 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
-    db: redb::ReadOnlyDatabase,
+    db: DropContained<redb::ReadOnlyDatabase>,
+    /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
+    poison: Poison,
 }
 
 impl std::fmt::Debug for ReadOnlyStore {
@@ -323,10 +338,12 @@ impl ReadOnlyStore {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             ));
         }
-        let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
-        let store = ReadOnlyStore { db };
-        store.snapshot()?.check_format()?;
-        Ok(store)
+        contain_open("opening the store read-only", || {
+            let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default() };
+            store.snapshot()?.check_format()?;
+            Ok(store)
+        })
     }
 
     /// A consistent read view as of now.
@@ -334,7 +351,9 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-        Ok(Snapshot::new(txn, None))
+        self.poison.contain("beginning a read", || {
+            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+            Ok(Snapshot::new(txn, None, self.poison.clone()))
+        })
     }
 }

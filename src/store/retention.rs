@@ -451,63 +451,67 @@ impl Store {
     /// [`Error::CleanupThresholdTooShort`] if the threshold does not exceed the attempt
     /// lifetime and is not forced; I/O errors listing the staging root; storage errors.
     pub fn plan_cleanup(&self, options: &CleanupOptions) -> Result<CleanupPlan> {
-        let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
-        let lifetime_ms = self.attempt_lifetime_max_ms;
-        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
-            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-        }
-        // Walk first, read the state second: every reference made before a file was seen is
-        // then visible to the decision.
-        let walked = walk::walk(&self.staging_root)?;
-        let facts = gather_facts(self.snapshot()?.txn())?;
-        let now = now_ms();
-        let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
-        let record = CleanupPlanRecord {
-            created_at_ms: now,
-            age_threshold_ms,
-            attempt_lifetime_max_ms: lifetime_ms,
-            forced: options.force_short_threshold,
-            candidates: draft.candidates,
-            unknown: draft.unknown,
-            kept: draft.kept,
-            unconsidered: walked.unconsidered,
-        };
-        let id = self.write("storing a cleanup plan", |txn| {
-            let mut plans = open(txn, CLEANUP_PLANS)?;
-            let mut batches = open(txn, CLEANUP_BATCHES)?;
-            let last_key = plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
-            let id = match last_key {
-                None => 1,
-                Some(k) => {
-                    let raw: [u8; 8] = k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
-                    u64::from_be_bytes(raw) + 1
-                }
-            };
-            put(&mut plans, &plan_key(id), &record)?;
-            if id > CLEANUP_PLANS_KEPT {
-                let first_kept = id - CLEANUP_PLANS_KEPT + 1;
-                plans
-                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                    .map_err(|e| Error::storage("pruning old plans", e))?;
-                batches
-                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                    .map_err(|e| Error::storage("pruning old plan batches", e))?;
+        self.poison.contain("plan cleanup", || {
+            let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
+            let lifetime_ms = self.attempt_lifetime_max_ms;
+            if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
+                return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
             }
-            Ok(TxnEnd::Commit(id))
-        })?;
-        for path in record.candidates.iter().chain(&record.unknown) {
-            tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
-        }
-        tracing::info!(
-            plan = id,
-            candidates = record.candidates.len(),
-            unknown = record.unknown.len(),
-            kept = ?record.kept,
-            unconsidered = record.unconsidered.len(),
-            age_threshold_ms,
-            "cleanup planned"
-        );
-        Ok(plan_from(id, record))
+            // Walk first, read the state second: every reference made before a file was seen is
+            // then visible to the decision.
+            let walked = walk::walk(&self.staging_root)?;
+            let facts = gather_facts(self.snapshot()?.txn())?;
+            let now = now_ms();
+            let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
+            let record = CleanupPlanRecord {
+                created_at_ms: now,
+                age_threshold_ms,
+                attempt_lifetime_max_ms: lifetime_ms,
+                forced: options.force_short_threshold,
+                candidates: draft.candidates,
+                unknown: draft.unknown,
+                kept: draft.kept,
+                unconsidered: walked.unconsidered,
+            };
+            let id = self.write("storing a cleanup plan", |txn| {
+                let mut plans = open(txn, CLEANUP_PLANS)?;
+                let mut batches = open(txn, CLEANUP_BATCHES)?;
+                let last_key =
+                    plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
+                let id = match last_key {
+                    None => 1,
+                    Some(k) => {
+                        let raw: [u8; 8] =
+                            k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
+                        u64::from_be_bytes(raw) + 1
+                    }
+                };
+                put(&mut plans, &plan_key(id), &record)?;
+                if id > CLEANUP_PLANS_KEPT {
+                    let first_kept = id - CLEANUP_PLANS_KEPT + 1;
+                    plans
+                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                        .map_err(|e| Error::storage("pruning old plans", e))?;
+                    batches
+                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                        .map_err(|e| Error::storage("pruning old plan batches", e))?;
+                }
+                Ok(TxnEnd::Commit(id))
+            })?;
+            for path in record.candidates.iter().chain(&record.unknown) {
+                tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
+            }
+            tracing::info!(
+                plan = id,
+                candidates = record.candidates.len(),
+                unknown = record.unknown.len(),
+                kept = ?record.kept,
+                unconsidered = record.unconsidered.len(),
+                age_threshold_ms,
+                "cleanup planned"
+            );
+            Ok(plan_from(id, record))
+        })
     }
 
     /// A stored cleanup plan.
@@ -515,9 +519,11 @@ impl Store {
     /// # Errors
     /// Storage and corruption errors.
     pub fn cleanup_plan(&self, id: u64) -> Result<Option<CleanupPlan>> {
-        let snapshot = self.snapshot()?;
-        let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-        Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+        self.poison.contain("cleanup plan", || {
+            let snapshot = self.snapshot()?;
+            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+            Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+        })
     }
 
     /// Applies a stored cleanup plan. In a dry run (the default of [`ApplyOptions`]) nothing is
@@ -538,77 +544,82 @@ impl Store {
     /// attempt lifetime now reaches the plan's threshold (and the plan was not forced);
     /// storage and corruption errors. A file that cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
-        let plan = {
-            let snapshot = self.snapshot()?;
-            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-            get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
-        };
-        let lifetime_ms = self.attempt_lifetime_max_ms;
-        if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
-            return Err(Error::CleanupThresholdTooShort { age_threshold_ms: plan.age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-        }
-        let execute = options.mode == RunMode::Execute;
-        let mut report = ApplyReport {
-            plan: id,
-            mode: options.mode,
-            deleted: Vec::new(),
-            bytes_deleted: 0,
-            skipped: Vec::new(),
-            directories_removed: 0,
-            attempt_records_removed: Vec::new(),
-        };
-        let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
-        for path in &plan.unknown {
-            if options.delete_unknown {
-                todo.push(path);
-            } else {
-                report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+        self.poison.contain("apply cleanup", || {
+            let plan = {
+                let snapshot = self.snapshot()?;
+                let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+                get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
+            };
+            let lifetime_ms = self.attempt_lifetime_max_ms;
+            if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
+                return Err(Error::CleanupThresholdTooShort {
+                    age_threshold_ms: plan.age_threshold_ms,
+                    attempt_lifetime_max_ms: lifetime_ms,
+                });
             }
-        }
-        let mut next_batch = self.next_batch_number(id)?;
-        for chunk in todo.chunks(options.batch_size.max(1)) {
-            let facts = gather_facts(self.snapshot()?.txn())?;
-            let now = now_ms();
-            let mut batch = CleanupBatchRecord {
-                applied_at_ms: now,
+            let execute = options.mode == RunMode::Execute;
+            let mut report = ApplyReport {
+                plan: id,
+                mode: options.mode,
                 deleted: Vec::new(),
                 bytes_deleted: 0,
                 skipped: Vec::new(),
+                directories_removed: 0,
                 attempt_records_removed: Vec::new(),
             };
-            for planned in chunk {
-                match self.recheck(&facts, planned, now, plan.age_threshold_ms) {
-                    Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
-                    Ok(()) if !execute => {
-                        batch.deleted.push(planned.path.clone());
-                        batch.bytes_deleted += planned.size_bytes;
-                    }
-                    Ok(()) => match walk::delete(&self.staging_root, &planned.path) {
-                        Ok(()) => {
-                            tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+            let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
+            for path in &plan.unknown {
+                if options.delete_unknown {
+                    todo.push(path);
+                } else {
+                    report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+                }
+            }
+            let mut next_batch = self.next_batch_number(id)?;
+            for chunk in todo.chunks(options.batch_size.max(1)) {
+                let facts = gather_facts(self.snapshot()?.txn())?;
+                let now = now_ms();
+                let mut batch = CleanupBatchRecord {
+                    applied_at_ms: now,
+                    deleted: Vec::new(),
+                    bytes_deleted: 0,
+                    skipped: Vec::new(),
+                    attempt_records_removed: Vec::new(),
+                };
+                for planned in chunk {
+                    match self.recheck(&facts, planned, now, plan.age_threshold_ms) {
+                        Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
+                        Ok(()) if !execute => {
                             batch.deleted.push(planned.path.clone());
                             batch.bytes_deleted += planned.size_bytes;
                         }
-                        Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
-                    },
+                        Ok(()) => match walk::delete(&self.staging_root, &planned.path) {
+                            Ok(()) => {
+                                tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+                                batch.deleted.push(planned.path.clone());
+                                batch.bytes_deleted += planned.size_bytes;
+                            }
+                            Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
+                        },
+                    }
                 }
-            }
-            if execute {
-                for path in &batch.deleted {
-                    report.directories_removed += walk::remove_empty_parents(&self.staging_root, path);
+                if execute {
+                    for path in &batch.deleted {
+                        report.directories_removed += walk::remove_empty_parents(&self.staging_root, path);
+                    }
+                    self.record_batch(id, next_batch, &batch)?;
+                    next_batch = next_batch.saturating_add(1);
+                    tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
                 }
-                self.record_batch(id, next_batch, &batch)?;
-                next_batch = next_batch.saturating_add(1);
-                tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
+                report.deleted.extend(batch.deleted);
+                report.bytes_deleted += batch.bytes_deleted;
+                report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
             }
-            report.deleted.extend(batch.deleted);
-            report.bytes_deleted += batch.bytes_deleted;
-            report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
-        }
-        let (removed, dirs) = self.prune_attempt_records(id, next_batch, execute)?;
-        report.attempt_records_removed = removed;
-        report.directories_removed += dirs;
-        Ok(report)
+            let (removed, dirs) = self.prune_attempt_records(id, next_batch, execute)?;
+            report.attempt_records_removed = removed;
+            report.directories_removed += dirs;
+            Ok(report)
+        })
     }
 
     /// Re-checks one planned path against the live state: `Ok` if it may be deleted now.

@@ -3,6 +3,7 @@
 mod accepted_model;
 mod backend;
 mod crash;
+mod damage;
 mod effects;
 mod fixtures;
 mod fuzz_regressions;
