@@ -8,9 +8,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
 use crate::model::{AttemptKey, Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
+use crate::schema::{self, Def};
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {
+    /// The table records of this type are stored in: its name is part of every frame's
+    /// checksum (see `codec.rs`).
+    const TABLE: Def;
+
     /// `Err(message)` when the record contradicts itself.
     fn check(&self) -> Result<(), String> {
         Ok(())
@@ -26,7 +31,9 @@ pub(crate) struct MetaRecord {
     /// neither abandon a scheduler's attempt early nor plan a cleanup inside its lease.
     pub(crate) attempt_lifetime_max_ms: u64,
 }
-impl Checked for MetaRecord {}
+impl Checked for MetaRecord {
+    const TABLE: Def = schema::META;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
@@ -36,6 +43,7 @@ pub(crate) struct RunRecord {
     pub(crate) published_generation: Option<u64>,
 }
 impl Checked for RunRecord {
+    const TABLE: Def = schema::RUNS;
     fn check(&self) -> Result<(), String> {
         if self.task_count == 0 {
             return Err("run declares no task".into());
@@ -56,6 +64,7 @@ pub(crate) struct TaskRecord {
     pub(crate) next_attempt: u32,
 }
 impl Checked for TaskRecord {
+    const TABLE: Def = schema::TASKS;
     fn check(&self) -> Result<(), String> {
         if self.next_attempt == 0 { Err("next attempt number is 0".into()) } else { Ok(()) }
     }
@@ -73,6 +82,7 @@ pub(crate) struct AttemptRecord {
     pub(crate) verdict: Option<Verdict>,
 }
 impl Checked for AttemptRecord {
+    const TABLE: Def = schema::ATTEMPTS;
     fn check(&self) -> Result<(), String> {
         if self.verdict.is_some() && self.candidate.is_none() {
             return Err("attempt has a verdict but no candidate".into());
@@ -86,6 +96,7 @@ pub(crate) struct AcceptedRecord {
     pub(crate) attempt: u32,
 }
 impl Checked for AcceptedRecord {
+    const TABLE: Def = schema::ACCEPTED;
     fn check(&self) -> Result<(), String> {
         if self.attempt == 0 { Err("accepted attempt 0".into()) } else { Ok(()) }
     }
@@ -97,7 +108,9 @@ impl Checked for AcceptedRecord {
 pub(crate) struct PartitionVersionRecord {
     pub(crate) entry: Option<PartitionEntryRecord>,
 }
-impl Checked for PartitionVersionRecord {}
+impl Checked for PartitionVersionRecord {
+    const TABLE: Def = schema::VERSIONS;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PartitionEntryRecord {
@@ -121,13 +134,16 @@ pub(crate) struct GenerationRecord {
     pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
     pub(crate) kind: GenerationKind,
 }
-impl Checked for GenerationRecord {}
+impl Checked for GenerationRecord {
+    const TABLE: Def = schema::GENERATIONS;
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PointerRecord {
     pub(crate) generation: u64,
 }
 impl Checked for PointerRecord {
+    const TABLE: Def = schema::POINTERS;
     fn check(&self) -> Result<(), String> {
         if self.generation == 0 { Err("pointer names generation 0".into()) } else { Ok(()) }
     }
@@ -139,7 +155,9 @@ pub(crate) struct DigestRecord {
     pub(crate) run: String,
     pub(crate) generation: u64,
 }
-impl Checked for DigestRecord {}
+impl Checked for DigestRecord {
+    const TABLE: Def = schema::DIGESTS;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct EffectRecord {
@@ -147,7 +165,9 @@ pub(crate) struct EffectRecord {
     pub(crate) recorded_at_ms: u64,
     pub(crate) status: EffectStatus,
 }
-impl Checked for EffectRecord {}
+impl Checked for EffectRecord {
+    const TABLE: Def = schema::EFFECTS;
+}
 
 /// A persisted cleanup plan (see `rules::cleanup`): everything it considered deleting, kept so
 /// that an apply can be audited and re-checked against it.
@@ -163,6 +183,7 @@ pub(crate) struct CleanupPlanRecord {
     pub(crate) unconsidered: Vec<String>,
 }
 impl Checked for CleanupPlanRecord {
+    const TABLE: Def = schema::CLEANUP_PLANS;
     fn check(&self) -> Result<(), String> {
         if !self.forced && self.age_threshold_ms <= self.attempt_lifetime_max_ms {
             return Err("plan's age threshold does not exceed the attempt lifetime, yet it was not forced".into());
@@ -186,4 +207,6 @@ pub(crate) struct CleanupBatchRecord {
     pub(crate) skipped: Vec<(String, SkipReason)>,
     pub(crate) attempt_records_removed: Vec<AttemptKey>,
 }
-impl Checked for CleanupBatchRecord {}
+impl Checked for CleanupBatchRecord {
+    const TABLE: Def = schema::CLEANUP_BATCHES;
+}

@@ -85,7 +85,7 @@ pub(crate) fn partitions_at(versions: &impl Readable, dataset: &str, generation:
     let dataset_end = prefix_end(&dataset_prefix);
     let mut cursor = dataset_prefix.clone();
     let mut out = Vec::new();
-    while let Some(found) = first_key(versions, &cursor, &dataset_end)? {
+    while let Some(found) = first_key(versions, VERSIONS, &cursor, &dataset_end)? {
         let rest = &found[dataset_prefix.len()..];
         let (partition, _) = schema::split_text_u64(rest).ok_or_else(|| tables::corrupted(VERSIONS, &found, "malformed version key"))?;
         let partition = partition.to_owned();

@@ -91,7 +91,7 @@ pub(crate) fn refuse_if_abandoned(attempt: &AttemptKey, record: &AttemptRecord) 
 /// history now starts after it, corruption otherwise.
 pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
     let generation_prefix = prefix(&[dataset]);
-    let oldest = match tables::first_key(generations, &generation_prefix, &prefix_end(&generation_prefix)) {
+    let oldest = match tables::first_key(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix)) {
         Ok(found) => found.and_then(|k| schema::trailing_u64(&k)),
         Err(err) => return err,
     };

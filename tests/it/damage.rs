@@ -44,7 +44,9 @@ enum Outcome {
     Correct,
     /// An error saying the store is damaged.
     Detected,
-    /// Another answer, or another error, than the undamaged store's.
+    /// Another answer than the undamaged store's, given as if it were right.
+    Silent(String),
+    /// Another error than the undamaged store's, not saying the store is damaged.
     Wrong(String),
 }
 
@@ -99,9 +101,11 @@ fn judge(step: &str, got: &Answer, expected: &Answer) -> Outcome {
         (Err(got), Err(expected)) if got.to_string() == expected.to_string() => Outcome::Correct,
         (Ok(_) | Err(_), _) if step == "verify" || step == "read-only verify" => match got {
             Ok(text) if text != "clean" => Outcome::Detected,
-            _ => Outcome::Wrong(format!("{step}: {got:?}")),
+            Ok(_) => Outcome::Silent(format!("{step}: clean")),
+            Err(_) => Outcome::Wrong(format!("{step}: {got:?}")),
         },
-        _ => Outcome::Wrong(format!("{step}: got {}, expected {}", show(got), show(expected))),
+        (Ok(_), _) => Outcome::Silent(format!("{step}: got {}, expected {}", show(got), show(expected))),
+        (Err(_), _) => Outcome::Wrong(format!("{step}: got {}, expected {}", show(got), show(expected))),
     }
 }
 
@@ -119,7 +123,10 @@ struct Tally {
     panics: usize,
     detected: usize,
     correct: usize,
+    /// Silent wrong answers and other wrong outcomes (a panic, an error not saying the store
+    /// is damaged).
     wrong: Vec<String>,
+    silent: usize,
 }
 
 impl Tally {
@@ -145,6 +152,10 @@ impl Tally {
             match outcome {
                 Outcome::Correct => self.correct += 1,
                 Outcome::Detected => self.detected += 1,
+                Outcome::Silent(why) => {
+                    self.silent += 1;
+                    self.wrong.push(format!("{label}: silently wrong: {why}"));
+                }
                 Outcome::Wrong(why) => self.wrong.push(format!("{label}: {why}")),
             }
         }
@@ -177,19 +188,19 @@ fn no_damaged_byte_makes_the_api_panic_or_answer_wrongly() {
         at += 509;
     }
     println!(
-        "damaged bytes: {} copies, {} API runs: {} panics, {} detected as damage, {} correct answers, {} wrong answers",
+        "damaged bytes: {} copies, {} API runs: {} panics, {} detected as damage, {} correct answers, {} silent wrong answers, {} \
+         other wrong outcomes",
         tally.copies,
         tally.runs,
         tally.panics,
         tally.detected,
         tally.correct,
-        tally.wrong.len()
+        tally.silent,
+        tally.wrong.len() - tally.silent
     );
-    assert_eq!(tally.panics, 0, "{}", tally.wrong.join("\n"));
-    for wrong in &tally.wrong {
-        println!("  {wrong}");
-    }
-    assert!(tally.detected > tally.copies, "the sweep damaged nothing that matters");
+    assert!(tally.wrong.is_empty(), "{} wrong outcomes:\n{}", tally.wrong.len(), tally.wrong.join("\n"));
+    // About half the copies damage bytes nothing reads (free pages, unused space).
+    assert!(tally.detected >= tally.copies / 4, "the sweep damaged nothing that matters");
 }
 
 #[test]
@@ -204,10 +215,45 @@ fn swapped_pages_are_counted() {
         a[page * PAGE_BYTES..].swap_with_slice(&mut b[..PAGE_BYTES]);
         tally.add(&format!("pages {page} and {} swapped", page + 1), &reference, &image);
     }
-    let silent = tally.wrong.iter().filter(|w| !w.contains("panic")).count();
+    // What would catch them: redb's page checksums, which only its integrity check verifies.
+    // Run first on a fresh copy (as an open with `check_integrity_on_open` would).
+    let mut caught_by_integrity = 0;
+    let mut wrong_and_caught = (0, 0);
+    let started = std::time::Instant::now();
+    for page in 1..pages - 1 {
+        let mut image = good.clone();
+        let (a, b) = image.split_at_mut((page + 1) * PAGE_BYTES);
+        a[page * PAGE_BYTES..].swap_with_slice(&mut b[..PAGE_BYTES]);
+        let dir = tempdir();
+        let path = dir.path().join("store.redb");
+        std::fs::write(&path, &image).unwrap();
+        let caught = match Store::open(&path, dir.path().join("staging")) {
+            Err(_) => true,
+            Ok(mut store) => store.verify(&VerifyOptions::default()).map_or(true, |r| !r.is_clean()),
+        };
+        caught_by_integrity += usize::from(caught);
+        let label = format!("pages {page} and {} swapped:", page + 1);
+        if tally.wrong.iter().any(|w| w.starts_with(&label)) {
+            wrong_and_caught.0 += 1;
+            wrong_and_caught.1 += usize::from(caught);
+        }
+    }
     println!(
-        "swapped pages: {} copies, {} API runs: {} panics, {} detected as damage, {} correct answers, {} silent wrong answers",
-        tally.copies, tally.runs, tally.panics, tally.detected, tally.correct, silent
+        "swapped pages: {} copies, {} API runs: {} panics, {} detected as damage, {} correct answers, {} silent wrong answers, {} \
+         other wrong outcomes; a verify with redb's integrity check run first catches {caught_by_integrity} of the {} copies, \
+         {} of the {} with a wrong outcome ({:.1} ms per {} KiB store, open included)",
+        tally.copies,
+        tally.runs,
+        tally.panics,
+        tally.detected,
+        tally.correct,
+        tally.silent,
+        tally.wrong.len() - tally.silent,
+        tally.copies,
+        wrong_and_caught.1,
+        wrong_and_caught.0,
+        started.elapsed().as_secs_f64() * 1000.0 / tally.copies as f64,
+        good.len() / 1024
     );
     for wrong in &tally.wrong {
         println!("  {wrong}");
