@@ -71,6 +71,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+mod views;
 
 pub use error::{Corruption, Error, Result};
 pub use lifecycle::{
@@ -84,3 +85,4 @@ pub use model::{
 };
 pub use store::{DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
+pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};

@@ -12,3 +12,4 @@ pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;
 pub(crate) mod validate;
+pub(crate) mod views;

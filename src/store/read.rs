@@ -56,6 +56,7 @@ fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRe
         total: e.total,
         digest: e.digest,
         staging_rel: e.staging_rel,
+        staging_dir: None,
         files: e.files,
     })
 }
@@ -197,7 +198,10 @@ impl Snapshot {
                 return Ok(None);
             };
             let versions = open_ro(&self.txn, VERSIONS)?;
-            let partitions = partitions_at(&versions, dataset, generation.number)?;
+            let mut partitions = partitions_at(&versions, dataset, generation.number)?;
+            for entry in &mut partitions {
+                self.locate(entry);
+            }
             Ok(Some(Manifest { generation, partitions }))
         })
     }
@@ -215,7 +219,30 @@ impl Snapshot {
                     None => return Ok(None),
                 },
             };
-            partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)
+            let mut entry = partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)?;
+            if let Some(entry) = &mut entry {
+                self.locate(entry);
+            }
+            Ok(entry)
+        })
+    }
+
+    fn locate(&self, entry: &mut PartitionEntry) {
+        entry.staging_dir = self.staging_root.as_ref().map(|root| root.join(&entry.staging_rel));
+    }
+
+    /// The store's recorded view root and mode, if it publishes views (see
+    /// [`crate::StoreOptions::views`]).
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn views(&self) -> Result<Option<crate::ViewOptions>> {
+        self.poison.contain("reading views", || {
+            let meta = open_ro(&self.txn, META)?;
+            Ok(get::<crate::records::ViewsRecord>(&meta, META, crate::schema::META_VIEWS_KEY)?.map(|r| crate::ViewOptions {
+                root: PathBuf::from(r.root),
+                mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
+            }))
         })
     }
 
