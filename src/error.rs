@@ -254,6 +254,17 @@ pub enum Error {
         generation: u64,
     },
 
+    /// The directory given as the staging root is not this store's: its marker file is
+    /// missing, damaged or names another store, or (for a new store) it already holds files.
+    /// Nothing was created or deleted in it. Give the store's own staging root.
+    #[error("staging root {path} is not this store's: {detail}")]
+    StagingRootMismatch {
+        /// The directory given.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+
     /// The view root cannot serve as one (inside the staging root, containing it, on another
     /// file system for hard links, not a directory). Nothing was created under it.
     #[error("view root {root}: {reason}")]

@@ -83,6 +83,9 @@ pub use model::{
     FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
     PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
-pub use store::{DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
+pub use store::{
+    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,
+    file_crc32,
+};
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};

@@ -987,6 +987,9 @@ pub struct CrashRun {
     /// Publishes acknowledged with `Published(n)`: (op index, n). After an acknowledged
     /// expiry, the older of them may be legitimately gone.
     pub acknowledged_publishes: Vec<(usize, u64)>,
+    /// Set once [`Reference::recover`] resumed in `staging`: a recovery changes the staging
+    /// files (cleanup deletes some), so each crash run is recovered once.
+    recovered: std::sync::atomic::AtomicBool,
 }
 
 /// What recovery found.
@@ -999,24 +1002,6 @@ pub struct Recovery {
     /// Set when the crash interrupted the store's creation and the image does not open: the
     /// error it gave.
     pub creation_lost: Option<String>,
-}
-
-/// Copies a directory tree (regular files and directories only), keeping modification times:
-/// cleanup re-checks them, and a crash does not change them.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            std::fs::create_dir_all(&target)?;
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-        let modified = entry.metadata()?.modified()?;
-        std::fs::File::open(&target)?.set_modified(modified)?;
-    }
-    Ok(())
 }
 
 impl Reference {
@@ -1052,8 +1037,15 @@ impl Reference {
         let backend = FaultyBackend::new();
         backend.power_loss_at(k);
         let staging = tempdir()?;
-        let mut run =
-            CrashRun { backend: backend.clone(), staging, acked: 0, interrupted: false, opened: false, acknowledged_publishes: Vec::new() };
+        let mut run = CrashRun {
+            backend: backend.clone(),
+            staging,
+            acked: 0,
+            interrupted: false,
+            opened: false,
+            acknowledged_publishes: Vec::new(),
+            recovered: std::sync::atomic::AtomicBool::new(false),
+        };
         let store = match Store::open_with_backend(backend.clone(), run.staging.path(), &harness_options()) {
             Ok(store) => store,
             Err(e) if backend.powered_off() => {
@@ -1093,12 +1085,14 @@ impl Reference {
     /// # Errors
     /// A message describing the violated property.
     pub fn recover(&self, crashed: &CrashRun, image: Vec<u8>) -> Result<Recovery, String> {
-        // Each recovery resumes in its own copy of the staging files the crash left, so that
-        // several images of one crash can be checked independently.
-        let staging = tempdir()?;
-        copy_tree(crashed.staging.path(), staging.path()).map_err(|e| format!("copying the staging root: {e}"))?;
+        // The recovery resumes in the very staging files the crash left: a crash changes no
+        // file's inode or times, and cleanup re-checks both, so a copy would not do. To check
+        // several images of one crash point, make one crash run per image.
+        if crashed.recovered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err("this crash run was already recovered once; make a crash run per image".to_owned());
+        }
         let backend = FaultyBackend::from_image(image);
-        let opened = Store::open_with_backend(backend, staging.path(), &harness_options());
+        let opened = Store::open_with_backend(backend, crashed.staging.path(), &harness_options());
         let mut store = match opened {
             Ok(store) => store,
             // The store's creation was never acknowledged: a backend image carries no creation

@@ -11,5 +11,6 @@ pub(crate) mod cleanup;
 pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;
+pub(crate) mod staging;
 pub(crate) mod validate;
 pub(crate) mod views;

@@ -223,8 +223,14 @@ impl Store {
             (None, Some(txn)) => self
                 .poison
                 .contain("committing a group of writes", || {
-                    let ended = if wrote { txn.commit().map_err(redb::Error::from) } else { txn.abort().map_err(redb::Error::from) };
-                    ended.map_err(|e| Error::storage("committing a group of writes", e))
+                    if wrote {
+                        self.record_lease(&txn)?;
+                        txn.commit().map_err(|e| Error::storage("committing a group of writes", e))?;
+                        self.lease_recorded();
+                        Ok(())
+                    } else {
+                        txn.abort().map_err(|e| Error::storage("committing a group of writes", e))
+                    }
                 })
                 .map_err(|err| (err.to_string(), Some(err))),
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),

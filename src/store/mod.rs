@@ -7,6 +7,7 @@
 mod contain;
 mod files;
 mod group;
+mod handles;
 mod read;
 mod retention;
 mod tables;
@@ -14,7 +15,9 @@ mod walk;
 mod write;
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
@@ -30,6 +33,7 @@ pub use read::Snapshot;
 
 use crate::error::{Error, Result};
 use crate::records::{MetaRecord, ViewsRecord};
+use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
 use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
 
@@ -44,12 +48,16 @@ pub struct StoreOptions {
     /// Cleanup age thresholds must exceed it.
     ///
     /// The lease belongs to the store, not to a handle: the store records the longest lease any
-    /// writer asked for, and every handle uses the recorded one
+    /// writer asked for, and every handle uses the longer of the recorded one and its own
     /// ([`Store::attempt_lifetime_max_ms`]). `None` (the default) uses the recorded lease,
     /// [`DEFAULT_ATTEMPT_LIFETIME`] for a new store; `Some(d)` raises it to `d` if longer. It
     /// never shrinks: attempts begun under a longer lease may still be running. So an operator's
     /// process (the CLI) can neither abandon the scheduler's attempts early nor plan a cleanup
     /// inside their lease.
+    ///
+    /// A longer lease is recorded only by the first write of this handle that commits (in the
+    /// same transaction): opening, a dry run or a refused operation records nothing. A lease
+    /// longer than [`ATTEMPT_LIFETIME_MAX`] is refused when the store is opened.
     pub attempt_lifetime_max: Option<std::time::Duration>,
     /// Publish views: after every publish and rollback commit, the dataset's current
     /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
@@ -81,8 +89,13 @@ pub struct Store {
     /// Set by the first storage failure on a write path or panic inside redb; see
     /// [`Error::Poisoned`] and `contain.rs`.
     poison: Poison,
-    /// [`StoreOptions::attempt_lifetime_max`] in milliseconds.
+    /// The attempt lease in force: the recorded one, or this handle's if longer.
     attempt_lifetime_max_ms: u64,
+    /// This handle's lease when it is longer than the recorded one and not recorded yet (0:
+    /// nothing to record). The next committing write records it (see [`Store::record_lease`]).
+    lease_to_record: AtomicU64,
+    /// The staging identity the store records; the root's marker must name it.
+    staging_identity: String,
     /// The queue of grouped writes (see `group.rs`).
     group: group::GroupCommit,
     /// The view root, if the store publishes views.
@@ -119,39 +132,124 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// The name of the marker file in a staging root. It names the staging identity its store
+/// records: a store refuses (with [`Error::StagingRootMismatch`]) a staging root whose marker
+/// is missing, damaged or another store's, unless the root is empty (then the marker is
+/// written). Cleanup never lists or deletes it. Do not remove it.
+pub const STAGING_ROOT_MARKER: &str = ".manifestdb-staging-root";
+
 /// The attempt lease of a new store whose creator asked for none: 1 hour.
 pub const DEFAULT_ATTEMPT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
 
-fn lifetime_ms(options: &StoreOptions) -> Option<u64> {
-    options.attempt_lifetime_max.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// The longest attempt lease a store records: 30 days. A longer one is refused when a store
+/// is opened, so that no typo (or `u64::MAX`) can make every attempt unabandonable forever.
+pub const ATTEMPT_LIFETIME_MAX: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+fn lifetime_ms(options: &StoreOptions) -> Result<Option<u64>> {
+    let Some(requested) = options.attempt_lifetime_max else { return Ok(None) };
+    if requested > ATTEMPT_LIFETIME_MAX {
+        return Err(Error::invalid(
+            "attempt lifetime",
+            &format!("{} ms", requested.as_millis()),
+            format!("is longer than the maximum of {} ms (30 days)", ATTEMPT_LIFETIME_MAX.as_millis()),
+        ));
+    }
+    Ok(Some(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX)))
 }
 
-/// Creates every table and the format record, or checks the format of an existing store.
-/// Returns the attempt lease in force: the recorded one, raised to `attempt_lifetime_max_ms`
-/// (and recorded) if that is longer.
-fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> Result<u64> {
+/// What was found in the staging root before the store was opened.
+struct RootSeen {
+    /// The root's canonical path.
+    path: PathBuf,
+    marker: MarkerSeen,
+    /// Nothing in the root besides the marker.
+    empty_but_marker: bool,
+}
+
+fn look_at_root(path: PathBuf) -> Result<RootSeen> {
+    let fd = handles::open_root(&path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
+    let (marker, empty_but_marker) = inspect_root(&fd, &path)?;
+    Ok(RootSeen { path, marker, empty_but_marker })
+}
+
+fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
+    let marker = match handles::read_marker(fd.as_fd()) {
+        Ok(handles::Marker::Absent) => MarkerSeen::Absent,
+        Ok(handles::Marker::Present(id)) => MarkerSeen::Present(id),
+        Ok(handles::Marker::Damaged(why)) => MarkerSeen::Damaged(why),
+        Err(e) => return Err(Error::io(format!("reading the staging-root marker in {}", path.display()), e)),
+    };
+    let empty = handles::is_empty_except(fd.as_fd(), &[handles::MARKER_NAME])
+        .map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
+    Ok((marker, empty))
+}
+
+fn root_refused(root: &RootSeen, detail: String) -> Error {
+    Error::StagingRootMismatch { path: root.path.clone(), detail }
+}
+
+/// The staging identity a new store takes for `root`, or why the root is refused.
+fn identity_for_new_store(root: &RootSeen) -> Result<String> {
+    match staging::decide(None, &root.marker, root.empty_but_marker) {
+        Ok(RootAction::Claim(Some(found))) => Ok(found),
+        Ok(_) => handles::new_identity().map_err(|e| Error::io("drawing a staging identity", e)),
+        Err(detail) => Err(root_refused(root, detail)),
+    }
+}
+
+/// What [`initialize`] found.
+struct Initialized {
+    /// The lease recorded in the store.
+    recorded_lease_ms: u64,
+    staging_identity: String,
+    /// The root's marker is to be written once the transaction committed.
+    write_marker: bool,
+}
+
+/// Creates every table and the format record, or checks the format of an existing store and
+/// that `root` is its staging root. A new store records `new_identity` (drawn if `None`) and
+/// the lease asked for (the default if none).
+fn initialize(
+    txn: &WriteTransaction,
+    attempt_lifetime_max_ms: Option<u64>,
+    root: &RootSeen,
+    new_identity: Option<&str>,
+) -> Result<Initialized> {
     for def in ALL_TABLES {
         txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
     }
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
-    let (record, is_new) = match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
-        Some(record) if record.format_version == FORMAT_VERSION => (record, false),
-        Some(record) => return Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
-        None => (
-            MetaRecord {
+    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+        Some(record) if record.format_version == FORMAT_VERSION => {
+            let action = staging::decide(Some(&record.staging_identity), &root.marker, root.empty_but_marker)
+                .map_err(|detail| root_refused(root, detail))?;
+            Ok(Initialized {
+                recorded_lease_ms: record.attempt_lifetime_max_ms,
+                write_marker: action != RootAction::Use,
+                staging_identity: record.staging_identity,
+            })
+        }
+        Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
+        None => {
+            let staging_identity = match new_identity {
+                Some(identity) => identity.to_owned(),
+                None => identity_for_new_store(root)?,
+            };
+            let record = MetaRecord {
                 format_version: FORMAT_VERSION,
                 created_at_ms: now_ms(),
                 attempt_lifetime_max_ms: attempt_lifetime_max_ms.unwrap_or(default_ms),
-            },
-            true,
-        ),
-    };
-    let lease_ms = record.attempt_lifetime_max_ms.max(attempt_lifetime_max_ms.unwrap_or(0));
-    if is_new || lease_ms != record.attempt_lifetime_max_ms {
-        tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+                staging_identity,
+            };
+            tables::put(&mut meta, META_FORMAT_KEY, &record)?;
+            Ok(Initialized {
+                recorded_lease_ms: record.attempt_lifetime_max_ms,
+                staging_identity: record.staging_identity,
+                write_marker: true,
+            })
+        }
     }
-    Ok(lease_ms)
 }
 
 impl Store {
@@ -175,13 +273,14 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
-        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        let lease_ms = lifetime_ms(options)?;
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         contain_open("opening the store", || {
             if !db_path.exists() {
-                create_file(db_path, options)?;
+                create_file(db_path, options, lease_ms, &root)?;
             }
             let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-            Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options)
         })
     }
 
@@ -195,29 +294,41 @@ impl Store {
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
-        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        let lease_ms = lifetime_ms(options)?;
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         contain_open("opening the store", || {
             let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            Store::finish_open(db, None, staging_root, options)
+            Store::finish_open(db, None, root, lease_ms, options)
         })
     }
 
-    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
+    fn finish_open(db: Database, db_path: Option<PathBuf>, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
         // Owned at the boundary from here on, so that dropping it on a failed open is contained.
         let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
-        let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
-        let views = configure_views(&txn, options, &staging_root)?;
+        let init = initialize(&txn, lease_ms, &root, None)?;
+        let views = configure_views(&txn, options, &root.path)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        if init.write_marker {
+            // After the commit: a marker never names an identity no store recorded, except one
+            // left by a creation interrupted here, which the next creation claims.
+            let fd = handles::open_root(&root.path).map_err(|e| Error::io(format!("opening staging root {}", root.path.display()), e))?;
+            handles::write_marker(fd.as_fd(), &init.staging_identity)
+                .map_err(|e| Error::io(format!("writing the staging-root marker in {}", root.path.display()), e))?;
+        }
+        let requested = lease_ms.unwrap_or(0);
         let store = Store {
             db,
             db_path,
-            staging_root,
+            staging_root: root.path,
             poison: Poison::default(),
-            attempt_lifetime_max_ms,
+            attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
+            lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
+            staging_identity: init.staging_identity,
             group: group::GroupCommit::default(),
             views,
         };
+
         // A crash between a commit and its view swap left `current` on the previous view:
         // bring every view up to date. A view that cannot be built does not stop the store
         // from opening; it lags, `verify` reports it, and the next publish or sync retries.
@@ -305,15 +416,59 @@ impl Store {
         self.views.as_ref().map_or(0, Views::operations)
     }
 
+    /// Records this handle's longer lease in `txn`, a transaction about to commit a write, if
+    /// it is not recorded yet. Called by the write helpers only for a body that wrote, so a dry
+    /// run or a refused operation never raises the recorded lease.
+    fn record_lease(&self, txn: &WriteTransaction) -> Result<()> {
+        let lease_ms = self.lease_to_record.load(Ordering::Acquire);
+        if lease_ms == 0 {
+            return Ok(());
+        }
+        let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+        let record = tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
+            .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
+        if record.attempt_lifetime_max_ms < lease_ms {
+            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+        }
+        Ok(())
+    }
+
+    /// After a commit that carried [`Store::record_lease`]'s write: nothing left to record.
+    fn lease_recorded(&self) {
+        self.lease_to_record.store(0, Ordering::Release);
+    }
+
+    /// Opens the staging root and checks its marker names this store's staging identity:
+    /// every operation that creates or deletes under the root calls it first, and cleanup
+    /// works through the handle it returns.
+    ///
+    /// # Errors
+    /// [`Error::StagingRootMismatch`] if the root's marker is missing, damaged or another
+    /// store's; I/O errors.
+    pub(crate) fn checked_staging_root(&self) -> Result<OwnedFd> {
+        let path = &self.staging_root;
+        let fd = handles::open_root(path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
+        let marker =
+            handles::read_marker(fd.as_fd()).map_err(|e| Error::io(format!("reading the staging-root marker in {}", path.display()), e))?;
+        match marker {
+            handles::Marker::Present(found) if found == self.staging_identity => Ok(fd),
+            handles::Marker::Present(found) => Err(Error::StagingRootMismatch {
+                path: path.clone(),
+                detail: format!("its marker names staging identity {found}, but this store's is {}", self.staging_identity),
+            }),
+            handles::Marker::Absent => {
+                Err(Error::StagingRootMismatch { path: path.clone(), detail: "its staging-root marker has disappeared".to_owned() })
+            }
+            handles::Marker::Damaged(why) => {
+                Err(Error::StagingRootMismatch { path: path.clone(), detail: format!("its staging-root marker is damaged ({why})") })
+            }
+        }
+    }
+
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
         &mut self.db
-    }
-
-    /// The handle's poison flag, for entry points outside this module (`verify`).
-    pub(crate) fn poison(&self) -> &Poison {
-        &self.poison
     }
 
     /// The staging root (canonical path).
@@ -340,6 +495,11 @@ impl Store {
         })
     }
 
+    /// The handle's poison flag, for entry points outside this module (`verify`).
+    pub(crate) fn poison(&self) -> &Poison {
+        &self.poison
+    }
+
     /// Runs `body` in one write transaction and commits it if `body` says so. A storage
     /// failure anywhere in it poisons the handle.
     fn write<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
@@ -348,7 +508,9 @@ impl Store {
             let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
             match body(&txn)? {
                 TxnEnd::Commit(value) => {
+                    self.record_lease(&txn)?;
                     txn.commit().map_err(|e| Error::storage(context, e))?;
+                    self.lease_recorded();
                     Ok(value)
                 }
                 TxnEnd::Abort(value) => {
@@ -358,7 +520,7 @@ impl Store {
             }
         });
         if let Err(err @ Error::Storage { .. }) = &result {
-            self.poison.set(&err);
+            self.poison.set(err);
         }
         result
     }
@@ -406,7 +568,8 @@ fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
 
 /// Builds a new, empty store under a temporary name and links it into place, so that a crash
 /// at any point leaves either no file at `db_path` or a complete store.
-fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
+fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, root: &RootSeen) -> Result<()> {
+    let identity = identity_for_new_store(root)?;
     let dir = match db_path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
@@ -423,7 +586,7 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
     let built = (|| {
         let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
-        initialize(&txn, lifetime_ms(options))?;
+        initialize(&txn, lease_ms, root, Some(&identity))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
         drop(db);
         let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
@@ -446,9 +609,9 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
     db: DropContained<redb::ReadOnlyDatabase>,
-    staging_root: Option<PathBuf>,
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
+    staging_root: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ReadOnlyStore {
@@ -481,7 +644,7 @@ impl ReadOnlyStore {
         }
         contain_open("opening the store read-only", || {
             let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
-            let store = ReadOnlyStore { db: DropContained::new(db), staging_root: None, poison: Poison::default() };
+            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -496,7 +659,7 @@ impl ReadOnlyStore {
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
         contain_open("opening the store read-only", || {
             let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            let store = ReadOnlyStore { db: DropContained::new(db), staging_root: None, poison: Poison::default() };
+            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
             store.snapshot()?.check_format()?;
             Ok(store)
         })

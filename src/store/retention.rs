@@ -12,6 +12,7 @@
 //! re-checked against the live state just before deletion.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
@@ -499,7 +500,8 @@ impl Store {
             }
             // Walk first, read the state second: every reference made before a file was seen is
             // then visible to the decision.
-            let walked = walk::walk(&self.staging_root)?;
+            let root = self.checked_staging_root()?;
+            let walked = walk::walk(root.as_fd(), &self.staging_root)?;
             let facts = gather_facts(self.snapshot()?.txn())?;
             let now = now_ms();
             let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
@@ -598,6 +600,9 @@ impl Store {
                 });
             }
             let execute = options.mode == RunMode::Execute;
+            // Every path is reached through this one handle of the root, checked to be this store's.
+            let root = self.checked_staging_root()?;
+            let mut applier = walk::Applier::new(root.as_fd());
             let mut report = ApplyReport {
                 plan: id,
                 mode: options.mode,
@@ -627,13 +632,13 @@ impl Store {
                     attempt_records_removed: Vec::new(),
                 };
                 for planned in chunk {
-                    match self.recheck(&facts, planned, now, plan.age_threshold_ms) {
+                    match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
                         Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
                         Ok(()) if !execute => {
                             batch.deleted.push(planned.path.clone());
                             batch.bytes_deleted += planned.size_bytes;
                         }
-                        Ok(()) => match walk::delete(&self.staging_root, &planned.path) {
+                        Ok(()) => match applier.delete(&planned.path) {
                             Ok(()) => {
                                 tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
                                 batch.deleted.push(planned.path.clone());
@@ -645,8 +650,9 @@ impl Store {
                 }
                 if execute {
                     for path in &batch.deleted {
-                        report.directories_removed += walk::remove_empty_parents(&self.staging_root, path);
+                        report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
                     }
+                    applier.forget();
                     self.record_batch(id, next_batch, &batch)?;
                     next_batch = next_batch.saturating_add(1);
                     tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
@@ -655,32 +661,11 @@ impl Store {
                 report.bytes_deleted += batch.bytes_deleted;
                 report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
             }
-            let (removed, dirs) = self.prune_attempt_records(id, next_batch, execute)?;
+            let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
             report.attempt_records_removed = removed;
             report.directories_removed += dirs;
             Ok(report)
         })
-    }
-
-    /// Re-checks one planned path against the live state: `Ok` if it may be deleted now.
-    fn recheck(&self, facts: &Facts, planned: &PlannedPath, now: u64, age_threshold_ms: u64) -> Result<(), SkipReason> {
-        let observed = match walk::observe(&self.staging_root, &planned.path) {
-            walk::Now::Missing => return Err(SkipReason::Missing),
-            walk::Now::Other => return Err(SkipReason::Changed),
-            walk::Now::Found(observed) => observed,
-        };
-        if observed.size_bytes != planned.size_bytes || observed.modified_at_ms != planned.modified_at_ms {
-            return Err(SkipReason::Changed);
-        }
-        match cleanup::classify(facts, &observed, now, age_threshold_ms) {
-            Class::Keep(reason) => Err(SkipReason::NowProtected(reason)),
-            Class::Delete { reason, attempt }
-                if (reason == CleanupReason::Unknown) != (planned.reason == CleanupReason::Unknown) || attempt != planned.attempt =>
-            {
-                Err(SkipReason::OwnerChanged)
-            }
-            Class::Delete { .. } => Ok(()),
-        }
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {
@@ -713,7 +698,7 @@ impl Store {
     /// files are gone: it is the run's account of what it published, and the accepted index
     /// must never name a missing attempt. Returns the attempts and the directories removed
     /// (in a dry run: the attempts that would be, and 0).
-    fn prune_attempt_records(&self, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
+    fn prune_attempt_records(&self, root: BorrowedFd<'_>, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
         let facts = gather_facts(self.snapshot()?.txn())?;
         let mut doomed: Vec<AttemptKey> = Vec::new();
         let mut dirs = 0;
@@ -721,11 +706,11 @@ impl Store {
             facts.attempts.iter().filter(|(rel, _)| cleanup::record_removable(&facts, rel)).collect();
         removable.sort_by(|a, b| a.1.key.cmp(&b.1.key));
         for (rel, fact) in removable {
-            if !walk::dir_is_gone_or_empty(&self.staging_root, rel) {
+            if !walk::dir_is_gone_or_empty(root, rel) {
                 continue;
             }
-            if execute && walk::remove_empty_dir(&self.staging_root, rel) {
-                dirs += 1 + walk::remove_empty_parents(&self.staging_root, rel);
+            if execute && walk::remove_empty_dir(root, rel) {
+                dirs += 1 + walk::remove_empty_parents(root, rel);
             }
             doomed.push(fact.key.clone());
         }
@@ -787,4 +772,34 @@ fn referenced_by_version(versions: &impl Readable, attempt: &AttemptKey, staging
         Ok(!found)
     })?;
     Ok(found)
+}
+
+/// Re-checks one planned path against the live state: `Ok` if it may be deleted now. The entry
+/// must be the very one planned (same device and inode, size, modification and status-change
+/// times to the nanosecond): a file replaced by another (a new inode renamed in) or rewritten
+/// is skipped as changed, whatever its size and modification time.
+fn recheck(
+    applier: &mut walk::Applier<'_>,
+    facts: &Facts,
+    planned: &PlannedPath,
+    now: u64,
+    age_threshold_ms: u64,
+) -> Result<(), SkipReason> {
+    let observed = match applier.observe(&planned.path) {
+        walk::Now::Missing => return Err(SkipReason::Missing),
+        walk::Now::Other => return Err(SkipReason::Changed),
+        walk::Now::Found(observed) => observed,
+    };
+    if !cleanup::same_entry(&observed, planned) {
+        return Err(SkipReason::Changed);
+    }
+    match cleanup::classify(facts, &observed, now, age_threshold_ms) {
+        Class::Keep(reason) => Err(SkipReason::NowProtected(reason)),
+        Class::Delete { reason, attempt }
+            if (reason == CleanupReason::Unknown) != (planned.reason == CleanupReason::Unknown) || attempt != planned.attempt =>
+        {
+            Err(SkipReason::OwnerChanged)
+        }
+        Class::Delete { .. } => Ok(()),
+    }
 }

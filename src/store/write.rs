@@ -136,6 +136,8 @@ impl Store {
                 read_task(&tasks, task)?;
             }
             let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+            // Nothing is created under a root that is not this store's (its marker checked).
+            drop(self.checked_staging_root()?);
             let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel)?;
             self.write_grouped("beginning an attempt", |txn| {
                 let runs = open(txn, RUNS)?;

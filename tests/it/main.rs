@@ -9,6 +9,7 @@ mod fixtures;
 mod fuzz_regressions;
 mod gates;
 mod group_commit;
+mod hostile;
 mod inputs;
 mod io_errors;
 mod kill;
