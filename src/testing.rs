@@ -1337,8 +1337,8 @@ pub fn damage_image(good: &[u8], input: &[u8]) -> Vec<u8> {
             2 => image.truncate(at),
             _ => {
                 let pages = image.len().div_ceil(PAGE_BYTES);
-                let from = (usize::from(value) % pages) * PAGE_BYTES + at % PAGE_BYTES;
-                let len = 64.min(image.len() - at).min(image.len().saturating_sub(from));
+                let from = ((usize::from(value) % pages) * PAGE_BYTES + at % PAGE_BYTES).min(image.len());
+                let len = 64.min(image.len() - at).min(image.len() - from);
                 let copied = image[from..from + len].to_vec();
                 image[at..at + len].copy_from_slice(&copied);
             }

@@ -11,7 +11,7 @@
 //! root; and it deletes only paths that were planned, persisted and logged first, each
 //! re-checked against the live state just before deletion.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -172,6 +172,74 @@ fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
         Ok(true)
     })?;
     Ok(facts)
+}
+
+/// What cleanup needs to know about the attempt directories of `paths` only, read by key from
+/// one consistent view, for the apply-time re-check of one batch: for each path's attempt
+/// directory, the attempt its name encodes (`ids::parse_staging_rel`), that attempt's record,
+/// its run's publication and its task's accepted attempt, and whether a version entry holds
+/// the directory. O(batch log n), never a scan of the whole store.
+///
+/// Only the accepted attempt of a published run can be held by a version entry (a publish
+/// writes the run's accepted attempts; a rollback copies existing entries), so only for those
+/// is the partition's history read, from the run's generation on.
+fn facts_for(txn: &ReadTransaction, paths: &[&PlannedPath]) -> Result<Facts> {
+    let mut facts = Facts::default();
+    let attempts = open_ro(txn, ATTEMPTS)?;
+    let runs = open_ro(txn, RUNS)?;
+    let accepted = open_ro(txn, ACCEPTED)?;
+    let versions = open_ro(txn, VERSIONS)?;
+    let mut seen: HashSet<&str> = HashSet::new();
+    for planned in paths {
+        let Some(dir) = cleanup::attempt_dir_of(&planned.path) else { continue };
+        if !seen.insert(dir) {
+            continue;
+        }
+        // A directory whose name encodes no attempt belongs to none.
+        let Some(attempt) = ids::parse_staging_rel(dir) else { continue };
+        let task = &attempt.task;
+        let attempt_key = attempt_key_bytes(&attempt);
+        let run = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?;
+        let accepted_attempt =
+            get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt);
+        let record = get::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_key)?;
+        let published = run.as_ref().and_then(|r| r.published_generation);
+        if let Some(generation) = published
+            && (accepted_attempt == Some(attempt.attempt) || record.is_none())
+            && referenced_since(&versions, &attempt, dir, generation)?
+        {
+            facts.referenced.insert(dir.to_owned());
+        }
+        let Some(record) = record else { continue };
+        if record.staging_rel != dir {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, format!("staging directory {:?} is not {dir:?}", record.staging_rel)));
+        }
+        if run.is_none() {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt of an undeclared run"));
+        }
+        let state =
+            AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published.is_some());
+        facts.attempts.insert(dir.to_owned(), AttemptFact { accepted: accepted_attempt == Some(attempt.attempt), key: attempt, state });
+    }
+    Ok(facts)
+}
+
+/// Whether a version entry of the attempt's partition from generation `since` on holds its
+/// staging directory.
+fn referenced_since(versions: &impl Readable, attempt: &AttemptKey, staging_rel: &str, since: u64) -> Result<bool> {
+    let partition_prefix = prefix(&[&attempt.task.dataset, &attempt.task.partition]);
+    let mut found = false;
+    scan::<PartitionVersionRecord>(
+        versions,
+        VERSIONS,
+        &key_u64(&[&attempt.task.dataset, &attempt.task.partition], since),
+        &prefix_end(&partition_prefix),
+        |_, record| {
+            found = record.entry.is_some_and(|e| e.staging_rel == staging_rel);
+            Ok(!found)
+        },
+    )?;
+    Ok(found)
 }
 
 fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
@@ -622,7 +690,8 @@ impl Store {
             }
             let mut next_batch = self.next_batch_number(id)?;
             for chunk in todo.chunks(options.batch_size.max(1)) {
-                let facts = gather_facts(self.snapshot()?.txn())?;
+                // Re-read by key, for this batch's paths only, from a fresh snapshot.
+                let facts = facts_for(self.snapshot()?.txn(), chunk)?;
                 let now = now_ms();
                 let mut batch = CleanupBatchRecord {
                     applied_at_ms: now,
