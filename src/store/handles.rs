@@ -179,6 +179,11 @@ pub(crate) fn is_empty_except(dir: BorrowedFd<'_>, except: &[&str]) -> io::Resul
         if name == b"." || name == b".." || except.iter().any(|e| e.as_bytes() == name) {
             continue;
         }
+        // A marker being written (`write_marker`'s temporary file) when its writer was killed
+        // is this store's own leftover, not someone else's file.
+        if name.strip_prefix(MARKER_NAME.as_bytes()).is_some_and(|rest| rest.starts_with(b".tmp-")) {
+            continue;
+        }
         return Ok(false);
     }
     Ok(true)
