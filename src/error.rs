@@ -207,9 +207,10 @@ pub enum Error {
     },
 
     /// The attempt was recorded abandoned (its lease ran out before it finished or sent a
-    /// heartbeat); it can no longer finish or renew its lease. Begin a new attempt instead.
+    /// heartbeat, or [`crate::Store::abandon_attempt`] fenced it); it can no longer finish,
+    /// renew its lease or be validated. Begin a new attempt instead.
     #[error(
-        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out); it cannot finish"
+        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out, or it was abandoned explicitly); it cannot finish, renew its lease or be validated"
     )]
     AttemptAbandoned {
         /// Dataset name.

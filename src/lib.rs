@@ -79,9 +79,10 @@ pub use lifecycle::{
     RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
 };
 pub use model::{
-    AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck,
-    FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
-    PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
+    AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus,
+    FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest, NondeterminismOverride,
+    PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal,
+    TaskSpec, Verdict,
 };
 pub use store::{
     ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,

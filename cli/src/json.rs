@@ -47,6 +47,9 @@ pub fn failure(f: &GateFailure) -> Value {
         GateFailure::FileUnreadable { path, message: os } => {
             json!({ "kind": "file_unreadable", "message": message, "path": path, "error": os })
         }
+        GateFailure::Invalidated { actor, reason, invalidated_at_ms } => json!({
+            "kind": "invalidated", "message": message, "actor": actor, "reason": reason, "invalidated_at_ms": invalidated_at_ms
+        }),
         _ => json!({ "kind": "other", "message": message }),
     }
 }

@@ -119,8 +119,11 @@ pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
         if !seen.insert(task.partition.as_str()) {
             return Err(Error::invalid("partition key", &task.partition, "is declared twice in the run"));
         }
+        // Every task's staging path must fit, or that task could never begin and the run id
+        // would be unusable.
+        staging_parent_rel(&spec.dataset, &spec.run, &task.partition)?;
     }
-    staging_rel(&spec.dataset, &spec.run, &spec.tasks[0].partition, u32::MAX).map(|_| ())
+    Ok(())
 }
 
 /// Checks a candidate's fields (not its agreement with the run; that is validation).

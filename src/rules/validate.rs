@@ -12,7 +12,8 @@ pub(crate) enum FileObservation {
     Missing,
     /// A regular file of this size, and this CRC32 if it was computed.
     Present { size_bytes: u64, crc32: Option<u32> },
-    /// Could not be inspected.
+    /// Could not be inspected. Only `verify` reports this (as a finding); validation and
+    /// publish return the I/O error instead, so it never becomes a stored verdict.
     Unreadable(String),
 }
 
@@ -39,12 +40,15 @@ pub(crate) fn expectation_failures(run_snapshot: &str, task: &TaskSpec, candidat
 pub(crate) fn verdict(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate, observed: &[FileObservation]) -> Verdict {
     debug_assert_eq!(candidate.files.len(), observed.len());
     let mut failures = expectation_failures(run_snapshot, task, candidate);
-    for (file, seen) in candidate.files.iter().zip(observed) {
-        if let Some(failure) = file_failure(file, seen) {
-            failures.push(failure);
-        }
-    }
+    failures.extend(file_failures(&candidate.files, observed));
     if failures.is_empty() { Verdict::Valid } else { Verdict::Invalid(failures) }
+}
+
+/// The file gates alone: `observed[i]` is what was seen of `files[i]` (publish checks them
+/// again by size).
+pub(crate) fn file_failures(files: &[FileEntry], observed: &[FileObservation]) -> Vec<GateFailure> {
+    debug_assert_eq!(files.len(), observed.len());
+    files.iter().zip(observed).filter_map(|(file, seen)| file_failure(file, seen)).collect()
 }
 
 fn file_failure(file: &FileEntry, seen: &FileObservation) -> Option<GateFailure> {

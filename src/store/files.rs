@@ -22,7 +22,7 @@ pub fn file_crc32(path: &Path) -> Result<u32> {
     crc32_of(&mut file).map_err(|e| Error::io(format!("reading {}", path.display()), e))
 }
 
-fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
+pub(crate) fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -36,14 +36,28 @@ fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
 
 /// Describes a file for a candidate: its path relative to `staging_dir`, size and CRC32.
 ///
+/// Never follows a symlink, as validation does not: every directory of `relative` is opened
+/// relative to its parent with `O_NOFOLLOW`, and the size and the checksum come from one
+/// descriptor of the file itself.
+///
 /// # Errors
-/// [`Error::Io`] if the file cannot be read, [`Error::InvalidInput`] if `relative` is not a
-/// plain relative path.
+/// [`Error::InvalidInput`] if `relative` is not a plain relative path, or names a symlink, passes
+/// through one, or is not a regular file; [`Error::Io`] if the file is missing or cannot be read.
 pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
     crate::rules::ids::check_file_path(relative)?;
     let path = staging_dir.join(relative);
-    let size_bytes = fs::metadata(&path).map_err(|e| Error::io(format!("reading metadata of {}", path.display()), e))?.len();
-    Ok(FileEntry { path: relative.to_owned(), size_bytes, crc32: file_crc32(&path)? })
+    match super::handles::observe_file(staging_dir, "", relative, true) {
+        Ok(Some((size_bytes, Some(crc32)))) => Ok(FileEntry { path: relative.to_owned(), size_bytes, crc32 }),
+        Ok(_) => match fs::symlink_metadata(&path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Err(Error::io(format!("describing {}", path.display()), e)),
+            _ => Err(Error::invalid(
+                "file path",
+                relative,
+                "is a symlink, passes through one, or is not a regular file; manifestdb never follows symlinks in staging",
+            )),
+        },
+        Err(e) => Err(Error::io(format!("reading {}", path.display()), e)),
+    }
 }
 
 /// Creates the attempt's staging directory `root/rel`, refusing to pass through a symlink.
@@ -111,33 +125,15 @@ pub(crate) fn create_attempt_dir(parent: &Path, leaf: &str, rel: &str) -> Result
     }
 }
 
-/// Observes a reported file under a staging directory without following symlinks.
+/// Observes a reported file under a staging directory without following symlinks (through
+/// directory handles, see `handles::observe_file`). For `verify`, which reports an I/O error
+/// as a finding; validation and publish use `handles::observe_file` and treat one as an error.
 pub(crate) fn observe(staging_dir: &Path, file: &FileEntry, check: FileCheck) -> FileObservation {
-    let mut path = staging_dir.to_path_buf();
-    let components: Vec<&str> = file.path.split('/').collect();
-    for (i, component) in components.iter().enumerate() {
-        path.push(component);
-        let meta = match fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return FileObservation::Missing,
-            Err(e) => return FileObservation::Unreadable(e.to_string()),
-        };
-        let last = i + 1 == components.len();
-        if meta.file_type().is_symlink() || (last && !meta.is_file()) || (!last && !meta.is_dir()) {
-            return FileObservation::Missing;
-        }
-        if last {
-            let crc32 = match check {
-                FileCheck::Size => None,
-                FileCheck::SizeAndChecksum => match File::open(&path).and_then(|mut f| crc32_of(&mut f)) {
-                    Ok(crc) => Some(crc),
-                    Err(e) => return FileObservation::Unreadable(e.to_string()),
-                },
-            };
-            return FileObservation::Present { size_bytes: meta.len(), crc32 };
-        }
+    match super::handles::observe_file(staging_dir, "", &file.path, check == FileCheck::SizeAndChecksum) {
+        Ok(Some((size_bytes, crc32))) => FileObservation::Present { size_bytes, crc32 },
+        Ok(None) => FileObservation::Missing,
+        Err(e) => FileObservation::Unreadable(e.to_string()),
     }
-    FileObservation::Missing
 }
 
 /// Flushes a directory's entries (a created or renamed file in it) to disk.

@@ -258,3 +258,52 @@ pub(crate) fn new_identity() -> io::Result<String> {
     }
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
+
+/// Whether an error means "no regular file there": absent (`ENOENT`), a symlink refused by
+/// `O_NOFOLLOW` (`ELOOP`), or a component that is not a directory (`ENOTDIR`). Every other
+/// error (permission denied, an I/O error) is a fault the caller may retry.
+pub(crate) fn is_absent(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR].iter().any(|errno| e.raw_os_error() == Some(errno.raw_os_error()))
+}
+
+/// What was seen of a reported file, through handles: `root` opened by path, then every
+/// directory of `dirs` (`/`-separated, may be empty) and of `file_path` relative to its parent
+/// without following symlinks, the file described (and with `checksum`, read) through one
+/// descriptor, so its size and its content come from the same object.
+///
+/// `Ok(None)`: no regular file there (missing, a symlink on the way, not a regular file).
+///
+/// # Errors
+/// Any other I/O error, for the caller to retry: never a verdict.
+pub(crate) fn observe_file(root: &Path, dirs: &str, file_path: &str, checksum: bool) -> io::Result<Option<(u64, Option<u32>)>> {
+    let absent = |e: io::Error| if is_absent(&e) { Ok(None) } else { Err(e) };
+    let mut components: Vec<&str> = dirs.split('/').filter(|c| !c.is_empty()).collect();
+    components.extend(file_path.split('/'));
+    let Some(leaf) = components.pop() else { return Ok(None) };
+    let root_fd = match open_root(root) {
+        Ok(fd) => fd,
+        Err(e) => return absent(e),
+    };
+    let parent = match open_dir_chain(root_fd.as_fd(), &components) {
+        Ok(fd) => fd,
+        Err(e) => return absent(e),
+    };
+    if !checksum {
+        return match stat_at(parent.as_fd(), leaf) {
+            Ok(stat) if stat.kind == Kind::File => Ok(Some((stat.size_bytes, None))),
+            Ok(_) => Ok(None),
+            Err(e) => absent(e),
+        };
+    }
+    let mut file = match open_file_at(parent.as_fd(), leaf) {
+        Ok(file) => file,
+        Err(e) => return absent(e),
+    };
+    let stat = fstat(file.as_fd())?;
+    if stat.kind != Kind::File {
+        return Ok(None);
+    }
+    let crc = super::files::crc32_of(&mut file)?;
+    Ok(Some((stat.size_bytes, Some(crc))))
+}

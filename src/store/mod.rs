@@ -4,6 +4,7 @@
 //! durability; an operation refused on its merits writes nothing; after any storage failure
 //! on a write path the handle refuses further writes until reopened.
 
+mod attempts;
 mod contain;
 mod files;
 mod group;

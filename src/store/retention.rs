@@ -27,14 +27,14 @@ use crate::lifecycle::{
 };
 use crate::model::{AttemptKey, GenerationKind, TaskKey};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, GenerationRecord, PartitionVersionRecord, PointerRecord,
-    RunRecord,
+    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, GenerationRecord, PartitionVersionRecord,
+    PointerRecord, RunRecord,
 };
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
 use crate::rules::{ids, retention};
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64, prefix,
-    prefix_end,
+    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64,
+    prefix, prefix_end,
 };
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
@@ -52,18 +52,18 @@ fn open_ro(txn: &ReadTransaction, def: schema::Def) -> Result<redb::ReadOnlyTabl
     txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))
 }
 
-fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
+pub(crate) fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
     let task = &attempt.task;
     key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt)
 }
 
-fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
+pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_name("dataset", &attempt.task.dataset)?;
     ids::check_name("run id", &attempt.task.run)?;
     ids::check_partition(&attempt.task.partition)
 }
 
-fn unknown_attempt(attempt: &AttemptKey) -> Error {
+pub(crate) fn unknown_attempt(attempt: &AttemptKey) -> Error {
     Error::UnknownAttempt {
         dataset: attempt.task.dataset.clone(),
         run: attempt.task.run.clone(),
@@ -242,7 +242,7 @@ fn referenced_since(versions: &impl Readable, attempt: &AttemptKey, staging_rel:
     Ok(found)
 }
 
-fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
+pub(crate) fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(Error::invalid(what, value, "must not be empty"));
     }
@@ -295,14 +295,23 @@ impl Store {
     /// # Errors
     /// [`Error::UnknownAttempt`]; [`Error::AttemptAbandoned`] if it was already recorded
     /// abandoned (the worker must stop: its output will never be used);
-    /// [`Error::AttemptState`] if it has finished; storage errors.
+    /// [`Error::AttemptState`] if it has finished; [`Error::RunPublished`] if its run is
+    /// published (the worker must stop: its output will never be used); storage errors.
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
         self.write("renewing an attempt's lease", |txn| {
+            let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
             let attempt_key = attempt_key_bytes(attempt);
             let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
             refuse_if_abandoned(attempt, &record)?;
+            // A try still beating for a published run is a leftover (a killed try's sidecar,
+            // say): its output can never be used, so its lease is not renewed.
+            let task = &attempt.task;
+            if let Some(generation) = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
+            {
+                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+            }
             if record.candidate.is_some() {
                 return Err(Error::AttemptState {
                     partition: attempt.task.partition.clone(),
@@ -413,7 +422,10 @@ impl Store {
             let now_parts = partitions_at(&versions, dataset, current)?;
             let target_parts = partitions_at(&versions, dataset, to)?;
             let restores = retention::rollback_diff(&now_parts, &target_parts);
-            let number = current + 1;
+            let number =
+                current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
+            let mut digests = open(txn, DIGESTS)?;
+            let runs = open(txn, RUNS)?;
             for restore in &restores {
                 let record = match restore.from_version {
                     None => PartitionVersionRecord { entry: None },
@@ -423,6 +435,25 @@ impl Store {
                             .ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "visible version vanished during rollback"))?
                     }
                 };
+                // The restored content is what the partition now holds from its snapshot: the
+                // determinism check of the next rerun on that snapshot compares against it.
+                // The record names the run that published this content and the generation it
+                // published it in, as a publish's record does.
+                if let Some(entry) = &record.entry {
+                    let run_key = key(&[dataset, &entry.run]);
+                    let published = get::<RunRecord>(&runs, RUNS, &run_key)?.and_then(|r| r.published_generation).ok_or_else(|| {
+                        tables::corrupted(
+                            VERSIONS,
+                            &key_u64(&[dataset, &restore.partition], number),
+                            "restored content of an unpublished run",
+                        )
+                    })?;
+                    put(
+                        &mut digests,
+                        &key(&[dataset, &entry.snapshot, &restore.partition]),
+                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: published },
+                    )?;
+                }
                 put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
             }
             let record = GenerationRecord {
@@ -593,7 +624,7 @@ impl Store {
                     Some(k) => {
                         let raw: [u8; 8] =
                             k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
-                        u64::from_be_bytes(raw) + 1
+                        u64::from_be_bytes(raw).checked_add(1).ok_or_else(|| tables::corrupted(CLEANUP_PLANS, &k, "plan id overflows"))?
                     }
                 };
                 put(&mut plans, &plan_key(id), &record)?;

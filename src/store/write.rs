@@ -9,13 +9,14 @@ use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FinishOutcome,
-    Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
+    FinishOutcome, Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
 };
+use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
 use crate::schema::{
     self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
@@ -263,6 +264,7 @@ impl Store {
             if let Some(verdict) = record.verdict {
                 return Ok(verdict);
             }
+            super::retention::refuse_if_abandoned(attempt, &record)?;
             let Some(candidate) = record.candidate else {
                 return Err(Error::AttemptState {
                     partition: task.partition.clone(),
@@ -272,8 +274,7 @@ impl Store {
                     needed: "a finished attempt",
                 });
             };
-            let staging_dir = self.staging_root.join(&record.staging_rel);
-            let observed: Vec<_> = candidate.files.iter().map(|f| files::observe(&staging_dir, f, check)).collect();
+            let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
             let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
             self.write_grouped("storing a verdict", |txn| {
                 let runs = open(txn, RUNS)?;
@@ -304,6 +305,25 @@ impl Store {
                 Ok(TxnEnd::Commit(verdict))
             })
         })
+    }
+
+    /// What is seen of each reported file of an attempt, through directory handles from the
+    /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
+    /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
+    fn observe_files(&self, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+        files
+            .iter()
+            .map(|file| {
+                match super::handles::observe_file(&self.staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+                    Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
+                    Ok(None) => Ok(FileObservation::Missing),
+                    Err(e) => Err(Error::io(
+                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                        e,
+                    )),
+                }
+            })
+            .collect()
     }
 
     /// Publishes a run in one write transaction.
@@ -352,7 +372,15 @@ impl Store {
                     .ok_or_else(|| super::retention::published_generation_missing(&generations, dataset, run, number))?;
                 return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
             }
-            let states = gather_publish_inputs(txn, dataset, run, &run_record)?;
+            let mut states = gather_publish_inputs(txn, dataset, run, &run_record)?;
+            // Every file of every accepted candidate is still there with its size (a stat, no
+            // read): a file lost since validation is refused as a report naming it, and an I/O
+            // error is an error to retry, never a refusal.
+            for state in &mut states {
+                if let Some(accepted) = &state.accepted {
+                    state.files_seen = self.observe_files(&accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
+                }
+            }
             let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
                 Ok(plan) => plan,
                 Err(refusal) => return Ok(TxnEnd::Abort(PublishOutcome::Refused(refusal))),
@@ -360,7 +388,7 @@ impl Store {
             let mut pointers = open(txn, POINTERS)?;
             let pointer_key = key(&[dataset]);
             let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
-            let number = current + 1;
+            let number = current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &pointer_key, "generation number overflows"))?;
             let mut versions = open(txn, VERSIONS)?;
             for (partition, accepted) in &plan.partitions {
                 let candidate = &accepted.candidate;
@@ -382,7 +410,7 @@ impl Store {
                 )?;
             }
             let mut digests = open(txn, DIGESTS)?;
-            for &index in &plan.new_digests {
+            for &index in &plan.digests_to_record {
                 let (partition, accepted) = &plan.partitions[index];
                 put(
                     &mut digests,
@@ -551,7 +579,7 @@ fn gather_publish_inputs(
             schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?.to_owned();
         let spec = TaskSpec { partition: partition.clone(), expected_rows: task.expected_rows, expected_total: task.expected_total };
         let accepted_attempt = get::<AcceptedRecord>(&accepted, ACCEPTED, task_key)?;
-        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None };
+        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None, files_seen: Vec::new() };
         match accepted_attempt {
             Some(AcceptedRecord { attempt }) => {
                 let attempt_key = key_u32(&[dataset, run, &partition], attempt);
@@ -597,10 +625,11 @@ pub(crate) fn task_attempts(
 }
 
 pub(crate) fn attempt_status(record: &AttemptRecord) -> AttemptStatus {
-    match (&record.candidate, &record.verdict) {
-        (_, Some(verdict)) => AttemptStatus::Validated(verdict.clone()),
-        (Some(_), None) => AttemptStatus::Finished,
-        (None, None) => AttemptStatus::Running,
+    match (&record.candidate, &record.verdict, record.abandoned_at_ms) {
+        (_, Some(verdict), _) => AttemptStatus::Validated(verdict.clone()),
+        (Some(_), None, _) => AttemptStatus::Finished,
+        (None, None, Some(abandoned_at_ms)) => AttemptStatus::Abandoned { abandoned_at_ms },
+        (None, None, None) => AttemptStatus::Running,
     }
 }
 

@@ -16,6 +16,7 @@ mod kill;
 mod publish;
 mod readers;
 mod retention;
+mod rule_holes;
 mod scenario;
 mod support;
 mod verify;
