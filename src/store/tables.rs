@@ -157,6 +157,9 @@ pub(crate) fn first_key(table: &impl Readable, def: Def, start: &[u8], end: &[u8
         Some(item) => {
             let (key, value) = item.map_err(|e| Error::storage("scanning a table", e))?;
             codec::check_frame(def.name, key.value(), value.value())?;
+            // A skip scan jumps from key to key: what lies just before the jump's target is
+            // the damaged key it may have jumped over.
+            check_below(table, def, start)?;
             Ok(Some(key.value().to_vec()))
         }
     }
