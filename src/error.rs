@@ -306,6 +306,23 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+
+    /// The store's writer crashed (the file was not closed cleanly), no writer holds it now, and
+    /// this process may not write it, so it cannot perform the recovery a read needs first
+    /// (DOMAIN 12). A user who can write the file recovers it with `manifestdb recover` (or
+    /// [`crate::Store::recover`], or any writable open); readers then read the last committed
+    /// generation.
+    #[error(
+        "store {path} was not closed cleanly (its writer crashed) and must be recovered before it can be read, which needs write \
+         access ({source}): run `manifestdb recover --store {path}` as a user who can write it"
+    )]
+    NeedsRecovery {
+        /// The store file.
+        path: PathBuf,
+        /// Why this process could not recover it.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What was wrong with a corrupted record.

@@ -468,6 +468,53 @@ impl StorageBackend for FaultyBackend {
 /// [`decode_any_record`] decodes under.
 pub const SAMPLE_KEY: &[u8] = b"fuzz";
 
+/// One sync the store made of staging data, a new store file or a directory, as reported to
+/// [`observe_syncs`] just before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncEvent {
+    /// The file or directory.
+    pub path: std::path::PathBuf,
+    /// True for a directory (`fsync` of its entries), false for a file (`fdatasync`).
+    pub directory: bool,
+}
+
+type SyncObserver = std::rc::Rc<dyn Fn(&SyncEvent) -> io::Result<()>>;
+
+thread_local! {
+    static SYNC_OBSERVER: std::cell::RefCell<Option<SyncObserver>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `body` with `observer` told of every sync the store makes on this thread (of staging
+/// files and directories, of a new store file and its directory), before the sync runs. An
+/// `Err` from the observer fails that sync with it, as the operating system's error would (the
+/// real sync is then not made). Observers nest; the previous one is restored afterwards, also
+/// on panic.
+///
+/// The store makes these syncs on the calling thread, outside write transactions: validation
+/// (the candidate's files and directories), `begin_attempt` (the directories it created, after
+/// its commit), cleanup (directories it removed entries from) and store creation.
+pub fn observe_syncs<R>(observer: impl Fn(&SyncEvent) -> io::Result<()> + 'static, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<SyncObserver>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SYNC_OBSERVER.with(|cell| *cell.borrow_mut() = previous);
+        }
+    }
+    let previous = SYNC_OBSERVER.with(|cell| cell.borrow_mut().replace(std::rc::Rc::new(observer)));
+    let _restore = Restore(previous);
+    body()
+}
+
+/// Called by the store's sync seam (`store::files::sync_handle`) before each sync.
+pub(crate) fn before_sync(path: &Path, directory: bool) -> io::Result<()> {
+    let observer = SYNC_OBSERVER.with(|cell| cell.borrow().clone());
+    match observer {
+        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory }),
+        None => Ok(()),
+    }
+}
+
 /// Decodes `bytes` as a value of every table (through the codec and each record's own check)
 /// and returns, per table, whether it decoded. Never panics, whatever the bytes.
 pub fn decode_any_record(bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)> {

@@ -109,6 +109,13 @@ pub enum Command {
     /// cleanup of staging files. Dry runs unless --execute.
     #[command(subcommand)]
     Gc(GcCommand),
+
+    /// Recover a store whose writer crashed (killed, power loss), so that readers read it
+    /// again: opens it for writing, which repairs it, and closes it. Needs only --store (or
+    /// --dir) and write access. Read verbs do this themselves when they may write the file;
+    /// a store closed cleanly or held by a live writer is left alone.
+    #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
+    Recover,
 }
 
 /// `verify` flags.

@@ -94,6 +94,19 @@ impl LocationArgs {
     }
 }
 
+/// Closes a writing handle before the verb reports anything: redb's close syncs the store, and
+/// a failure there is the verb's failure (what the verb committed before is durable), never a
+/// success followed by a dropped error. Closing also releases the writer lock before the output
+/// is written, so a slow reader of stdout never blocks writers.
+pub fn close_writer(store: Store) -> anyhow::Result<()> {
+    store.close().context("closing the store (what this command committed is durable; the next open recovers the store)")
+}
+
+/// Closes a read-only handle before the verb writes its output (releasing the store's file).
+pub fn close_reader(store: ReadOnlyStore) -> anyhow::Result<()> {
+    store.close().context("closing the store")
+}
+
 fn require_existing(path: &Path) -> anyhow::Result<()> {
     if path.exists() { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
 }

@@ -44,6 +44,35 @@ pub(crate) fn verdict(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate
     if failures.is_empty() { Verdict::Valid } else { Verdict::Invalid(failures) }
 }
 
+/// A file or directory of a candidate that could not be made durable: its sync failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NotDurable {
+    /// The file's path relative to the attempt directory (`.` for the attempt directory or a
+    /// directory above it).
+    pub(crate) path: String,
+    /// What failed, with the operating system's message.
+    pub(crate) message: String,
+}
+
+/// The verdict once the candidate's syncs ran (DOMAIN 11). A candidate whose data could not be
+/// made durable is refused: after a failed fsync the page cache may have dropped the data while
+/// still showing it, so neither this content nor a retried sync can be trusted. The task is
+/// retried with a new attempt, which writes its files afresh.
+pub(crate) fn after_sync(verdict: Verdict, failures: &[NotDurable]) -> Verdict {
+    if failures.is_empty() {
+        return verdict;
+    }
+    let mut gates = match verdict {
+        Verdict::Valid => Vec::new(),
+        Verdict::Invalid(gates) => gates,
+    };
+    gates.extend(failures.iter().map(|f| GateFailure::FileUnreadable {
+        path: f.path.clone(),
+        message: format!("could not be made durable ({}); its content may not be on disk, retry the task", f.message),
+    }));
+    Verdict::Invalid(gates)
+}
+
 /// The file gates alone: `observed[i]` is what was seen of `files[i]` (publish checks them
 /// again by size).
 pub(crate) fn file_failures(files: &[FileEntry], observed: &[FileObservation]) -> Vec<GateFailure> {
@@ -127,5 +156,14 @@ mod tests {
         let mut c = candidate();
         c.total = None;
         assert_eq!(verdict("s1", &t, &c, &present()), Verdict::Valid);
+    }
+
+    #[test]
+    fn a_candidate_whose_sync_failed_is_refused_and_a_clean_one_is_kept() {
+        assert_eq!(after_sync(Verdict::Valid, &[]), Verdict::Valid);
+        let failure = NotDurable { path: "part.csv".into(), message: "fdatasync of /s/part.csv failed: EIO".into() };
+        let v = after_sync(Verdict::Valid, std::slice::from_ref(&failure));
+        assert!(matches!(v, Verdict::Invalid(ref f) if f.len() == 1
+                && matches!(&f[0], GateFailure::FileUnreadable { path, message } if path == "part.csv" && message.contains("durable"))));
     }
 }

@@ -109,6 +109,13 @@ impl<T> DropContained<T> {
     }
 }
 
+impl<T> DropContained<T> {
+    /// The handle itself, for a call that consumes it (`close`), made inside the boundary.
+    pub(crate) fn into_inner(mut self) -> T {
+        self.0.take().expect("a redb handle is present until dropped")
+    }
+}
+
 impl<T> std::ops::Deref for DropContained<T> {
     type Target = T;
     fn deref(&self) -> &T {

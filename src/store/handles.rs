@@ -179,9 +179,19 @@ pub(crate) fn is_empty_except(dir: BorrowedFd<'_>, except: &[&str]) -> io::Resul
         if name == b"." || name == b".." || except.iter().any(|e| e.as_bytes() == name) {
             continue;
         }
-        // A marker being written (`write_marker`'s temporary file) when its writer was killed
-        // is this store's own leftover, not someone else's file.
-        if name.strip_prefix(MARKER_NAME.as_bytes()).is_some_and(|rest| rest.starts_with(b".tmp-")) {
+        return Ok(false);
+    }
+    Ok(true)
+}
+
+/// Whether the root holds nothing but its marker, or a marker's temporary file left by a
+/// writer killed while writing it (see [`write_marker`]).
+pub(crate) fn is_empty_but_marker(root: BorrowedFd<'_>) -> io::Result<bool> {
+    let tmp_prefix = format!("{MARKER_NAME}.tmp-");
+    for entry in rustix::fs::Dir::read_from(root)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || name == MARKER_NAME.as_bytes() || name.starts_with(tmp_prefix.as_bytes()) {
             continue;
         }
         return Ok(false);

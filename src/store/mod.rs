@@ -118,11 +118,11 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
-        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
-        // message, "Database repair aborted.", would not tell the reader what to do.
+        // Only a read-only open reaches this (manifestdb sets no repair callback), after its own
+        // recovery could not run: redb's message, "Database repair aborted.", says too little.
         err @ DatabaseError::RepairAborted => Error::storage(
-            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
-             Store::open performs",
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery; run `manifestdb recover` \
+             on it (or open it with Store::open)",
             err,
         ),
         other => Error::storage("opening the store", other),
@@ -180,8 +180,7 @@ fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
         Ok(handles::Marker::Damaged(why)) => MarkerSeen::Damaged(why),
         Err(e) => return Err(Error::io(format!("reading the staging-root marker in {}", path.display()), e)),
     };
-    let empty = handles::is_empty_except(fd.as_fd(), &[handles::MARKER_NAME])
-        .map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
+    let empty = handles::is_empty_but_marker(fd.as_fd()).map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
     Ok((marker, empty))
 }
 
@@ -205,6 +204,9 @@ struct Initialized {
     staging_identity: String,
     /// The root's marker is to be written once the transaction committed.
     write_marker: bool,
+    /// Whether the transaction wrote anything (tables created, a new format record): an
+    /// initialized store needs no commit, so reopening it costs no sync.
+    wrote: bool,
 }
 
 /// Creates every table and the format record, or checks the format of an existing store and
@@ -216,8 +218,17 @@ fn initialize(
     root: &RootSeen,
     new_identity: Option<&str>,
 ) -> Result<Initialized> {
+    let existing: std::collections::BTreeSet<String> = txn
+        .list_tables()
+        .map_err(|e| Error::storage("listing tables", e))?
+        .map(|handle| redb::TableHandle::name(&handle).to_owned())
+        .collect();
+    let mut wrote = false;
     for def in ALL_TABLES {
-        txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+        if !existing.contains(def.name) {
+            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            wrote = true;
+        }
     }
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
@@ -229,6 +240,7 @@ fn initialize(
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 write_marker: action != RootAction::Use,
                 staging_identity: record.staging_identity,
+                wrote,
             })
         }
         Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
@@ -248,6 +260,7 @@ fn initialize(
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 staging_identity: record.staging_identity,
                 write_marker: true,
+                wrote: true,
             })
         }
     }
@@ -308,8 +321,13 @@ impl Store {
         let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let init = initialize(&txn, lease_ms, &root, None)?;
-        let views = configure_views(&txn, options, &root.path)?;
-        txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        let (views, configured) = configure_views(&txn, options, &root.path)?;
+        // Only a store that needed a change pays a commit: reopening one costs no sync.
+        if init.wrote || configured {
+            txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        } else {
+            txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
+        }
         if init.write_marker {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
@@ -466,6 +484,36 @@ impl Store {
         }
     }
 
+    /// Closes the store: redb flushes and syncs its clean-shutdown state and the file's locks
+    /// are released. Dropping a `Store` does the same but cannot report a failure; a process
+    /// that reports success after writing (the CLI) closes first and reports a failed close.
+    ///
+    /// # Errors
+    /// A storage error if the close's writes or syncs failed (the store then needs the recovery
+    /// the next open performs; every acknowledged commit is intact).
+    pub fn close(self) -> Result<()> {
+        let db = self.db.into_inner();
+        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
+    }
+
+    /// Recovers a store whose writer crashed, without a staging root: opens it for writing
+    /// (redb repairs it in the open) and closes it. Returns whether it needed recovery. A store
+    /// closed cleanly, or held by a live writer, is left alone.
+    ///
+    /// # Errors
+    /// [`Error::NeedsRecovery`] if it needs recovery and this process may not write the file;
+    /// [`Error::AlreadyOpen`] only if a writer held it and did not finish its own recovery
+    /// within seconds; storage errors.
+    pub fn recover(db_path: impl AsRef<Path>) -> Result<bool> {
+        let db_path = db_path.as_ref();
+        let options = StoreOptions::default();
+        match builder(&options).open_read_only(db_path) {
+            Ok(db) => db.close().map(|()| false).map_err(|e| Error::storage("closing a probe of the store", e)),
+            Err(DatabaseError::RepairAborted) => recover_unheld(db_path, &options).map(|()| true),
+            Err(e) => Err(open_error(db_path, e)),
+        }
+    }
+
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
@@ -528,8 +576,9 @@ impl Store {
 }
 
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
-/// recorded one, else none. Refused (nothing recorded) if the root cannot serve.
-fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<Option<Views>> {
+/// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
+/// whether the record had to be written.
+fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
     let wanted = match (&options.views, &recorded) {
@@ -537,7 +586,7 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         (None, Some(record)) => {
             ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
         }
-        (None, None) => return Ok(None),
+        (None, None) => return Ok((None, false)),
     };
     let views = Views::open(&wanted, staging_root)?;
     let record = ViewsRecord {
@@ -550,8 +599,9 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
         tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+        return Ok((Some(views), true));
     }
-    Ok(Some(views))
+    Ok((Some(views), false))
 }
 
 /// How a write transaction ends.
@@ -562,8 +612,10 @@ enum TxnEnd<T> {
     Abort(T),
 }
 
+/// Creates the staging root if missing (every directory it creates synced into its parent) and
+/// resolves it.
 fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(root).map_err(|e| Error::io(format!("creating staging root {}", root.display()), e))?;
+    files::create_dir_all_durable(root)?;
     fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
@@ -575,13 +627,9 @@ fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, ro
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let dir_existed = dir.exists();
-    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
     // A directory made here must itself survive a power loss, or the store's entry in it
-    // could vanish with it: sync its parent too.
-    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        files::sync_dir(parent)?;
-    }
+    // could vanish with it: each one made is synced into its parent.
+    files::create_dir_all_durable(&dir)?;
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
@@ -589,9 +637,10 @@ fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, ro
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
         initialize(&txn, lease_ms, root, Some(&identity))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
-        drop(db);
-        let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
-        file.sync_all().map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        // redb's close syncs the file again (its clean-shutdown header): a failure there must
+        // fail the creation, not be dropped with the handle.
+        db.close().map_err(|e| Error::storage("closing the new store", e))?;
+        files::sync_file(&tmp)?;
         // A hard link never replaces an existing file: if another process created the store in
         // the meantime, its store wins and ours is discarded.
         match fs::hard_link(&tmp, db_path) {
@@ -604,6 +653,45 @@ fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, ro
     built?;
     removed.map_err(|e| Error::io(format!("removing {}", tmp.display()), e))?;
     files::sync_dir(&dir)
+}
+
+/// How long a reader waits, in total, for a writer that holds a crashed store to finish the
+/// recovery its own open performs.
+const RECOVERY_WAIT_MS_MAX: u64 = 5_000;
+
+/// Recovers a store whose writer crashed, for a reader: takes the writer lock by opening the
+/// store for writing (redb repairs it in that open), and closes it at once, releasing the lock.
+/// If a writer holds the store meanwhile, its open recovers it: wait until a read-only open
+/// succeeds.
+fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match builder(options).open(db_path) {
+            Ok(db) => {
+                tracing::info!(path = %db_path.display(), "recovered a store whose writer crashed");
+                return db.close().map_err(|e| Error::storage("closing the store after recovering it", e));
+            }
+            Err(DatabaseError::DatabaseAlreadyOpen) => {
+                // A writer (or another recovering reader) holds it. Once its open completes the
+                // file reads as held by a live writer, and a read-only open works.
+                match builder(options).open_read_only(db_path) {
+                    Ok(db) => return db.close().map_err(|e| Error::storage("closing a probe of the store", e)),
+                    Err(DatabaseError::RepairAborted | DatabaseError::DatabaseAlreadyOpen) => {}
+                    Err(e) => return Err(open_error(db_path, e)),
+                }
+                if started.elapsed() > std::time::Duration::from_millis(RECOVERY_WAIT_MS_MAX) {
+                    return Err(open_error(db_path, DatabaseError::RepairAborted));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(DatabaseError::Storage(redb::StorageError::Io(e)))
+                if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) =>
+            {
+                return Err(Error::NeedsRecovery { path: db_path.to_path_buf(), source: e });
+            }
+            Err(e) => return Err(open_error(db_path, e)),
+        }
+    }
 }
 
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
@@ -624,8 +712,15 @@ impl std::fmt::Debug for ReadOnlyStore {
 impl ReadOnlyStore {
     /// Opens an existing store for reading, while a writer may hold it.
     ///
+    /// Readers outlive writers (DOMAIN 12): if the store's writer crashed (SIGKILL, power loss,
+    /// a failed close) and no writer holds it now, the open first recovers it, as
+    /// [`Store::recover`] does (the writer lock taken for the recovery only, then released),
+    /// and then reads the last committed generation. If a writer holds the store, its own open
+    /// recovered it and the reader simply reads beside it.
+    ///
     /// # Errors
-    /// Storage errors (including a store that needs recovery by a writer first), and
+    /// [`Error::NeedsRecovery`] if the store needs recovery and this process may not write the
+    /// file (the message names the command that fixes it); storage errors;
     /// [`Error::UnsupportedFormat`].
     pub fn open(db_path: impl AsRef<Path>) -> Result<ReadOnlyStore> {
         ReadOnlyStore::open_with_options(db_path, &StoreOptions::default())
@@ -644,7 +739,14 @@ impl ReadOnlyStore {
             ));
         }
         contain_open("opening the store read-only", || {
-            let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+            let db = match builder(options).open_read_only(db_path) {
+                Ok(db) => db,
+                Err(DatabaseError::RepairAborted) => {
+                    recover_unheld(db_path, options)?;
+                    builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?
+                }
+                Err(e) => return Err(open_error(db_path, e)),
+            };
             let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
             store.snapshot()?.check_format()?;
             Ok(store)
@@ -691,5 +793,15 @@ impl ReadOnlyStore {
         };
         self.staging_root = Some(absolute);
         Ok(self)
+    }
+
+    /// Closes the store and releases its locks at once, even if snapshots are still alive
+    /// (their later reads fail).
+    ///
+    /// # Errors
+    /// A storage error if releasing the file failed.
+    pub fn close(self) -> Result<()> {
+        let db = self.db.into_inner();
+        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
     }
 }

@@ -19,7 +19,7 @@ use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 use super::read::{partitions_at, read_pointer};
 use super::tables::{self, Readable, get, put, scan};
 use super::write::generation_from;
-use super::{Store, TxnEnd, now_ms, walk};
+use super::{Store, TxnEnd, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
@@ -678,12 +678,15 @@ impl Store {
     /// executed batch is recorded in the store (paths deleted and skipped). Afterwards, empty
     /// directories left behind are removed, and so are the records of attempts that can never
     /// be used again, whose directory is gone or empty, and that no stored generation or
-    /// accepted index refers to.
+    /// accepted index refers to. Each directory that lost an entry is synced (once per batch)
+    /// before the batch is recorded, so what a batch record calls deleted stays deleted after a
+    /// power loss.
     ///
     /// # Errors
     /// [`Error::UnknownCleanupPlan`]; [`Error::CleanupThresholdTooShort`] if this handle's
     /// attempt lifetime now reaches the plan's threshold (and the plan was not forced);
-    /// storage and corruption errors. A file that cannot be deleted is reported, not an error.
+    /// storage and corruption errors; [`Error::Io`] if a directory sync fails. A file that
+    /// cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
         self.poison.contain("apply cleanup", || {
             let plan = {
@@ -753,6 +756,8 @@ impl Store {
                         report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
                     }
                     applier.forget();
+                    // The removals are made durable before the batch records them as done.
+                    files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
                     self.record_batch(id, next_batch, &batch)?;
                     next_batch = next_batch.saturating_add(1);
                     tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
@@ -805,15 +810,18 @@ impl Store {
         let mut removable: Vec<(&String, &AttemptFact)> =
             facts.attempts.iter().filter(|(rel, _)| cleanup::record_removable(&facts, rel)).collect();
         removable.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+        let mut removed_dirs: Vec<&str> = Vec::new();
         for (rel, fact) in removable {
             if !walk::dir_is_gone_or_empty(root, rel) {
                 continue;
             }
             if execute && walk::remove_empty_dir(root, rel) {
                 dirs += 1 + walk::remove_empty_parents(root, rel);
+                removed_dirs.push(rel);
             }
             doomed.push(fact.key.clone());
         }
+        files::sync_after_removal(&self.staging_root, removed_dirs)?;
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }

@@ -115,7 +115,9 @@ impl Store {
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
-    /// attempt's private staging directory under the staging root.
+    /// attempt's private staging directory under the staging root. Before it returns, every
+    /// directory it created (and the parent of each) is synced, so the directory handed out
+    /// survives a power loss.
     ///
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::UnknownTask`], [`Error::RunPublished`] (a published run
@@ -139,8 +141,9 @@ impl Store {
             let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
             // Nothing is created under a root that is not this store's (its marker checked).
             drop(self.checked_staging_root()?);
-            let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel)?;
-            self.write_grouped("beginning an attempt", |txn| {
+            let mut created = Vec::new();
+            let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
+            let ticket = self.write_grouped("beginning an attempt", |txn| {
                 let runs = open(txn, RUNS)?;
                 let mut tasks = open(txn, TASKS)?;
                 let mut attempts = open(txn, ATTEMPTS)?;
@@ -162,7 +165,7 @@ impl Store {
                 // taken and the next begin reuses the (empty, never handed out) directory.
                 let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
                     Some(dir) => dir,
-                    None => files::create_staging_dir(&self.staging_root, &staging_rel)?,
+                    None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
                 };
                 put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
                 put(
@@ -178,7 +181,12 @@ impl Store {
                     },
                 )?;
                 Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
-            })
+            })?;
+            // Outside the write transaction (never inside the single writer's critical section),
+            // before the ticket is handed out. A failure here leaves a committed attempt nobody
+            // holds; its lease runs out and the task is begun again.
+            files::sync_created_dirs(&ticket.staging_dir, &created)?;
+            Ok(ticket)
         })
     }
 
@@ -232,12 +240,19 @@ impl Store {
     /// the task's accepted one becomes the accepted one. A verdict, once stored, is final:
     /// validating again returns it without looking at the files.
     ///
+    /// Data durability (DOMAIN 11): before a Valid verdict is stored, every file of the
+    /// candidate is `fdatasync`ed and every directory from the files' own up to the staging root
+    /// `fsync`ed, once each, outside the write transaction. A candidate whose sync fails is
+    /// Invalid ([`GateFailure::FileUnreadable`](crate::GateFailure::FileUnreadable), "could not
+    /// be made durable"): its content may not be on disk and a retried sync would prove nothing.
+    ///
     /// Once the run is published its accepted attempts are frozen: later verdicts are stored
     /// but change nothing that was published.
     ///
     /// # Errors
     /// [`Error::UnknownAttempt`], [`Error::AttemptState`] if the attempt has not finished,
-    /// storage errors.
+    /// [`Error::Io`] if a file or directory of a valid candidate cannot be opened to sync it
+    /// (nothing is stored), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
             check_task_key(&attempt.task)?;
@@ -276,6 +291,15 @@ impl Store {
             };
             let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
             let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
+            // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
+            // directory from the attempt's up to the staging root is durable. Synced here, outside
+            // the write transaction; a failed sync refuses the candidate.
+            let verdict = if verdict.is_valid() {
+                let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
+                rules::validate::after_sync(verdict, &failures)
+            } else {
+                verdict
+            };
             self.write_grouped("storing a verdict", |txn| {
                 let runs = open(txn, RUNS)?;
                 let mut attempts = open(txn, ATTEMPTS)?;

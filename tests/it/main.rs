@@ -4,6 +4,7 @@ mod accepted_model;
 mod backend;
 mod crash;
 mod damage;
+mod durability;
 mod effects;
 mod fixtures;
 mod fuzz_regressions;

@@ -5,5 +5,6 @@ mod maintain;
 mod readonly;
 mod refusals;
 mod support;
+mod syncs;
 mod verbs;
 mod walkthrough;
