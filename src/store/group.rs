@@ -238,7 +238,10 @@ impl Store {
         let (settled, own_error) = match result {
             Ok(()) => (Ok(()), None),
             Err((cause, own_error)) => {
-                self.poison.set(&cause);
+                match &own_error {
+                    Some(err) if err.is_corruption() => self.poison.set_damaged(err),
+                    _ => self.poison.set(&cause),
+                }
                 (Err(cause), own_error)
             }
         };

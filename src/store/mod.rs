@@ -569,7 +569,9 @@ impl Store {
             }
         });
         if let Err(err @ Error::Storage { .. }) = &result {
-            self.poison.set(err);
+            // A storage error that only a damaged file gives makes later writes refuse as
+            // corruption too, so a damaged store reads as damaged whatever verb comes next.
+            if err.is_corruption() { self.poison.set_damaged(err) } else { self.poison.set(err) }
         }
         result
     }
