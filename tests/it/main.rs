@@ -4,6 +4,7 @@ mod accepted_model;
 mod backend;
 mod crash;
 mod damage;
+mod duckdb;
 mod durability;
 mod effects;
 mod fixtures;

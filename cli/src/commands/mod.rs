@@ -8,6 +8,7 @@ mod publish;
 mod rollback;
 mod run;
 mod verify;
+mod view;
 
 use std::io::Read;
 use std::path::Path;
@@ -46,6 +47,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),
         Command::Gc(GcCommand::Plan(args)) => gc::plan(location, out, args),
         Command::Gc(GcCommand::Apply(args)) => gc::apply(location, out, args),
+        Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
     }
 }

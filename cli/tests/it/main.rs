@@ -7,4 +7,5 @@ mod refusals;
 mod support;
 mod syncs;
 mod verbs;
+mod views;
 mod walkthrough;
