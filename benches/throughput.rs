@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, StoreOptions, TaskKey, TaskSpec, ViewOptions};
+use manifestdb::{
+    Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, StoreOptions, TaskKey, TaskSpec, VerifyOptions, ViewOptions,
+};
 use redb::{Builder, ConcurrencyMode, Database, TableDefinition};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value, json};
@@ -623,6 +625,28 @@ fn md_build_history(store: &Store, dataset: &str, generations: usize) -> Res<()>
     })
 }
 
+/// `verify` (records and references, without redb's integrity check, which reads the whole
+/// file whatever manifestdb does) on a store of its own holding one dataset with
+/// `generations` one-task generations: the median of 3 runs, in ms. Each generation adds one
+/// version entry, one generation record and one run with its task and attempt, so a linear
+/// verify grows with `generations` and a quadratic one with its square.
+fn md_verify_ms(dir: &Path, generations: usize) -> Res<f64> {
+    let store_dir = dir.join(format!("verify-{generations}"));
+    let mut store = Store::open(store_dir.join("store.redb"), store_dir.join("staging"))?;
+    md_build_history(&store, "hist", generations)?;
+    let options = VerifyOptions { integrity_check: false, ..VerifyOptions::default() };
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let report = store.verify(&options)?;
+        samples.push(started.elapsed());
+        if !report.is_clean() {
+            return Err(format!("verify found problems in a fresh store: {report}").into());
+        }
+    }
+    Ok(median_ms(samples))
+}
+
 /// Single-partition lookups per second through one read snapshot, over `partitions` keys.
 fn md_lookups(store: &Store, dataset: &str, partitions: usize, measure: Duration) -> Res<f64> {
     let snapshot = store.snapshot()?;
@@ -1016,6 +1040,11 @@ fn main() -> Res<()> {
     report.put("publish_ms_after_10_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
     report.put("publish_ms_after_100k_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
 
+    // Verify's cost against history: linear, so 8 times the generations cost about 8 times.
+    println!("verify on 1k and 8k generations");
+    report.put("verify_ms_1k_generations", md_verify_ms(dir, 1_000)?, "ms (median of 3)");
+    report.put("verify_ms_8k_generations", md_verify_ms(dir, 8_000)?, "ms (median of 3)");
+
     // Peak RSS of a fresh process holding the store (it holds every attempt made above).
     drop(store);
     report.put("rss_mib_1m_attempts", rss_of_child(&dir.join("main.redb"), &staging, big_partitions)?, "MiB (VmHWM of a child)");
@@ -1034,6 +1063,7 @@ fn main() -> Res<()> {
     report.ratio("per_task_100k_vs_1k", "publish_us_per_task_t100k", "publish_us_per_task_t1k");
     report.ratio("publish_1m_vs_10_partitions", "publish_1partition_ms_into_1m", "publish_1partition_ms_into_10");
     report.ratio("publish_100k_vs_fresh_history", "publish_ms_after_100k_generations", "publish_ms_after_10_generations");
+    report.ratio("verify_8k_vs_1k_generations", "verify_ms_8k_generations", "verify_ms_1k_generations");
     report.put("total_s", started.elapsed().as_secs_f64(), "s");
 
     let sizes_json: BTreeMap<&str, Value> = BTreeMap::from([

@@ -62,7 +62,9 @@ pub(crate) const CLEANUP_BATCHES: Def = Def { name: "cleanup_batches_v1" };
 pub(crate) const ALL_TABLES: [Def; 12] =
     [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS, CLEANUP_PLANS, CLEANUP_BATCHES];
 
-/// The store format this build writes and reads.
+/// The store format this build writes and reads. 2 (this session's one bump): every frame's
+/// checksum covers the table and the key it is stored under (`codec.rs`), and the meta record
+/// holds the staging identity.
 pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// The key of the format record in `meta_v1`.

@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    quiet_contained_panics();
     let cli = match args::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return exit::clap_error(&err, json_requested()),
@@ -54,4 +55,22 @@ fn report(err: &anyhow::Error, json: bool) -> ExitCode {
 /// line could be parsed.
 fn json_requested() -> bool {
     std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json")
+}
+
+/// redb panics on some damaged files (its "cannot happen" checks); the library contains those
+/// panics at its boundary and reports the store as corrupt, which this tool prints as one
+/// error line and exit code 7. The default panic hook would first print redb's message and
+/// source location as if the tool had crashed, so panics raised inside redb's source are not
+/// printed; any other panic is, as usual.
+fn quiet_contained_panics() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_redb = info.location().is_some_and(|l| {
+            let file = l.file().replace('\\', "/");
+            file.contains("/redb-") || file.contains("/redb/src/")
+        });
+        if !in_redb {
+            default_hook(info);
+        }
+    }));
 }

@@ -3,6 +3,7 @@
 mod accepted_model;
 mod backend;
 mod crash;
+mod damage;
 mod duckdb;
 mod durability;
 mod effects;
