@@ -312,6 +312,10 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn runs(&self, dataset: &str) -> Result<Vec<RunSummary>> {
+        self.poison.contain("reading runs", || self.runs_of(dataset))
+    }
+
+    fn runs_of(&self, dataset: &str) -> Result<Vec<RunSummary>> {
         let runs = open_ro(&self.txn, RUNS)?;
         let accepted = open_ro(&self.txn, ACCEPTED)?;
         let run_prefix = prefix(&[dataset]);
@@ -343,12 +347,14 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn has_dataset(&self, dataset: &str) -> Result<bool> {
-        let dataset_prefix = prefix(&[dataset]);
-        let end = prefix_end(&dataset_prefix);
-        if first_key(&open_ro(&self.txn, RUNS)?, RUNS, &dataset_prefix, &end)?.is_some() {
-            return Ok(true);
-        }
-        Ok(read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)?.is_some())
+        self.poison.contain("reading datasets", || {
+            let dataset_prefix = prefix(&[dataset]);
+            let end = prefix_end(&dataset_prefix);
+            if first_key(&open_ro(&self.txn, RUNS)?, RUNS, &dataset_prefix, &end)?.is_some() {
+                return Ok(true);
+            }
+            Ok(read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)?.is_some())
+        })
     }
 
     /// The attempt lease recorded in the store (ms): how long an unfinished attempt may go
@@ -357,10 +363,12 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors (including a store without its format record).
     pub fn attempt_lifetime_max_ms(&self) -> Result<u64> {
-        let meta = open_ro(&self.txn, META)?;
-        get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
-            .map(|record| record.attempt_lifetime_max_ms)
-            .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))
+        self.poison.contain("reading the attempt lease", || {
+            let meta = open_ro(&self.txn, META)?;
+            get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
+                .map(|record| record.attempt_lifetime_max_ms)
+                .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))
+        })
     }
 
     /// One attempt.
