@@ -330,7 +330,7 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> 
     let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
     let outcome = store.abandon_attempt(&key)?;
-    drop(store);
+    crate::location::close_writer(store)?;
     let (name, abandoned_at_ms) = match outcome {
         AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", abandoned_at_ms),
         AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", abandoned_at_ms),
@@ -352,7 +352,7 @@ pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs)
     let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
     let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
-    drop(store);
+    crate::location::close_writer(store)?;
     let (name, before, after) = match outcome {
         InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", accepted_before, accepted_after),
         InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
