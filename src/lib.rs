@@ -72,6 +72,8 @@ mod model;
 mod records;
 mod rules;
 mod schema;
+#[cfg(feature = "server")]
+pub mod server;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
