@@ -38,6 +38,7 @@
 //! # }
 //! ```
 
+mod client;
 mod docs;
 mod kind;
 mod listen;
@@ -48,6 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use client::{Answer, CLIENT_TIMEOUT_DEFAULT, Client, parse_target};
 pub use kind::ErrorKind;
 pub use routes::ROUTES;
 
