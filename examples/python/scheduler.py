@@ -155,6 +155,7 @@ def main():
         "seconds": round(elapsed, 3),
         "killed": killed,
         "attempts": {p: a for p, a in attempts_by_task.items() if len(a) > 1},
+        "acknowledged": [{"partition": r["partition"], "attempt": r["attempt"], "verdict": r["verdict"]} for r in results],
         "generation": published["generation"]["number"] if published["generation"] else None,
         "published_totals": {"rows": manifest["totals"]["rows"], "total": manifest["totals"]["total"]},
         "input_totals": {"rows": input_rows, "total": input_total},

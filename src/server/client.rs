@@ -94,37 +94,60 @@ impl Client {
     /// [`Client::request`] with a body of any bytes and content type (for tests of what the
     /// server refuses).
     pub fn request_bytes(&mut self, method: &str, path: &str, content_type: Option<&str>, body: Vec<u8>) -> Result<Answer> {
-        let method = hyper::Method::from_bytes(method.as_bytes())
-            .map_err(|e| Error::InvalidInput { what: "HTTP method", value: method.into(), reason: e.to_string() })?;
-        let mut builder = hyper::Request::builder().method(method).uri(path).header(hyper::header::HOST, "localhost");
-        if let Some(content_type) = content_type {
-            builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
-        }
-        if let Some(token) = &self.token {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
-        }
-        let request = builder
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| Error::InvalidInput { what: "request", value: path.into(), reason: e.to_string() })?;
+        let method = hyper::Method::from_bytes(method.as_bytes()).map_err(|e| Error::InvalidInput {
+            what: "HTTP method",
+            value: method.into(),
+            reason: e.to_string(),
+        })?;
+        let body = Bytes::from(body);
+        let token = self.token.clone();
+        let content_type = content_type.map(str::to_owned);
+        let idempotent = method == hyper::Method::GET;
+        let build = move || {
+            let mut builder = hyper::Request::builder().method(method.clone()).uri(path).header(hyper::header::HOST, "localhost");
+            if let Some(content_type) = &content_type {
+                builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
+            }
+            if let Some(token) = &token {
+                builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            builder.body(Full::new(body.clone())).map_err(|e| Error::InvalidInput {
+                what: "request",
+                value: path.into(),
+                reason: e.to_string(),
+            })
+        };
+        build()?;
         let timeout = self.timeout;
         let target = self.target.clone();
         let mut sender = self.sender.take();
         let (answer, sender) = self.runtime.block_on(async move {
             let exchange = async {
-                let mut fresh = match sender.take() {
-                    Some(s) if !s.is_closed() => s,
-                    _ => connect(&target).await?,
+                let mut reused = sender.take().filter(|s| !s.is_closed());
+                let (response, fresh) = loop {
+                    let was_reused = reused.is_some();
+                    let mut fresh = match reused.take() {
+                        Some(s) => s,
+                        None => connect(&target).await?,
+                    };
+                    if let Err(e) = fresh.ready().await {
+                        if was_reused {
+                            continue;
+                        }
+                        return Err(io_error("waiting for the connection", std::io::Error::other(e)));
+                    }
+                    match fresh.try_send_request(build()?).await {
+                        Ok(response) => break (response, fresh),
+                        // A kept-alive connection the server had closed (its idle time-out):
+                        // a request that did not go out, or a read, goes again on a fresh
+                        // connection; a write that may have arrived is the caller's to retry.
+                        Err(e) if was_reused && (e.message().is_some() || idempotent) => {}
+                        Err(e) => return Err(io_error("sending the request", std::io::Error::other(e.into_error()))),
+                    }
                 };
-                fresh.ready().await.map_err(|e| io_error("waiting for the connection", std::io::Error::other(e)))?;
-                let response =
-                    fresh.send_request(request).await.map_err(|e| io_error("sending the request", std::io::Error::other(e)))?;
                 let status = response.status().as_u16();
-                let bytes = response
-                    .into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| io_error("reading the answer", std::io::Error::other(e)))?
-                    .to_bytes();
+                let bytes =
+                    response.into_body().collect().await.map_err(|e| io_error("reading the answer", std::io::Error::other(e)))?.to_bytes();
                 let body = if bytes.is_empty() {
                     Value::Null
                 } else {
@@ -153,8 +176,7 @@ async fn connect(target: &Listen) -> Result<SendRequest<Full<Bytes>>> {
     let context = format!("connecting to the server at {target}");
     let sender = match target {
         Listen::Unix(path) => {
-            let stream =
-                tokio::net::UnixStream::connect(path).await.map_err(|source| Error::Io { context: context.clone(), source })?;
+            let stream = tokio::net::UnixStream::connect(path).await.map_err(|source| Error::Io { context: context.clone(), source })?;
             handshake(stream, &context).await?
         }
         Listen::Tcp(addr) => {

@@ -38,9 +38,7 @@ impl ErrorKind {
         match err {
             Error::AlreadyOpen { .. } => ErrorKind::Busy,
             Error::UnsupportedFormat { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
-            Error::InvalidInput { .. } | Error::CleanupThresholdTooShort { .. } | Error::StagingRootMismatch { .. } => {
-                ErrorKind::Usage
-            }
+            Error::InvalidInput { .. } | Error::CleanupThresholdTooShort { .. } | Error::StagingRootMismatch { .. } => ErrorKind::Usage,
             Error::ViewRoot { .. } => ErrorKind::Usage,
             Error::UnknownRun { .. }
             | Error::UnknownTask { .. }

@@ -60,8 +60,7 @@ impl Listener {
 pub(super) async fn bind(listen: &Listen, group_access: bool) -> Result<Listener> {
     match listen {
         Listen::Tcp(addr) => {
-            let listener =
-                TcpListener::bind(addr).await.map_err(|source| Error::Io { context: format!("listening on {addr}"), source })?;
+            let listener = TcpListener::bind(addr).await.map_err(|source| Error::Io { context: format!("listening on {addr}"), source })?;
             Ok(Listener::Tcp(listener))
         }
         Listen::Unix(path) => {

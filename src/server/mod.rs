@@ -194,8 +194,7 @@ impl Server {
         let address = listener.address();
         let app = routes::router(routes::AppState::new(store), token, options.body_limit_bytes, options.request_timeout);
         let (shutdown, watch) = tokio::sync::watch::channel(false);
-        let accept_loop =
-            runtime.spawn(listen::accept_loop(listener, app, watch, options.idle_timeout, options.connections_max.max(1)));
+        let accept_loop = runtime.spawn(listen::accept_loop(listener, app, watch, options.idle_timeout, options.connections_max.max(1)));
         tracing::info!(address = %address, "serving the store");
         Ok(Server { runtime: Some(runtime), address, shutdown, accept_loop: Some(accept_loop) })
     }

@@ -165,7 +165,11 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
 }
 
 fn json_rejection(rejection: JsonRejection) -> ApiError {
-    let status = rejection.status();
+    // A body that is JSON but not of the route's shape (axum's 422) is a malformed request too.
+    let status = match rejection.status() {
+        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
+        other => other,
+    };
     let message = match &rejection {
         JsonRejection::MissingJsonContentType(_) => "the request body must be JSON, sent with Content-Type: application/json".to_owned(),
         _ if status == StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than the server's limit".to_owned(),
@@ -584,7 +588,9 @@ async fn datasets(State(state): State<AppState>) -> Answer {
         let mut rows = Vec::new();
         for dataset in snapshot.datasets()? {
             if let Some(g) = snapshot.current(&dataset)? {
-                rows.push(json!({ "dataset": g.dataset, "current_generation": g.number, "run": g.run, "published_at_ms": g.published_at_ms }));
+                rows.push(
+                    json!({ "dataset": g.dataset, "current_generation": g.number, "run": g.run, "published_at_ms": g.published_at_ms }),
+                );
             }
         }
         Ok(axum::Json(json!({ "datasets": rows })))

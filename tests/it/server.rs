@@ -185,8 +185,7 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     let published = s.call("POST", "/v1/publish", Some(json!({"dataset": "daily_units", "run": "r1"})), 200);
     assert_eq!((published["outcome"].as_str(), published["generation"]["number"].as_u64()), (Some("published"), Some(1)));
     assert_eq!(s.call("POST", "/v1/publish", Some(json!({"dataset": "daily_units", "run": "r1"})), 200)["outcome"], "already_published");
-    let emitted =
-        s.call("POST", "/v1/effects/mark-emitted", Some(json!({"dataset": "daily_units", "run": "r1", "effect": "notify"})), 200);
+    let emitted = s.call("POST", "/v1/effects/mark-emitted", Some(json!({"dataset": "daily_units", "run": "r1", "effect": "notify"})), 200);
     assert_eq!(emitted["effect"]["status"], "emitted");
     assert_eq!(s.call("GET", "/v1/effects?dataset=daily_units&run=r1", None, 200)["effects"].as_array().unwrap().len(), 1);
     assert_eq!(s.call("GET", "/v1/current?dataset=daily_units", None, 200)["generation"]["number"], 1);
@@ -206,7 +205,9 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     let conflict = s.call(
         "POST",
         "/v1/runs/declare",
-        Some(json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "tasks": [{"partition": "region=eu", "expected_rows": 2}]})),
+        Some(
+            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
+        ),
         409,
     );
     assert_eq!((conflict["error"]["kind"].as_str(), conflict["error"]["exit_code"].as_u64()), (Some("conflict"), Some(5)));

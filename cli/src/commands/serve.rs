@@ -69,7 +69,12 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     let server = Server::start(Arc::clone(&store), &options).context("starting the server")?;
     let address = server.address().to_string();
     let doc = json!({ "listening": address, "store": path });
-    out.emit(&doc, |w| writeln!(w, "listening on {address} (store {})", path.display()))?;
+    // One line either way, so a supervisor can read it before the first request.
+    if out.is_json() {
+        out.raw(&format!("{doc}\n"))?;
+    } else {
+        out.raw(&format!("listening on {address} (store {})\n", path.display()))?;
+    }
     if let Listen::Tcp(addr) = server.address() {
         tracing::info!(%addr, "serving over TCP");
     }

@@ -5,6 +5,7 @@ mod maintain;
 mod operator;
 mod readonly;
 mod refusals;
+mod serve;
 mod support;
 mod syncs;
 mod verbs;
