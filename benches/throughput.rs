@@ -183,7 +183,7 @@ fn partition(i: usize) -> String {
 }
 
 fn empty_candidate(snapshot: &str) -> Candidate {
-    Candidate { snapshot: snapshot.to_owned(), rows: 0, total: None, digest: "sha256:0".to_owned(), files: Vec::new() }
+    Candidate { snapshot: snapshot.to_owned(), rows: Some(0), total: None, digest: Some("sha256:0".to_owned()), files: Vec::new() }
 }
 
 /// Begin + finish + validate of one attempt, each durable.
@@ -203,6 +203,7 @@ fn run_spec(dataset: &str, run: &str, partitions: impl Iterator<Item = String>) 
         run: run.to_owned(),
         snapshot: format!("snap-{run}"),
         tasks: partitions.map(|partition| TaskSpec { partition, expected_rows: 0, expected_total: None }).collect(),
+        grain: None,
     }
 }
 

@@ -62,8 +62,10 @@
 
 mod codec;
 mod error;
+mod grain;
 mod lifecycle;
 mod model;
+mod readers;
 mod records;
 mod rules;
 mod schema;
@@ -73,6 +75,7 @@ pub mod testing;
 mod verify;
 
 pub use error::{Corruption, Error, Result};
+pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,
     RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
@@ -82,5 +85,6 @@ pub use model::{
     FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, NondeterminismOverride, PartitionEntry, PublishOptions,
     PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
+pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};

@@ -63,7 +63,7 @@ pub(crate) const ALL_TABLES: [Def; 12] =
     [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS, CLEANUP_PLANS, CLEANUP_BATCHES];
 
 /// The store format this build writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// The key of the format record in `meta_v1`.
 pub(crate) const META_FORMAT_KEY: &[u8] = b"format";

@@ -282,8 +282,22 @@ pub struct DeclareArgs {
     /// such keys.
     #[arg(long = "task", value_name = "PARTITION:ROWS[:TOTAL]", value_parser = parse_task, required_unless_present = "from")]
     pub tasks: Vec<TaskSpec>,
+    /// The output's grain key columns, comma separated (e.g. store,item). With a grain,
+    /// validation reads every file and computes rows, total, duplicate keys and the canonical
+    /// digest itself; `attempt finish` then needs no --rows/--total/--digest.
+    #[arg(long, value_name = "COLUMNS", value_delimiter = ',', requires = "measure")]
+    pub grain: Vec<String>,
+    /// The grain's measure column, whose sum is each task's expected total (e.g. units).
+    #[arg(long, value_name = "COLUMN", requires = "grain")]
+    pub measure: Option<String>,
+    /// The grain's file format.
+    #[arg(long, value_name = "FORMAT", value_parser = ["csv", "parquet"], default_value = "csv", requires = "grain")]
+    pub format: String,
+    /// The measure's decimal scale: 2 reads 12.50 as 1250 (cents).
+    #[arg(long, value_name = "DIGITS", default_value_t = 0, requires = "grain")]
+    pub scale: u32,
     /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure"])]
     pub from: Option<PathBuf>,
 }
 
@@ -370,14 +384,16 @@ pub struct FinishArgs {
     /// The input snapshot the attempt read.
     #[arg(long, required_unless_present = "from")]
     pub snapshot: Option<String>,
-    /// Rows written at the declared grain.
-    #[arg(long, required_unless_present = "from")]
+    /// Rows written at the declared grain. Required for a run without a grain; with one, an
+    /// optional cross-check of the rows the store reads.
+    #[arg(long)]
     pub rows: Option<u64>,
     /// Total of the output's measure (an integer such as cents).
     #[arg(long, allow_hyphen_values = true)]
     pub total: Option<i64>,
-    /// Canonical digest of the output (equal inputs must give equal digests).
-    #[arg(long, required_unless_present = "from")]
+    /// Canonical digest of the output (equal inputs must give equal digests). Required for a
+    /// run without a grain; with one, an optional cross-check of the digest the store computes.
+    #[arg(long)]
     pub digest: Option<String>,
     /// A file the attempt wrote, relative to its staging directory; its size and CRC32 are
     /// computed. Repeat per file.

@@ -306,6 +306,7 @@ mod tests {
             run: "r1".into(),
             snapshot: "snap".into(),
             tasks: partitions.iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
+            grain: None,
         };
         store.declare_run(&spec).unwrap();
     }
@@ -343,7 +344,7 @@ mod tests {
     }
 
     fn empty_candidate(digest: &str) -> Candidate {
-        Candidate { snapshot: "snap".into(), rows: 0, total: None, digest: digest.into(), files: Vec::new() }
+        Candidate { snapshot: "snap".into(), rows: Some(0), total: None, digest: Some(digest.into()), files: Vec::new() }
     }
 
     #[test]
@@ -411,7 +412,7 @@ mod tests {
             }
         }
         let conflicts = outcomes.iter().filter(|o| o.is_err()).count();
-        assert_eq!(conflicts, if stored.digest == "same" { 1 } else { 2 });
+        assert_eq!(conflicts, if stored.digest.as_deref() == Some("same") { 1 } else { 2 });
     }
 
     /// An in-memory backend whose syncs fail once told to.

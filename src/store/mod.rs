@@ -46,11 +46,25 @@ pub struct StoreOptions {
     /// process (the CLI) can neither abandon the scheduler's attempts early nor plan a cleanup
     /// inside their lease.
     pub attempt_lifetime_max: Option<std::time::Duration>,
+    /// Validation of a run with a grain: the longest CSV record (one row, quoted newlines
+    /// included) it reads, in bytes. A longer record makes the row unparsable and stops reading
+    /// that file, so a 2 GiB line costs no more memory than this. Default 16 MiB.
+    pub csv_record_bytes_max: usize,
+    /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
+    /// grain keys, in bytes (key bytes plus about 48 bytes per key). Past it the set is sorted
+    /// and spilled to a private directory under the staging root, and the runs are merged at
+    /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
+    pub grain_key_bytes_in_memory_max: usize,
 }
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: None }
+        StoreOptions {
+            cache_size_bytes: 64 * 1024 * 1024,
+            attempt_lifetime_max: None,
+            csv_record_bytes_max: 16 * 1024 * 1024,
+            grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
+        }
     }
 }
 
@@ -69,6 +83,10 @@ pub struct Store {
     attempt_lifetime_max_ms: u64,
     /// The queue of grouped writes (see `group.rs`).
     group: group::GroupCommit,
+    /// [`StoreOptions::csv_record_bytes_max`].
+    csv_record_bytes_max: usize,
+    /// [`StoreOptions::grain_key_bytes_in_memory_max`].
+    grain_key_bytes_in_memory_max: usize,
 }
 
 impl std::fmt::Debug for Store {
@@ -182,7 +200,16 @@ impl Store {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store { db, db_path, staging_root, poisoned: Mutex::new(None), attempt_lifetime_max_ms, group: group::GroupCommit::default() })
+        Ok(Store {
+            db,
+            db_path,
+            staging_root,
+            poisoned: Mutex::new(None),
+            attempt_lifetime_max_ms,
+            group: group::GroupCommit::default(),
+            csv_record_bytes_max: options.csv_record_bytes_max,
+            grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
+        })
     }
 
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other

@@ -254,6 +254,7 @@ impl Snapshot {
             declared_at_ms: record.declared_at_ms,
             published_generation: record.published_generation,
             tasks: specs,
+            grain: record.grain,
         }))
     }
 
@@ -353,7 +354,14 @@ impl Snapshot {
 
 fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
     let status = attempt_status(&record);
-    AttemptInfo { key, started_at_ms: record.started_at_ms, staging_rel: record.staging_rel, candidate: record.candidate, status }
+    AttemptInfo {
+        key,
+        started_at_ms: record.started_at_ms,
+        staging_rel: record.staging_rel,
+        candidate: record.candidate,
+        status,
+        reconciliation: record.reconciliation,
+    }
 }
 
 fn parse_effect_key(raw: &[u8]) -> Option<EffectKey> {

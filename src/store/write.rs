@@ -7,9 +7,10 @@ use redb::{ReadableTable, WriteTransaction};
 
 use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
+use crate::readers;
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FinishOutcome,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry, FinishOutcome,
     Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::records::{
@@ -100,6 +101,7 @@ impl Store {
                     task_count: spec.tasks.len() as u64,
                     declared_at_ms: now_ms(),
                     published_generation: None,
+                    grain: spec.grain.clone(),
                 },
             )?;
             for task in &spec.tasks {
@@ -171,6 +173,7 @@ impl Store {
                     staging_rel,
                     candidate: None,
                     verdict: None,
+                    reconciliation: None,
                 },
             )?;
             Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
@@ -204,6 +207,18 @@ impl Store {
                     got: candidate.snapshot.clone(),
                 });
             }
+            if run.grain.is_none() {
+                // Without a grain the store has nothing to compute the figures from.
+                for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
+                    if missing {
+                        return Err(Error::invalid(
+                            "candidate",
+                            &candidate.snapshot,
+                            format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
+                        ));
+                    }
+                }
+            }
             match &record.candidate {
                 Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
                 Some(existing) => {
@@ -227,12 +242,21 @@ impl Store {
     /// the task's accepted one becomes the accepted one. A verdict, once stored, is final:
     /// validating again returns it without looking at the files.
     ///
+    /// For a run with a [`crate::Grain`], validation reads every file (streaming, outside the
+    /// write transaction, memory bounded by [`crate::StoreOptions`]) and computes the rows, the
+    /// measure's total, the duplicate grain keys, the rejected rows and the canonical digest
+    /// ([`crate::RowDigest`]); those computed figures are compared with the expectations, the
+    /// reported ones are only cross-checks. The figures are stored beside the verdict
+    /// ([`crate::AttemptInfo::reconciliation`]); without a grain they say that only reported
+    /// figures were compared.
+    ///
     /// Once the run is published its accepted attempts are frozen: later verdicts are stored
     /// but change nothing that was published.
     ///
     /// # Errors
     /// [`Error::UnknownAttempt`], [`Error::AttemptState`] if the attempt has not finished,
-    /// storage errors.
+    /// [`Error::Io`] if a file cannot be read while reading at the grain (nothing is stored:
+    /// validate again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         check_task_key(&attempt.task)?;
         let task = &attempt.task;
@@ -269,7 +293,12 @@ impl Store {
         };
         let staging_dir = self.staging_root.join(&record.staging_rel);
         let observed: Vec<_> = candidate.files.iter().map(|f| files::observe(&staging_dir, f, check)).collect();
-        let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
+        let computed = match &run.grain {
+            Some(grain) => Some((grain.format, self.read_candidate_data(grain, &staging_dir, &candidate, &observed)?)),
+            None => None,
+        };
+        let (verdict, reconciliation) =
+            rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
         self.write_grouped("storing a verdict", |txn| {
             let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
@@ -287,6 +316,7 @@ impl Store {
             let run = read_run(&runs, &task.dataset, &task.run)?;
             let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
             record.verdict = Some(verdict.clone());
+            record.reconciliation = Some(reconciliation.clone());
             put(&mut attempts, &attempt_key, &record)?;
             if run.published_generation.is_none() {
                 let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
@@ -298,6 +328,44 @@ impl Store {
             }
             Ok(TxnEnd::Commit(verdict))
         })
+    }
+
+    /// Reads the candidate's files at the run's grain (outside any transaction: it may read
+    /// gigabytes) and computes rows, total, duplicate keys and the canonical digest. Files
+    /// that observation found missing or unreadable are left out (their failure is already
+    /// in the verdict).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a file or the key spill cannot be read or written: a fault to retry,
+    /// not a verdict on the candidate.
+    fn read_candidate_data(
+        &self,
+        grain: &crate::grain::Grain,
+        staging_dir: &std::path::Path,
+        candidate: &Candidate,
+        observed: &[rules::validate::FileObservation],
+    ) -> Result<rules::validate::Computed> {
+        let present: Vec<FileEntry> = candidate
+            .files
+            .iter()
+            .zip(observed)
+            .filter(|(_, seen)| matches!(seen, rules::validate::FileObservation::Present { .. }))
+            .map(|(file, _)| file.clone())
+            .collect();
+        let options = readers::ReadOptions {
+            record_bytes_max: self.csv_record_bytes_max,
+            key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max,
+            spill_parent: self.staging_root.clone(),
+        };
+        let computed = readers::read_partition(grain, staging_dir, &present, &options)?;
+        tracing::debug!(
+            rows = computed.rows,
+            files = computed.files,
+            bytes = computed.bytes,
+            runs_spilled = computed.runs_spilled,
+            "read a candidate at its grain"
+        );
+        Ok(computed)
     }
 
     /// Publishes a run in one write transaction.
@@ -342,19 +410,19 @@ impl Store {
             let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
             let number = current + 1;
             let mut versions = open(txn, VERSIONS)?;
-            for (partition, accepted) in &plan.partitions {
-                let candidate = &accepted.candidate;
+            for planned in &plan.partitions {
+                let (accepted, candidate) = (&planned.accepted, &planned.accepted.candidate);
                 put(
                     &mut versions,
-                    &key_u64(&[dataset, partition], number),
+                    &key_u64(&[dataset, &planned.partition], number),
                     &PartitionVersionRecord {
                         entry: Some(PartitionEntryRecord {
                             run: run.to_owned(),
                             attempt: accepted.attempt,
                             snapshot: candidate.snapshot.clone(),
-                            rows: candidate.rows,
-                            total: candidate.total,
-                            digest: candidate.digest.clone(),
+                            rows: planned.rows,
+                            total: planned.total,
+                            digest: planned.digest.clone(),
                             staging_rel: accepted.staging_rel.clone(),
                             files: candidate.files.clone(),
                         }),
@@ -363,11 +431,11 @@ impl Store {
             }
             let mut digests = open(txn, DIGESTS)?;
             for &index in &plan.new_digests {
-                let (partition, accepted) = &plan.partitions[index];
+                let planned = &plan.partitions[index];
                 put(
                     &mut digests,
-                    &key(&[dataset, &run_record.snapshot, partition]),
-                    &DigestRecord { digest: accepted.candidate.digest.clone(), run: run.to_owned(), generation: number },
+                    &key(&[dataset, &run_record.snapshot, &planned.partition]),
+                    &DigestRecord { digest: planned.digest.clone(), run: run.to_owned(), generation: number },
                 )?;
             }
             let record = GenerationRecord {
@@ -481,6 +549,9 @@ fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables
     if existing.snapshot != spec.snapshot {
         return Err(conflict(format!("snapshot {:?} was declared, not {:?}", existing.snapshot, spec.snapshot)));
     }
+    if existing.grain != spec.grain {
+        return Err(conflict(format!("grain {:?} was declared, not {:?}", existing.grain, spec.grain)));
+    }
     if existing.task_count != spec.tasks.len() as u64 {
         return Err(conflict(format!("{} tasks were declared, not {}", existing.task_count, spec.tasks.len())));
     }
@@ -502,7 +573,7 @@ fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables
 
 fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
     if existing.rows != new.rows {
-        format!("rows {} recorded, {} now", existing.rows, new.rows)
+        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
     } else if existing.total != new.total {
         format!("total {:?} recorded, {:?} now", existing.total, new.total)
     } else if existing.digest != new.digest {
@@ -540,7 +611,12 @@ fn gather_publish_inputs(
                 let (Some(candidate), Some(Verdict::Valid)) = (record.candidate, record.verdict) else {
                     return Err(tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} is not validated valid")));
                 };
-                state.accepted = Some(rules::publish::Accepted { attempt, candidate, staging_rel: record.staging_rel });
+                state.accepted = Some(rules::publish::Accepted {
+                    attempt,
+                    candidate,
+                    staging_rel: record.staging_rel,
+                    reconciliation: record.reconciliation,
+                });
                 state.published = get::<DigestRecord>(&digests, DIGESTS, &key(&[dataset, &run_record.snapshot, &partition]))?
                     .map(|d| rules::publish::PublishedDigest { digest: d.digest, run: d.run, generation: d.generation });
             }
