@@ -151,8 +151,8 @@ fn row_of<'r>(
         keys.push(text);
     }
     let bytes = record.get(measure_position).unwrap_or_default();
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| RowProblem::Unparsable(format!("measure column {:?} is not UTF-8 ({e})", grain.measure)))?;
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| RowProblem::Unparsable(format!("measure column {:?} is not UTF-8 ({e})", grain.measure)))?;
     let measure =
         parse_measure(text, grain.measure_scale).map_err(|e| RowProblem::Unparsable(format!("measure column {:?}: {e}", grain.measure)))?;
     Ok((keys, measure))

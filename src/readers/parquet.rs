@@ -11,9 +11,7 @@ use std::fmt::Write as _;
 use std::fs::File;
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{
-    Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
-};
+use arrow_array::types::{Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -97,7 +95,9 @@ fn measure_at(array: &ArrayRef, row: usize, scale: u32) -> std::result::Result<O
                 .ok_or_else(|| format!("decimal {unscaled}e-{from} is not exact at scale {scale} or does not fit a 64-bit integer"))
         }
         _ => match integer_at(array, row) {
-            Some(value) => scale_integer(value, scale).map(Some).ok_or_else(|| format!("{value} does not fit a 64-bit integer at scale {scale}")),
+            Some(value) => {
+                scale_integer(value, scale).map(Some).ok_or_else(|| format!("{value} does not fit a 64-bit integer at scale {scale}"))
+            }
             None => Ok(None),
         },
     }
@@ -125,7 +125,8 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
     };
     let mut unsupported = false;
     for (i, field) in schema.fields().iter().enumerate() {
-        let supported = if i == measure_position { measure_type_supported(field.data_type()) } else { key_type_supported(field.data_type()) };
+        let supported =
+            if i == measure_position { measure_type_supported(field.data_type()) } else { key_type_supported(field.data_type()) };
         if !supported {
             unsupported = true;
             sink.file_failure(GateFailure::UnsupportedColumnType {

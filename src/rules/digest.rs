@@ -81,7 +81,14 @@ impl RowDigest {
         let mut columns: Vec<(String, Slot)> = grain.keys.iter().enumerate().map(|(i, k)| (k.clone(), Slot::Key(i))).collect();
         columns.push((grain.measure.clone(), Slot::Measure));
         columns.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        RowDigest { columns, scale: grain.measure_scale, key_count: grain.keys.len(), rows: 0, sum: [0; 4], buffer: Vec::with_capacity(128) }
+        RowDigest {
+            columns,
+            scale: grain.measure_scale,
+            key_count: grain.keys.len(),
+            rows: 0,
+            sum: [0; 4],
+            buffer: Vec::with_capacity(128),
+        }
     }
 
     /// Adds one row: its key texts in the grain's key order, and its measure in
@@ -91,7 +98,11 @@ impl RowDigest {
     /// [`Error::InvalidInput`] if `keys` does not hold one text per grain key.
     pub fn add_row(&mut self, keys: &[&str], measure: i64) -> Result<()> {
         if keys.len() != self.key_count {
-            return Err(Error::invalid("row", &keys.join(","), format!("has {} key texts, the grain has {} keys", keys.len(), self.key_count)));
+            return Err(Error::invalid(
+                "row",
+                &keys.join(","),
+                format!("has {} key texts, the grain has {} keys", keys.len(), self.key_count),
+            ));
         }
         self.buffer.clear();
         for (name, slot) in &self.columns {

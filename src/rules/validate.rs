@@ -142,7 +142,8 @@ fn read_failures(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate, com
         });
     }
     failures.extend(computed.failures.iter().cloned());
-    let mismatch = |figure: &str, reported: String, computed: String| GateFailure::ReportedMismatch { figure: figure.into(), reported, computed };
+    let mismatch =
+        |figure: &str, reported: String, computed: String| GateFailure::ReportedMismatch { figure: figure.into(), reported, computed };
     if let Some(rows) = candidate.rows
         && rows != computed.rows
     {

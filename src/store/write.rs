@@ -7,12 +7,12 @@ use redb::{ReadableTable, WriteTransaction};
 
 use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
-use crate::readers;
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry, FinishOutcome,
-    Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
+    FinishOutcome, Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
+use crate::readers;
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,

@@ -7,6 +7,7 @@ mod effects;
 mod fixtures;
 mod fuzz_regressions;
 mod gates;
+mod grain;
 mod group_commit;
 mod inputs;
 mod io_errors;

@@ -94,7 +94,8 @@ fn valid_attempt(store: &Store, task: &TaskKey, snapshot: &str, rows: u64, valid
     write_file(&ticket.staging_dir, "part.csv", old());
     let file = describe_file(&ticket.staging_dir, "part.csv").expect("describe");
     let reported = if valid { rows } else { rows + 1 };
-    let candidate = Candidate { snapshot: snapshot.into(), rows: Some(reported), total: Some(0), digest: Some(format!("{task}")), files: vec![file] };
+    let candidate =
+        Candidate { snapshot: snapshot.into(), rows: Some(reported), total: Some(0), digest: Some(format!("{task}")), files: vec![file] };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");
     assert_eq!(store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate").is_valid(), valid);
     let rel = ticket.staging_dir.strip_prefix(store.staging_root()).expect("inside root").join("part.csv");
@@ -672,7 +673,8 @@ impl Sim {
                 let file = describe_file(&a.dir, "part.csv").unwrap();
                 let rows = if *valid { 1 } else { 2 };
                 let snapshot = format!("snap-{}", a.task.run);
-                let candidate = Candidate { snapshot, rows: Some(rows), total: None, digest: Some(a.task.partition.clone()), files: vec![file] };
+                let candidate =
+                    Candidate { snapshot, rows: Some(rows), total: None, digest: Some(a.task.partition.clone()), files: vec![file] };
                 self.store().finish_attempt(&key, &candidate).unwrap();
                 let mut state = ModelState::Finished;
                 if *validate {

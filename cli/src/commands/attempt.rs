@@ -209,7 +209,9 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         writeln!(w, "attempt {key} is {verdict_name}; accepted attempt of the task: {}", opt(accepted))?;
         if let Some(r) = &reconciliation {
             let basis = match r.basis {
-                manifestdb::ReconcileBasis::Read { format } => format!("read from {} {format} file(s), {} bytes", r.files_read, r.bytes_read),
+                manifestdb::ReconcileBasis::Read { format } => {
+                    format!("read from {} {format} file(s), {} bytes", r.files_read, r.bytes_read)
+                }
                 _ => "reported figures only (the run declares no grain)".to_owned(),
             };
             writeln!(w, "  checked: {basis}")?;

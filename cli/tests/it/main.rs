@@ -1,5 +1,6 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
+mod grain;
 mod maintain;
 mod readonly;
 mod refusals;
