@@ -192,9 +192,15 @@ pub enum Error {
     },
 
     /// A write failed earlier on this handle (an fsync or write error, or a failed commit). The
-    /// state on disk is whatever the last durable commit left; the handle refuses writes until
-    /// the store is reopened, because a failed fsync cannot be retried and trusted.
-    #[error("store handle refuses writes after an earlier write failure ({cause}); reopen the store")]
+    /// state on disk is whatever the last durable commit left; the handle refuses writes and
+    /// reads until the store is reopened, because a failed fsync cannot be retried and trusted
+    /// (and redb, in the mode the store ships, refuses every later operation of that handle).
+    /// Read-only handles ([`crate::ReadOnlyStore`], other processes) keep reading the last
+    /// committed state.
+    #[error(
+        "store handle refuses reads and writes after an earlier write failure ({cause}); reopen the store (read-only handles keep \
+         reading the last committed state)"
+    )]
     Poisoned {
         /// The failure that poisoned the handle.
         cause: String,
@@ -246,6 +252,47 @@ pub enum Error {
         run: String,
         /// The expired generation.
         generation: u64,
+    },
+
+    /// The view root cannot serve as one (inside the staging root, containing it, on another
+    /// file system for hard links, not a directory). Nothing was created under it.
+    #[error("view root {root}: {reason}")]
+    ViewRoot {
+        /// The view root as given.
+        root: PathBuf,
+        /// Why it was refused.
+        reason: String,
+    },
+
+    /// A dataset's view cannot be written without touching something that is not
+    /// manifestdb's, or a partition or file path cannot be placed inside the view directory.
+    /// Nothing was deleted.
+    #[error("view of dataset {dataset:?}: {path}: {reason}; nothing was deleted")]
+    ViewRefused {
+        /// The dataset.
+        dataset: String,
+        /// The offending path (on disk, or a partition or file path).
+        path: String,
+        /// Why.
+        reason: String,
+    },
+
+    /// The publish or rollback committed generation `generation` (it is durable and current in
+    /// the store), but its view could not be built or `current` could not be moved: readers of
+    /// the view still see the previous complete view. A retried publish returns the same
+    /// generation and retries the view; so do `Store::sync_view` and the next writable open.
+    #[error(
+        "generation {generation} of dataset {dataset:?} is committed, but its view was not updated: {source}; `current` still \
+         names the previous complete view (retry with `manifestdb view sync`, the next publish or the next writable open)"
+    )]
+    ViewLagging {
+        /// The dataset.
+        dataset: String,
+        /// The committed generation.
+        generation: u64,
+        /// What stopped the view.
+        #[source]
+        source: Box<Error>,
     },
 }
 

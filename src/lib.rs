@@ -73,6 +73,7 @@ mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod verify;
+mod views;
 
 pub use error::{Corruption, Error, Result};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
@@ -88,3 +89,4 @@ pub use model::{
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, Snapshot, Store, StoreOptions, describe_file, file_crc32};
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
+pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};

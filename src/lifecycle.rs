@@ -64,6 +64,8 @@ pub struct ExpireReport {
     pub expired: Vec<u64>,
     /// Partition version entries removed: those no retained generation can see.
     pub versions_removed: u64,
+    /// Views of expired generations removed (empty in a dry run or without views).
+    pub views_removed: Vec<u64>,
 }
 
 /// What [`crate::Store::rollback`] did.

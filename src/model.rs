@@ -457,6 +457,11 @@ pub struct PartitionEntry {
     pub digest: String,
     /// The attempt's staging directory relative to the staging root.
     pub staging_rel: String,
+    /// The attempt's staging directory as an absolute path, when the snapshot knows the
+    /// staging root (always through [`crate::Store`]; through [`crate::ReadOnlyStore`] after
+    /// [`crate::ReadOnlyStore::with_staging_root`]). A file's absolute path is
+    /// `staging_dir.join(file.path)`.
+    pub staging_dir: Option<std::path::PathBuf>,
     /// Files relative to the staging directory.
     pub files: Vec<FileEntry>,
 }

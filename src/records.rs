@@ -29,6 +29,21 @@ pub(crate) struct MetaRecord {
 }
 impl Checked for MetaRecord {}
 
+/// The store's view root (key `views` of `meta_v1`): it belongs to the store, like the attempt
+/// lease, so every writable handle keeps the views, an operator's CLI included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ViewsRecord {
+    /// The canonical, absolute view root.
+    pub(crate) root: String,
+    /// Copies instead of hard links.
+    pub(crate) copy: bool,
+}
+impl Checked for ViewsRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.root.starts_with('/') { Ok(()) } else { Err(format!("view root {:?} is not absolute", self.root)) }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
     pub(crate) snapshot: String,

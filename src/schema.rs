@@ -68,6 +68,9 @@ pub(crate) const FORMAT_VERSION: u32 = 2;
 
 /// The key of the format record in `meta_v1`.
 pub(crate) const META_FORMAT_KEY: &[u8] = b"format";
+/// The key of the store's view root in `meta_v1` (a [`crate::records::ViewsRecord`]); absent
+/// for a store that publishes no views. A separate key, so the format record is unchanged.
+pub(crate) const META_VIEWS_KEY: &[u8] = b"views";
 
 /// Joins text fields with NUL: `a\0b\0c`.
 pub(crate) fn key(fields: &[&str]) -> Vec<u8> {

@@ -19,8 +19,13 @@
 //! failures: the data may or may not be on disk, so a caller must not trust it). The store
 //! poisons its handle on such a failure, so nothing later depends on a retried sync.
 //!
-//! Locking is left to redb's defaults (unsupported), which redb accepts in its default
-//! `ExclusiveWriter` concurrency mode; the backend is private to the test that made it.
+//! Locking is real: the lock methods are forwarded to redb's own [`FileBackend`] over a small
+//! lock file of the backend's own (byte-range OFD locks, as on a store file), so a store on this
+//! backend opens in the concurrency mode [`Store::open`] ships (`SingleWriter`, two-phase
+//! commit), and [`FaultyBackend::another_process`] gives a second handle on the same images whose
+//! locks are another owner's, as a reader in another process has.
+//!
+//! [`FileBackend`]: redb::backends::FileBackend
 //!
 //! [`decode_any_record`] feeds raw bytes to the private codec as every record type, for the
 //! `decode_record` fuzz target.
@@ -29,8 +34,11 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+use std::ops::Bound;
+
 use parking_lot::Mutex;
-use redb::StorageBackend;
+use redb::backends::FileBackend;
+use redb::{BackendError, StorageBackend};
 
 /// The kinds of storage operation a fault can target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,11 +129,41 @@ struct State {
 }
 
 /// An in-memory redb storage backend that can fail operations and lose power. Cloning gives
-/// another handle on the same state, so a test keeps one clone to control the backend while the
-/// store owns the other.
-#[derive(Clone, Default)]
+/// another handle on the same state (and the same lock owner), so a test keeps one clone to
+/// control the backend while the store owns the other.
+#[derive(Clone)]
 pub struct FaultyBackend {
     state: Arc<Mutex<State>>,
+    locks: Arc<LockFile>,
+}
+
+/// The file whose byte-range locks stand for the store's: one open file description per lock
+/// owner (a process, in production).
+struct LockFile {
+    /// Kept so that [`FaultyBackend::another_process`] can open it again; removed on drop.
+    path: Arc<tempfile::TempPath>,
+    backend: FileBackend,
+}
+
+impl LockFile {
+    fn create() -> LockFile {
+        // Test support: a machine that cannot create a temporary file cannot run the tests.
+        let file = tempfile::NamedTempFile::new().expect("creating the fault backend's lock file");
+        let path = Arc::new(file.into_temp_path());
+        LockFile::open(path)
+    }
+
+    fn open(path: Arc<tempfile::TempPath>) -> LockFile {
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&*path).expect("opening the fault backend's lock file");
+        let backend = FileBackend::new(file).expect("a lock file backend");
+        LockFile { path, backend }
+    }
+}
+
+impl Default for FaultyBackend {
+    fn default() -> Self {
+        FaultyBackend { state: Arc::default(), locks: Arc::new(LockFile::create()) }
+    }
 }
 
 impl fmt::Debug for FaultyBackend {
@@ -177,7 +215,15 @@ impl FaultyBackend {
     /// A backend whose live and durable images are `image`, as after a reboot.
     pub fn from_image(image: Vec<u8>) -> FaultyBackend {
         let state = State { live: image.clone(), durable: image, ..State::default() };
-        FaultyBackend { state: Arc::new(Mutex::new(state)) }
+        FaultyBackend { state: Arc::new(Mutex::new(state)), locks: Arc::new(LockFile::create()) }
+    }
+
+    /// Another handle on the same images whose locks belong to another owner, as the handle of
+    /// another process on the same file: a [`crate::ReadOnlyStore`] opened on it shares the
+    /// store with a live writer as a reader process does. Its operations are counted and fail
+    /// with this backend's.
+    pub fn another_process(&self) -> FaultyBackend {
+        FaultyBackend { state: Arc::clone(&self.state), locks: Arc::new(LockFile::open(Arc::clone(&self.locks.path))) }
     }
 
     /// Loses power at the `k`-th mutating operation (counted from 1 over the backend's life):
@@ -371,6 +417,34 @@ impl StorageBackend for FaultyBackend {
         state.durable = state.live.clone();
         state.pending.clear();
         Ok(())
+    }
+
+    fn close(&self) -> Result<(), io::Error> {
+        self.locks.backend.close()
+    }
+
+    fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.locks.backend.try_lock_range(start, end)
+    }
+
+    fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.locks.backend.try_lock_shared_range(start, end)
+    }
+
+    fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.locks.backend.lock_range(start, end)
+    }
+
+    fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.locks.backend.lock_shared_range(start, end)
+    }
+
+    fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+        self.locks.backend.unlock_range(start, end)
+    }
+
+    fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+        self.locks.backend.query_lock_range(start, end)
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
@@ -975,7 +1049,7 @@ impl Reference {
             }
         }
         drop(snapshot);
-        let options = VerifyOptions { integrity_check: true, files: Some(FileCheck::Size), staging_root: None };
+        let options = VerifyOptions { integrity_check: true, files: Some(FileCheck::Size), staging_root: None, views: true };
         let report = store.verify(&options).map_err(|e| format!("verify failed: {e}"))?;
         if !report.is_clean() {
             return Err(format!("verify after the crash is not clean:\n{report}"));

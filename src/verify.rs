@@ -25,12 +25,12 @@ use crate::error::{Error, Result};
 use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
 use crate::records::{
     AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
-    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
+    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
 };
 use crate::rules::{ids, validate::FileObservation};
 use crate::schema::{
     ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META,
-    META_FORMAT_KEY, POINTERS, RUNS, TASKS, VERSIONS,
+    META_FORMAT_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS,
 };
 use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
 
@@ -45,11 +45,16 @@ pub struct VerifyOptions {
     /// The staging root for file checks when the snapshot does not know it (a
     /// [`ReadOnlyStore`] does not). Ignored when the snapshot knows its root.
     pub staging_root: Option<PathBuf>,
+    /// Check the published views, if the store has a view root: each dataset's `current`
+    /// names its current generation's view, every view is of a generation the store holds and
+    /// has exactly that generation's files (sizes always, CRC32s with
+    /// [`FileCheck::SizeAndChecksum`] in `files`) and a matching `_manifest.json`. Default true.
+    pub views: bool,
 }
 
 impl Default for VerifyOptions {
     fn default() -> Self {
-        VerifyOptions { integrity_check: true, files: None, staging_root: None }
+        VerifyOptions { integrity_check: true, files: None, staging_root: None, views: true }
     }
 }
 
@@ -229,6 +234,19 @@ impl Snapshot {
                 None => walk.report.notes.push("files not checked: no staging root is known (set VerifyOptions::staging_root)".into()),
             }
         }
+        if options.views {
+            match self.views() {
+                Ok(Some(views)) => {
+                    let (findings, notes) = crate::views::check(self, &views.root, options.files);
+                    for (path, message) in findings {
+                        walk.find("views", path, message);
+                    }
+                    walk.report.notes.extend(notes);
+                }
+                Ok(None) => {}
+                Err(err) => walk.find("views", "", format!("the view root cannot be read: {err}")),
+            }
+        }
         walk.report
     }
 }
@@ -300,6 +318,12 @@ impl Walk {
 
     /// Decodes every record of `def`, reporting each one that fails; returns the good ones.
     fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def) -> Vec<(Vec<u8>, R)> {
+        self.decode_table_where(txn, def, |_| true)
+    }
+
+    /// As `decode_table`, for the keys `select` accepts; the others are decoded as a
+    /// [`ViewsRecord`] (the one other record type a table holds: `meta_v1`'s `views` key).
+    fn decode_table_where<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, select: impl Fn(&[u8]) -> bool) -> Vec<(Vec<u8>, R)> {
         let mut out = Vec::new();
         let mut count = 0u64;
         let table = match txn.open_table(def.def()) {
@@ -328,6 +352,16 @@ impl Walk {
             };
             count += 1;
             let key = key.value().to_vec();
+            if !select(&key) {
+                let other = codec::decode::<ViewsRecord>(def.name, &key, value.value());
+                match other.map(|r| r.check()) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(message)) => self.find(def.name, codec::printable_key(&key), format!("inconsistent record: {message}")),
+                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(&key), detail.to_string()),
+                    Err(other) => self.find(def.name, codec::printable_key(&key), other.to_string()),
+                }
+                continue;
+            }
             let decoded = codec::decode::<R>(def.name, &key, value.value()).and_then(|record| match record.check() {
                 Ok(()) => Ok(record),
                 Err(message) => Err(Error::Corrupted {
@@ -353,7 +387,7 @@ impl Walk {
     fn decode_all(&mut self, txn: &ReadTransaction) -> Tables {
         let mut t = Tables::default();
         debug_assert_eq!(ALL_TABLES.len(), 12, "verify walks every table; a new table needs its checks here");
-        for (key, record) in self.decode_table::<MetaRecord>(txn, META) {
+        for (key, record) in self.decode_table_where::<MetaRecord>(txn, META, |k| k != META_VIEWS_KEY) {
             if key == META_FORMAT_KEY {
                 t.format_seen = true;
                 if record.format_version != FORMAT_VERSION {

@@ -13,3 +13,4 @@ pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;
 pub(crate) mod validate;
+pub(crate) mod views;

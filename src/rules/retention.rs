@@ -130,6 +130,7 @@ mod tests {
             rows: 0,
             total: None,
             digest: "d".into(),
+            staging_dir: None,
             staging_rel: "x".into(),
             files: vec![],
         }

@@ -290,11 +290,12 @@ mod tests {
     //! callers pile into the forming batch, then release it, so the members provably share
     //! one transaction.
 
+    use std::ops::Bound;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use redb::StorageBackend;
-    use redb::backends::InMemoryBackend;
+    use redb::backends::FileBackend;
+    use redb::{BackendError, StorageBackend};
 
     use super::*;
     use crate::model::{Candidate, FinishOutcome, RunSpec, TaskKey, TaskSpec};
@@ -415,10 +416,11 @@ mod tests {
         assert_eq!(conflicts, if stored.digest.as_deref() == Some("same") { 1 } else { 2 });
     }
 
-    /// An in-memory backend whose syncs fail once told to.
+    /// A file backend whose syncs fail once told to; its locks are the file's, so the store
+    /// opens in the mode `Store::open` ships.
     #[derive(Debug)]
     struct FailingSync {
-        inner: InMemoryBackend,
+        inner: FileBackend,
         fail: Arc<AtomicBool>,
     }
 
@@ -438,13 +440,35 @@ mod tests {
         fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
             self.inner.write(offset, data)
         }
+        fn close(&self) -> std::io::Result<()> {
+            self.inner.close()
+        }
+        fn try_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+            self.inner.try_lock_range(start, end)
+        }
+        fn try_lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+            self.inner.try_lock_shared_range(start, end)
+        }
+        fn lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.inner.lock_range(start, end)
+        }
+        fn lock_shared_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.inner.lock_shared_range(start, end)
+        }
+        fn unlock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<(), BackendError> {
+            self.inner.unlock_range(start, end)
+        }
+        fn query_lock_range(&self, start: Bound<u64>, end: Bound<u64>) -> Result<bool, BackendError> {
+            self.inner.query_lock_range(start, end)
+        }
     }
 
     #[test]
     fn a_failed_commit_fails_every_member_and_poisons_the_handle() {
         let dir = tempfile::tempdir().unwrap();
         let fail = Arc::new(AtomicBool::new(false));
-        let backend = FailingSync { inner: InMemoryBackend::new(), fail: Arc::clone(&fail) };
+        let file = tempfile::tempfile().unwrap();
+        let backend = FailingSync { inner: FileBackend::new(file).unwrap(), fail: Arc::clone(&fail) };
         let store = Store::open_with_backend(backend, dir.path().join("staging"), &StoreOptions::default()).unwrap();
         declare(&store, &["a", "b", "c", "d"]);
         hold(&store);

@@ -21,12 +21,15 @@ use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, 
 
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
+/// For the view root's creation.
+pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
 
 use crate::error::{Error, Result};
-use crate::records::MetaRecord;
-use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
+use crate::records::{MetaRecord, ViewsRecord};
+use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
+use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +58,16 @@ pub struct StoreOptions {
     /// and spilled to a private directory under the staging root, and the runs are merged at
     /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
+    /// Publish views: after every publish and rollback commit, the dataset's current
+    /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
+    /// accepted files plus `_manifest.json`) and `<root>/<dataset>/current` is moved to it
+    /// (see [`crate::ViewOptions`] and `views.rs`). Off by default.
+    ///
+    /// Like the lease, the view root belongs to the store once set: it is recorded, and every
+    /// later writable handle opened with `None` keeps the recorded views up to date (so an
+    /// operator's rollback or expiry moves or removes views too). `Some` records a new root or
+    /// mode; views under an old root are then left untouched.
+    pub views: Option<ViewOptions>,
 }
 
 impl Default for StoreOptions {
@@ -62,6 +75,7 @@ impl Default for StoreOptions {
         StoreOptions {
             cache_size_bytes: 64 * 1024 * 1024,
             attempt_lifetime_max: None,
+            views: None,
             csv_record_bytes_max: 16 * 1024 * 1024,
             grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
         }
@@ -87,6 +101,8 @@ pub struct Store {
     csv_record_bytes_max: usize,
     /// [`StoreOptions::grain_key_bytes_in_memory_max`].
     grain_key_bytes_in_memory_max: usize,
+    /// The view root, if the store publishes views.
+    views: Option<Views>,
 }
 
 impl std::fmt::Debug for Store {
@@ -186,21 +202,24 @@ impl Store {
     /// Opens (or creates) a store on a custom redb storage backend, for example the
     /// fault-injecting one the crash tests use. No file-level creation protocol applies.
     ///
+    /// The store is opened exactly as [`Store::open`] opens a file (same concurrency mode, so
+    /// the same two-phase commits and locks): the backend must support redb's byte-range
+    /// locks, as the testing backend does by forwarding them to a real lock file.
+    ///
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let staging_root = prepare_staging_root(staging_root.as_ref())?;
-        let mut builder = Builder::new();
-        builder.set_cache_size(options.cache_size_bytes);
-        let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+        let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
         Store::finish_open(db, None, staging_root, options)
     }
 
     fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
+        let views = configure_views(&txn, options, &staging_root)?;
         txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        Ok(Store {
+        let store = Store {
             db,
             db_path,
             staging_root,
@@ -209,7 +228,93 @@ impl Store {
             group: group::GroupCommit::default(),
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
+            views,
+        };
+        // A crash between a commit and its view swap left `current` on the previous view:
+        // bring every view up to date. A view that cannot be built does not stop the store
+        // from opening; it lags, `verify` reports it, and the next publish or sync retries.
+        if store.views.is_some() {
+            match store.sync_views() {
+                Ok(_) => {}
+                Err(err) => tracing::error!(error = %err, "views not brought up to date at open; they lag the store"),
+            }
+        }
+        Ok(store)
+    }
+
+    /// The view root (canonical), if the store publishes views.
+    pub fn view_root(&self) -> Option<&Path> {
+        self.views.as_ref().map(Views::root)
+    }
+
+    /// The view mode, if the store publishes views.
+    pub fn view_mode(&self) -> Option<ViewMode> {
+        self.views.as_ref().map(Views::mode)
+    }
+
+    /// Brings `dataset`'s view up to date with the store: builds the current generation's view
+    /// if it is missing, moves `current` to it, and removes leftovers of interrupted builds and
+    /// the views of generations the store no longer holds. Idempotent. `Ok(None)` if the store
+    /// publishes no views or the dataset has no generation.
+    ///
+    /// # Errors
+    /// [`Error::ViewRefused`] (something under the view root is not manifestdb's, or a path
+    /// cannot be placed), [`Error::ViewRoot`], I/O and storage errors. `current` is never left
+    /// naming an incomplete view.
+    pub fn sync_view(&self, dataset: &str) -> Result<Option<ViewStatus>> {
+        crate::rules::ids::check_name("dataset", dataset)?;
+        let Some(views) = &self.views else {
+            return Ok(None);
+        };
+        views.sync(&self.snapshot()?, &self.staging_root, dataset)
+    }
+
+    /// [`Store::sync_view`] for every dataset with a generation, in name order. Stops at the
+    /// first error.
+    ///
+    /// # Errors
+    /// As [`Store::sync_view`].
+    pub fn sync_views(&self) -> Result<Vec<ViewStatus>> {
+        if self.views.is_none() {
+            return Ok(Vec::new());
+        }
+        let datasets = self.snapshot()?.datasets()?;
+        let mut out = Vec::new();
+        for dataset in datasets {
+            out.extend(self.sync_view(&dataset)?);
+        }
+        Ok(out)
+    }
+
+    /// After a commit that made `generation` current: the view follows, or the error says it
+    /// lags (the commit stands).
+    fn view_follows(&self, dataset: &str, generation: u64) -> Result<()> {
+        if self.views.is_none() {
+            return Ok(());
+        }
+        self.sync_view(dataset).map(|_| ()).map_err(|err| {
+            tracing::error!(dataset, generation, error = %err, "generation committed, view not updated");
+            Error::ViewLagging { dataset: dataset.to_owned(), generation, source: Box::new(err) }
         })
+    }
+
+    pub(crate) fn views(&self) -> Option<&Views> {
+        self.views.as_ref()
+    }
+
+    /// Test seam of the view build: file operation number `after_ops` (from 0, counted from
+    /// this call) fails once, as a crash there would stop the build; `None` disarms it.
+    #[cfg(feature = "testing")]
+    pub fn inject_view_failure(&self, after_ops: Option<u64>) {
+        if let Some(views) = &self.views {
+            views.arm(after_ops);
+        }
+    }
+
+    /// File operations the view code made since [`Store::inject_view_failure`] was last called.
+    #[cfg(feature = "testing")]
+    pub fn view_operations(&self) -> u64 {
+        self.views.as_ref().map_or(0, Views::operations)
     }
 
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
@@ -232,8 +337,12 @@ impl Store {
     /// after later publishes, until dropped.
     ///
     /// # Errors
-    /// Storage errors.
+    /// [`Error::Poisoned`] once a write failed on this handle (open a [`ReadOnlyStore`] or
+    /// reopen the store to read on); storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
+        if let Some(cause) = self.poisoned.lock().clone() {
+            return Err(Error::Poisoned { cause });
+        }
         let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
         Ok(Snapshot::new(txn, Some(self.staging_root.clone())))
     }
@@ -263,6 +372,33 @@ impl Store {
         }
         result
     }
+}
+
+/// Opens the store's view root: the one asked for (recorded if new or changed), else the
+/// recorded one, else none. Refused (nothing recorded) if the root cannot serve.
+fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<Option<Views>> {
+    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+    let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
+    let wanted = match (&options.views, &recorded) {
+        (Some(asked), _) => asked.clone(),
+        (None, Some(record)) => {
+            ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
+        }
+        (None, None) => return Ok(None),
+    };
+    let views = Views::open(&wanted, staging_root)?;
+    let record = ViewsRecord {
+        // `Views::open` refuses a root that is not UTF-8.
+        root: views.root().to_string_lossy().into_owned(),
+        copy: views.mode() == ViewMode::Copy,
+    };
+    if recorded.as_ref() != Some(&record) {
+        if let Some(old) = &recorded {
+            tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
+        }
+        tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+    }
+    Ok(Some(views))
 }
 
 /// How a write transaction ends.
@@ -320,6 +456,7 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
     db: redb::ReadOnlyDatabase,
+    staging_root: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ReadOnlyStore {
@@ -351,7 +488,20 @@ impl ReadOnlyStore {
             ));
         }
         let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
-        let store = ReadOnlyStore { db };
+        let store = ReadOnlyStore { db, staging_root: None };
+        store.snapshot()?.check_format()?;
+        Ok(store)
+    }
+
+    /// Opens a store on a custom redb storage backend for reading, as [`ReadOnlyStore::open`]
+    /// opens a file (same concurrency mode), for example beside a writer on the testing
+    /// backend's `FaultyBackend::another_process` handle (feature `testing`).
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::open`].
+    pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
+        let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+        let store = ReadOnlyStore { db, staging_root: None };
         store.snapshot()?.check_format()?;
         Ok(store)
     }
@@ -362,6 +512,22 @@ impl ReadOnlyStore {
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
         let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-        Ok(Snapshot::new(txn, None))
+        Ok(Snapshot::new(txn, self.staging_root.clone()))
+    }
+
+    /// Tells the handle where the staging root is, so that its snapshots give absolute file
+    /// paths ([`crate::PartitionEntry::staging_dir`]) and verify can check files. The path is
+    /// made absolute (canonical if it exists) here, whatever the current directory later is.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the current directory cannot be read to make a relative path absolute.
+    pub fn with_staging_root(mut self, staging_root: impl AsRef<Path>) -> Result<ReadOnlyStore> {
+        let root = staging_root.as_ref();
+        let absolute = match fs::canonicalize(root) {
+            Ok(path) => path,
+            Err(_) => std::path::absolute(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))?,
+        };
+        self.staging_root = Some(absolute);
+        Ok(self)
     }
 }

@@ -53,6 +53,7 @@ fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRe
         total: e.total,
         digest: e.digest,
         staging_rel: e.staging_rel,
+        staging_dir: None,
         files: e.files,
     })
 }
@@ -182,7 +183,10 @@ impl Snapshot {
             return Ok(None);
         };
         let versions = open_ro(&self.txn, VERSIONS)?;
-        let partitions = partitions_at(&versions, dataset, generation.number)?;
+        let mut partitions = partitions_at(&versions, dataset, generation.number)?;
+        for entry in &mut partitions {
+            self.locate(entry);
+        }
         Ok(Some(Manifest { generation, partitions }))
     }
 
@@ -198,7 +202,28 @@ impl Snapshot {
                 None => return Ok(None),
             },
         };
-        partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)
+        let mut entry = partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)?;
+        if let Some(entry) = &mut entry {
+            self.locate(entry);
+        }
+        Ok(entry)
+    }
+
+    fn locate(&self, entry: &mut PartitionEntry) {
+        entry.staging_dir = self.staging_root.as_ref().map(|root| root.join(&entry.staging_rel));
+    }
+
+    /// The store's recorded view root and mode, if it publishes views (see
+    /// [`crate::StoreOptions::views`]).
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn views(&self) -> Result<Option<crate::ViewOptions>> {
+        let meta = open_ro(&self.txn, META)?;
+        Ok(get::<crate::records::ViewsRecord>(&meta, META, crate::schema::META_VIEWS_KEY)?.map(|r| crate::ViewOptions {
+            root: PathBuf::from(r.root),
+            mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
+        }))
     }
 
     /// Every retained generation of the dataset, oldest first.

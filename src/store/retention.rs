@@ -304,10 +304,22 @@ impl Store {
     /// A generation that expired, never existed or is already current is refused as a value
     /// ([`RollbackOutcome::Refused`]); nothing is written then.
     ///
+    /// With views, `current` then moves to a view of the restored content (built as
+    /// `v<new generation>`; a partition the rollback removed is absent from it).
+    ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad dataset name, an empty or overlong actor or reason;
-    /// storage and corruption errors.
+    /// storage and corruption errors; [`Error::ViewLagging`] if the rollback committed but the
+    /// view could not follow.
     pub fn rollback(&self, dataset: &str, to: u64, actor: &str, reason: &str) -> Result<RollbackOutcome> {
+        let outcome = self.rollback_commit(dataset, to, actor, reason)?;
+        if let RollbackOutcome::RolledBack(generation) = &outcome {
+            self.view_follows(dataset, generation.number)?;
+        }
+        Ok(outcome)
+    }
+
+    fn rollback_commit(&self, dataset: &str, to: u64, actor: &str, reason: &str) -> Result<RollbackOutcome> {
         ids::check_name("dataset", dataset)?;
         check_rollback_text("rollback actor", actor)?;
         check_rollback_text("rollback reason", reason)?;
@@ -369,10 +381,19 @@ impl Store {
     /// the files only they held become eligible for cleanup. In a dry run (the default of
     /// [`RunMode`]) the report says what would go and nothing changes.
     ///
+    /// With views, the views of the expired generations are removed inside the expiry, before
+    /// it commits, so no view ever links a file that cleanup may delete; `current` is first
+    /// brought up to date, and the view it names is never removed.
+    ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad dataset name; storage and corruption errors.
+    /// [`Error::InvalidInput`] for a bad dataset name; storage and corruption errors; view
+    /// errors (the expiry then changed nothing in the store).
     pub fn expire_generations(&self, dataset: &str, policy: &RetentionPolicy, mode: RunMode) -> Result<ExpireReport> {
         ids::check_name("dataset", dataset)?;
+        if mode == RunMode::Execute {
+            // `current` must name the current generation's view before older views can go.
+            self.sync_view(dataset)?;
+        }
         self.write("expiring generations", |txn| {
             let mut generations = open(txn, GENERATIONS)?;
             let mut versions = open(txn, VERSIONS)?;
@@ -384,8 +405,15 @@ impl Store {
             }
             let oldest = retention::oldest_retained(&list, policy, now_ms());
             let expired: Vec<u64> = list.iter().map(|(n, _)| *n).filter(|n| *n < oldest).collect();
-            let mut report =
-                ExpireReport { dataset: dataset.to_owned(), mode, current, oldest_retained: oldest, expired, versions_removed: 0 };
+            let mut report = ExpireReport {
+                dataset: dataset.to_owned(),
+                mode,
+                current,
+                oldest_retained: oldest,
+                expired,
+                versions_removed: 0,
+                views_removed: Vec::new(),
+            };
             // Group the dataset's version keys by partition (keys sort by partition, then
             // generation), and let the rule pick the invisible ones.
             let dataset_prefix = prefix(&[dataset]);
@@ -414,6 +442,11 @@ impl Store {
             report.versions_removed = doomed.len() as u64;
             if mode == RunMode::DryRun || (report.expired.is_empty() && doomed.is_empty()) {
                 return Ok(TxnEnd::Abort(report));
+            }
+            // Views of the expired generations go first: once this commits, their files may
+            // become cleanup candidates. A failure here aborts the expiry.
+            if let Some(views) = self.views() {
+                report.views_removed = views.remove_expiring(dataset, &report.expired)?;
             }
             for k in &doomed {
                 versions.remove(k.as_slice()).map_err(|e| Error::storage("removing a version entry", e))?;
@@ -455,6 +488,13 @@ impl Store {
         let lifetime_ms = self.attempt_lifetime_max_ms;
         if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
             return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+        }
+        // Views of generations the store no longer holds (an expiry by an older build, a crash
+        // inside one) go before the plan, so no view links a file the plan may list.
+        if self.views().is_some()
+            && let Err(err) = self.sync_views()
+        {
+            tracing::warn!(error = %err, "views not synced before planning cleanup");
         }
         // Walk first, read the state second: every reference made before a file was seen is
         // then visible to the decision.

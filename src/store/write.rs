@@ -385,9 +385,23 @@ impl Store {
     /// [`PublishOutcome::AlreadyPublished`], so a caller whose acknowledgement was lost retries
     /// safely.
     ///
+    /// With views ([`crate::StoreOptions::views`]), the dataset's view follows once the
+    /// commit is durable (also for [`PublishOutcome::AlreadyPublished`], so a retried publish
+    /// repairs a view an earlier call left behind).
+    ///
     /// # Errors
-    /// [`Error::UnknownRun`], storage errors (after which nothing was published).
+    /// [`Error::UnknownRun`], storage errors (after which nothing was published);
+    /// [`Error::ViewLagging`] if the generation committed but its view could not follow (a
+    /// retry returns [`PublishOutcome::AlreadyPublished`] and retries the view).
     pub fn publish(&self, dataset: &str, run: &str, options: &PublishOptions) -> Result<PublishOutcome> {
+        let outcome = self.publish_commit(dataset, run, options)?;
+        if let PublishOutcome::Published(generation) | PublishOutcome::AlreadyPublished(generation) = &outcome {
+            self.view_follows(dataset, generation.number)?;
+        }
+        Ok(outcome)
+    }
+
+    fn publish_commit(&self, dataset: &str, run: &str, options: &PublishOptions) -> Result<PublishOutcome> {
         ids::check_name("dataset", dataset)?;
         ids::check_name("run id", run)?;
         self.write("publishing a run", |txn| {

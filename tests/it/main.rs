@@ -18,3 +18,4 @@ mod retention;
 mod scenario;
 mod support;
 mod verify;
+mod views;

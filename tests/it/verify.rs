@@ -24,7 +24,7 @@ fn published() -> TestStore {
 }
 
 fn full() -> VerifyOptions {
-    VerifyOptions { integrity_check: true, files: Some(FileCheck::SizeAndChecksum), staging_root: None }
+    VerifyOptions { integrity_check: true, files: Some(FileCheck::SizeAndChecksum), staging_root: None, views: true }
 }
 
 fn tables_of(report: &VerifyReport) -> Vec<&str> {

@@ -37,7 +37,7 @@ pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyh
         (true, false) => Some(FileCheck::Size),
         (false, false) => None,
     };
-    let options = VerifyOptions { integrity_check: args.integrity, files, staging_root: location.staging_root() };
+    let options = VerifyOptions { integrity_check: args.integrity, files, staging_root: location.staging_root(), views: true };
     // The walk reports no progress of its own; a spinner shows it is alive on a terminal.
     let spinner = out.spinner("verifying");
     let report = if args.integrity {

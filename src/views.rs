@@ -1,0 +1,1131 @@
+//! The published view: each dataset's current generation as a plain directory tree that any
+//! engine listing directories can read (DuckDB, Spark, Trino, pandas, polars), with a manifest
+//! file beside the data.
+//!
+//! ```text
+//! <views>/<dataset>/.manifestdb-view                 marker: this directory is manifestdb's
+//! <views>/<dataset>/v<N>/_manifest.json              generation N's manifest (schema below)
+//! <views>/<dataset>/v<N>/<partition path>/<file>     hard links to (or copies of) the accepted files
+//! <views>/<dataset>/current -> v<N>                  symlink, replaced by one atomic rename
+//! ```
+//!
+//! The view is derived from the store, never the truth: it is built after the publish (or
+//! rollback) commit, from a read snapshot, and can be rebuilt from the store at any time
+//! ([`crate::Store::sync_view`]). Building is plan, then apply: `rules::views::plan` decides
+//! what the view holds and refuses paths that cannot be placed; this module creates it under a
+//! temporary name (`.building-v<N>`), makes every link, the manifest and every directory
+//! durable, renames it to `v<N>` (so a `v<N>` directory is only ever complete), and then moves
+//! `current` to it with one `rename` of a new symlink over the old one.
+//!
+//! Invariant (DOMAIN.md 13): `current` names only a complete view of a generation the store
+//! holds. A crash anywhere in a build leaves `current` on the previous complete view; `v<N>`
+//! exists only complete; the view `current` names is never removed, and a view is removed only
+//! once its generation left the store, or just before an expiry removes it.
+//!
+//! Every file operation goes through directory handles (rustix `*at` calls) opened with
+//! `O_NOFOLLOW` one component at a time, so a symlink planted under the view root or the
+//! staging root is refused, never followed; a hard link is checked after it is made (the new
+//! link is the object we then own), not before.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+use rustix::fs::{AtFlags, CWD, Dir, FileType, Mode, OFlags, RenameFlags};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::model::{FileCheck, GenerationKind, Manifest};
+use crate::rules::views::{self as rule, Found, ViewPlan};
+use crate::store::Snapshot;
+
+/// How a view holds its files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum ViewMode {
+    /// Hard links to the accepted attempts' staging files: no data is copied. The view root
+    /// must be on the staging root's file system (a store refuses to open otherwise). A link
+    /// shares its file with the staging directory: a worker that rewrote its file in place
+    /// after publishing would change the view too (validation with checksums and `verify`
+    /// catch it).
+    #[default]
+    HardLink,
+    /// Copies, written and synced by the view build, with each copy's CRC32 checked against
+    /// the generation's record. Works across file systems; costs the data's size in space and
+    /// in write time per publish.
+    Copy,
+}
+
+impl ViewMode {
+    /// `hard_link` or `copy`, as in the manifest's `file_mode`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ViewMode::HardLink => "hard_link",
+            ViewMode::Copy => "copy",
+        }
+    }
+}
+
+/// Where a store publishes its views, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewOptions {
+    /// The view root: `<root>/<dataset>/current` is the dataset's current view. Created if
+    /// missing. It must not lie inside the staging root, nor the staging root inside it.
+    pub root: PathBuf,
+    /// Hard links (the default) or copies.
+    pub mode: ViewMode,
+}
+
+impl ViewOptions {
+    /// Views of hard links under `root`.
+    pub fn hard_links(root: impl Into<PathBuf>) -> ViewOptions {
+        ViewOptions { root: root.into(), mode: ViewMode::HardLink }
+    }
+
+    /// Views of copies under `root`.
+    pub fn copies(root: impl Into<PathBuf>) -> ViewOptions {
+        ViewOptions { root: root.into(), mode: ViewMode::Copy }
+    }
+}
+
+/// What [`crate::Store::sync_view`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ViewStatus {
+    /// The dataset.
+    pub dataset: String,
+    /// The generation `current` now names: the store's current generation.
+    pub generation: u64,
+    /// `<root>/<dataset>/current` (absolute).
+    pub current: PathBuf,
+    /// `<root>/<dataset>/v<N>` (absolute): the directory `current` names.
+    pub path: PathBuf,
+    /// The view was built by this call (it did not exist yet).
+    pub built: bool,
+    /// `current` was moved by this call (it named another view, or nothing).
+    pub swapped: bool,
+    /// Views removed because their generation is no longer in the store, oldest first.
+    pub removed: Vec<u64>,
+}
+
+/// The `_manifest.json` of a view (schema `manifestdb.view.manifest`, version 1). Paths are
+/// relative to the view directory (`v<N>/`), `/`-separated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewManifest {
+    /// Always `manifestdb.view.manifest`.
+    pub schema: String,
+    /// Currently 1; bumped on any incompatible change.
+    pub schema_version: u32,
+    /// The dataset.
+    pub dataset: String,
+    /// The generation this view shows.
+    pub generation: u64,
+    /// The generation it was derived from (0 for none).
+    pub parent: u64,
+    /// `publish` or `rollback`.
+    pub kind: String,
+    /// For a rollback, the generation whose content it restores.
+    pub restored: Option<u64>,
+    /// The run whose content it is (for a rollback: the restored generation's run).
+    pub run: String,
+    /// That run's input snapshot.
+    pub snapshot: String,
+    /// When the generation was committed (ms since the Unix epoch).
+    pub published_at_ms: u64,
+    /// `hard_link` or `copy`.
+    pub file_mode: String,
+    /// Sums over the partitions.
+    pub totals: ViewTotals,
+    /// Every partition, in key order.
+    pub partitions: Vec<ViewPartition>,
+}
+
+/// Sums over a view's partitions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewTotals {
+    /// Partitions.
+    pub partitions: u64,
+    /// Files.
+    pub files: u64,
+    /// Rows.
+    pub rows: u64,
+    /// Sum of the partitions' totals; `null` if a partition reported none.
+    pub total: Option<i64>,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+/// One partition of a view's manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewPartition {
+    /// The partition key, also its directory inside the view.
+    pub partition: String,
+    /// The run of its accepted attempt.
+    pub run: String,
+    /// The accepted attempt's number.
+    pub attempt: u32,
+    /// The generation that wrote this partition's content.
+    pub since_generation: u64,
+    /// Input snapshot.
+    pub snapshot: String,
+    /// Rows.
+    pub rows: u64,
+    /// Total, if reported.
+    pub total: Option<i64>,
+    /// Canonical digest.
+    pub digest: String,
+    /// Its files.
+    pub files: Vec<ViewFileEntry>,
+}
+
+/// One file of a view's manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ViewFileEntry {
+    /// Path relative to the view directory: `<partition>/<file>`.
+    pub path: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// CRC32 (IEEE) of the content.
+    pub crc32: u32,
+}
+
+impl ViewManifest {
+    /// The manifest of `manifest`'s generation as its view shows it.
+    pub(crate) fn of(manifest: &Manifest, mode: ViewMode) -> ViewManifest {
+        let g = &manifest.generation;
+        let (kind, restored) = match &g.kind {
+            GenerationKind::Rollback { restored, .. } => ("rollback", Some(*restored)),
+            _ => ("publish", None),
+        };
+        let partitions: Vec<ViewPartition> = manifest
+            .partitions
+            .iter()
+            .map(|p| ViewPartition {
+                partition: p.partition.clone(),
+                run: p.run.clone(),
+                attempt: p.attempt,
+                since_generation: p.since_generation,
+                snapshot: p.snapshot.clone(),
+                rows: p.rows,
+                total: p.total,
+                digest: p.digest.clone(),
+                files: p
+                    .files
+                    .iter()
+                    .map(|f| ViewFileEntry { path: format!("{}/{}", p.partition, f.path), size_bytes: f.size_bytes, crc32: f.crc32 })
+                    .collect(),
+            })
+            .collect();
+        let totals = ViewTotals {
+            partitions: partitions.len() as u64,
+            files: partitions.iter().map(|p| p.files.len() as u64).sum(),
+            rows: partitions.iter().map(|p| p.rows).sum(),
+            total: partitions.iter().try_fold(0i64, |sum, p| p.total.map(|t| sum.saturating_add(t))),
+            bytes: partitions.iter().flat_map(|p| &p.files).map(|f| f.size_bytes).sum(),
+        };
+        ViewManifest {
+            schema: rule::MANIFEST_SCHEMA.to_owned(),
+            schema_version: rule::MANIFEST_SCHEMA_VERSION,
+            dataset: g.dataset.clone(),
+            generation: g.number,
+            parent: g.parent,
+            kind: kind.to_owned(),
+            restored,
+            run: g.run.clone(),
+            snapshot: g.snapshot.clone(),
+            published_at_ms: g.published_at_ms,
+            file_mode: mode.name().to_owned(),
+            totals,
+            partitions,
+        }
+    }
+
+    /// Reads and checks a view's `_manifest.json`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be read; [`Error::InvalidInput`] if it is not a manifest of
+    /// a schema version this build reads.
+    pub fn read(path: impl AsRef<Path>) -> Result<ViewManifest> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| Error::io(format!("reading view manifest {}", path.display()), e))?;
+        ViewManifest::parse(&bytes).map_err(|reason| Error::invalid("view manifest", &path.display().to_string(), reason))
+    }
+
+    fn parse(bytes: &[u8]) -> std::result::Result<ViewManifest, String> {
+        let manifest: ViewManifest = serde_json::from_slice(bytes).map_err(|e| format!("is not a view manifest: {e}"))?;
+        if manifest.schema != rule::MANIFEST_SCHEMA || manifest.schema_version != rule::MANIFEST_SCHEMA_VERSION {
+            return Err(format!(
+                "has schema {:?} version {}, this build reads {:?} version {}",
+                manifest.schema,
+                manifest.schema_version,
+                rule::MANIFEST_SCHEMA,
+                rule::MANIFEST_SCHEMA_VERSION
+            ));
+        }
+        Ok(manifest)
+    }
+}
+
+/// The failure seam of the view build: the crash tests make the N-th file operation fail, as
+/// a crash at that point would stop the build. Costs one atomic load per operation otherwise.
+#[derive(Debug)]
+struct Seam {
+    /// Operations since the seam was armed.
+    count: AtomicU64,
+    /// The operation (by count) that fails, or `u64::MAX` for none.
+    fail_at: AtomicU64,
+}
+
+impl Default for Seam {
+    fn default() -> Self {
+        Seam { count: AtomicU64::new(0), fail_at: AtomicU64::new(u64::MAX) }
+    }
+}
+
+/// A store's view root, opened: the settings, the seam, and the lock that keeps one build at
+/// a time per store handle.
+#[derive(Debug)]
+pub(crate) struct Views {
+    root: PathBuf,
+    mode: ViewMode,
+    seam: Seam,
+    lock: Mutex<()>,
+}
+
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from(e)
+}
+
+fn dir_flags() -> OFlags {
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+/// Opens `name` (one component) under `parent` as a directory, never following a symlink.
+fn open_dir_at(parent: BorrowedFd<'_>, name: &str) -> io::Result<OwnedFd> {
+    rustix::fs::openat(parent, name, dir_flags(), Mode::empty()).map_err(errno)
+}
+
+/// Opens the directory `rel` (components joined by `/`) under `base`, one component at a time.
+fn open_dirs(base: BorrowedFd<'_>, rel: &str) -> io::Result<OwnedFd> {
+    let mut fd = rustix::fs::openat(base, ".", dir_flags(), Mode::empty()).map_err(errno)?;
+    for component in rel.split('/').filter(|c| !c.is_empty()) {
+        if component == "." || component == ".." {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "path component '.' or '..'"));
+        }
+        fd = open_dir_at(fd.as_fd(), component)?;
+    }
+    Ok(fd)
+}
+
+fn split_parent(rel: &str) -> (&str, &str) {
+    rel.rsplit_once('/').unwrap_or(("", rel))
+}
+
+fn is_errno(e: &io::Error, code: rustix::io::Errno) -> bool {
+    e.raw_os_error() == Some(code.raw_os_error())
+}
+
+fn stat_kind(parent: BorrowedFd<'_>, name: &str) -> io::Result<(FileType, rustix::fs::Stat)> {
+    let st = rustix::fs::statat(parent, name, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
+    Ok((FileType::from_raw_mode(st.st_mode), st))
+}
+
+/// Whether `path` lies inside `base` (both canonical).
+fn inside(path: &Path, base: &Path) -> bool {
+    path.starts_with(base)
+}
+
+/// What a dataset directory holds.
+#[derive(Debug, Default)]
+struct Listing {
+    views: Vec<u64>,
+    leftovers: Vec<String>,
+}
+
+impl Views {
+    /// Checks and prepares the view root for a store whose staging root is `staging_root`
+    /// (canonical): created if missing, canonicalised, not nested with the staging root, and
+    /// for hard links on the staging root's file system.
+    pub(crate) fn open(options: &ViewOptions, staging_root: &Path) -> Result<Views> {
+        let given = &options.root;
+        let refuse = |reason: String| Error::ViewRoot { root: given.clone(), reason };
+        if given.as_os_str().is_empty() {
+            return Err(refuse("is empty".into()));
+        }
+        // Refuse a root inside the staging root before creating anything there.
+        let absolute = std::path::absolute(given).map_err(|e| Error::io(format!("resolving view root {}", given.display()), e))?;
+        if inside(&absolute, staging_root) {
+            return Err(refuse(format!(
+                "lies inside the staging root {}: cleanup walks the staging root, and readers of the staging tree would see the views twice",
+                staging_root.display()
+            )));
+        }
+        match std::fs::symlink_metadata(&absolute) {
+            Ok(meta) if meta.file_type().is_symlink() => {}
+            Ok(meta) if !meta.is_dir() => return Err(refuse("exists and is not a directory".into())),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(&absolute).map_err(|e| Error::io(format!("creating view root {}", absolute.display()), e))?;
+                if let Some(parent) = absolute.parent() {
+                    crate::store::sync_dir(parent)?;
+                }
+            }
+            Err(e) => return Err(Error::io(format!("inspecting view root {}", absolute.display()), e)),
+        }
+        let root = std::fs::canonicalize(&absolute).map_err(|e| Error::io(format!("resolving view root {}", absolute.display()), e))?;
+        if inside(&root, staging_root) {
+            return Err(refuse(format!("resolves to {}, inside the staging root {}", root.display(), staging_root.display())));
+        }
+        if inside(staging_root, &root) {
+            return Err(refuse(format!(
+                "contains the staging root {}: the views and the staging tree must be separate directories",
+                staging_root.display()
+            )));
+        }
+        if root.to_str().is_none() {
+            return Err(refuse("is not valid UTF-8".into()));
+        }
+        if options.mode == ViewMode::HardLink {
+            let view_dev = std::fs::metadata(&root).map_err(|e| Error::io(format!("inspecting view root {}", root.display()), e))?;
+            let staging_dev =
+                std::fs::metadata(staging_root).map_err(|e| Error::io(format!("inspecting staging root {}", staging_root.display()), e))?;
+            use std::os::unix::fs::MetadataExt;
+            if view_dev.dev() != staging_dev.dev() {
+                return Err(refuse(format!(
+                    "is on another file system than the staging root {} (device {} vs {}): hard links cannot cross file systems; \
+                     put the view root on the staging root's file system, or use copy mode (ViewMode::Copy, `--view-mode copy`)",
+                    staging_root.display(),
+                    view_dev.dev(),
+                    staging_dev.dev()
+                )));
+            }
+        }
+        Ok(Views { root, mode: options.mode, seam: Seam::default(), lock: Mutex::new(()) })
+    }
+
+    /// The canonical view root.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Hard links or copies.
+    pub(crate) fn mode(&self) -> ViewMode {
+        self.mode
+    }
+
+    #[cfg_attr(not(feature = "testing"), expect(dead_code, reason = "only the testing feature arms the seam"))]
+    /// Arms the failure seam: operation number `after_ops` (counting from 0 from now) fails,
+    /// once. `None` disarms it. Either way the operation count restarts.
+    pub(crate) fn arm(&self, after_ops: Option<u64>) {
+        self.seam.count.store(0, Ordering::SeqCst);
+        self.seam.fail_at.store(after_ops.unwrap_or(u64::MAX), Ordering::SeqCst);
+    }
+
+    #[cfg_attr(not(feature = "testing"), expect(dead_code, reason = "only the testing feature reads the count"))]
+    /// File operations since the seam was last armed.
+    pub(crate) fn operations(&self) -> u64 {
+        self.seam.count.load(Ordering::SeqCst)
+    }
+
+    /// Counts one file operation; fails it if the seam says so.
+    fn op(&self, what: &dyn Fn() -> String) -> Result<()> {
+        let n = self.seam.count.fetch_add(1, Ordering::SeqCst);
+        if n == self.seam.fail_at.load(Ordering::Relaxed) {
+            self.seam.fail_at.store(u64::MAX, Ordering::SeqCst);
+            return Err(Error::io(format!("injected failure before {}", what()), io::Error::other("injected by the view failure seam")));
+        }
+        Ok(())
+    }
+
+    fn io_err(&self, what: impl Into<String>) -> impl FnOnce(io::Error) -> Error {
+        let what = what.into();
+        move |e| Error::io(what, e)
+    }
+
+    fn open_root(&self) -> Result<OwnedFd> {
+        rustix::fs::openat(CWD, &self.root, dir_flags(), Mode::empty())
+            .map_err(errno)
+            .map_err(self.io_err(format!("opening view root {}", self.root.display())))
+    }
+
+    fn refused(&self, dataset: &str, path: impl Into<String>, reason: impl Into<String>) -> Error {
+        Error::ViewRefused { dataset: dataset.to_owned(), path: path.into(), reason: reason.into() }
+    }
+
+    fn dataset_path(&self, dataset: &str) -> PathBuf {
+        self.root.join(dataset)
+    }
+
+    /// Opens (creating if missing) the dataset's view directory. An existing directory must
+    /// carry the marker or be empty (then it is adopted); anything else is refused untouched.
+    fn open_dataset(&self, root: BorrowedFd<'_>, dataset: &str, create: bool) -> Result<Option<OwnedFd>> {
+        if dataset.starts_with('.') {
+            return Err(self.refused(dataset, self.dataset_path(dataset).display().to_string(), "a hidden dataset name cannot be a view"));
+        }
+        let path = self.dataset_path(dataset);
+        let fd = match open_dir_at(root, dataset) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.op(&|| format!("creating {}", path.display()))?;
+                match rustix::fs::mkdirat(root, dataset, Mode::from_raw_mode(0o755)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(Error::io(format!("creating {}", path.display()), errno(e))),
+                }
+                self.op(&|| format!("syncing {}", self.root.display()))?;
+                rustix::fs::fsync(root).map_err(errno).map_err(self.io_err(format!("syncing {}", self.root.display())))?;
+                open_dir_at(root, dataset).map_err(self.io_err(format!("opening {}", path.display())))?
+            }
+            Err(e) if is_errno(&e, rustix::io::Errno::LOOP) || is_errno(&e, rustix::io::Errno::NOTDIR) => {
+                return Err(self.refused(
+                    dataset,
+                    path.display().to_string(),
+                    "exists and is a symlink or not a directory; refusing to follow or replace it",
+                ));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e)),
+        };
+        match stat_kind(fd.as_fd(), rule::MARKER) {
+            Ok((FileType::RegularFile, _)) => return Ok(Some(fd)),
+            Ok(_) => {
+                return Err(self.refused(dataset, path.display().to_string(), format!("{} is not a regular file", rule::MARKER)));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("inspecting {}", path.join(rule::MARKER).display()), e)),
+        }
+        if !create {
+            return Err(self.refused(dataset, path.display().to_string(), "exists and is not a manifestdb view directory"));
+        }
+        let empty = list_names(fd.as_fd()).map_err(self.io_err(format!("listing {}", path.display())))?.is_empty();
+        if !empty {
+            return Err(self.refused(
+                dataset,
+                path.display().to_string(),
+                format!(
+                    "exists, is not empty and is not a manifestdb view directory (no {} marker); refusing to write into it or \
+                     delete anything in it: move it away or choose another view root",
+                    rule::MARKER
+                ),
+            ));
+        }
+        self.op(&|| format!("creating {}", path.join(rule::MARKER).display()))?;
+        let marker = rustix::fs::openat(
+            fd.as_fd(),
+            rule::MARKER,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(errno)
+        .map_err(self.io_err(format!("creating {}", path.join(rule::MARKER).display())))?;
+        let mut marker = std::fs::File::from(marker);
+        marker
+            .write_all(format!("manifestdb view directory of dataset {dataset}; `current` names its current generation\n").as_bytes())
+            .and_then(|()| marker.sync_all())
+            .map_err(self.io_err(format!("writing {}", path.join(rule::MARKER).display())))?;
+        self.op(&|| format!("syncing {}", path.display()))?;
+        rustix::fs::fsync(&fd).map_err(errno).map_err(self.io_err(format!("syncing {}", path.display())))?;
+        Ok(Some(fd))
+    }
+
+    fn list(&self, ds: BorrowedFd<'_>, dataset: &str) -> Result<Listing> {
+        let mut listing = Listing::default();
+        for name in list_names(ds).map_err(self.io_err(format!("listing {}", self.dataset_path(dataset).display())))? {
+            if let Some(n) = rule::parse_view_name(&name) {
+                listing.views.push(n);
+            } else if rule::is_leftover(&name) {
+                listing.leftovers.push(name);
+            }
+        }
+        listing.views.sort_unstable();
+        Ok(listing)
+    }
+
+    /// The generation `current` names: `None` if there is no `current`.
+    fn current_target(&self, ds: BorrowedFd<'_>, dataset: &str) -> Result<Option<u64>> {
+        let path = self.dataset_path(dataset).join(rule::CURRENT);
+        match rustix::fs::readlinkat(ds, rule::CURRENT, Vec::new()) {
+            Ok(target) => {
+                let target = target.to_string_lossy().into_owned();
+                rule::parse_view_name(&target).map(Some).ok_or_else(|| {
+                    self.refused(dataset, path.display().to_string(), format!("is a symlink to {target:?}, not to a view v<N>"))
+                })
+            }
+            Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(rustix::io::Errno::INVAL) => {
+                Err(self.refused(dataset, path.display().to_string(), "exists and is not a symlink; refusing to replace it"))
+            }
+            Err(e) => Err(Error::io(format!("reading {}", path.display()), errno(e))),
+        }
+    }
+
+    /// Brings the dataset's view up to date with `snapshot`: builds the current generation's
+    /// view if missing, moves `current` to it, removes leftovers of interrupted builds and the
+    /// views of generations the store no longer holds. `None` if nothing is published.
+    pub(crate) fn sync(&self, snapshot: &Snapshot, staging_root: &Path, dataset: &str) -> Result<Option<ViewStatus>> {
+        let _one_build = self.lock.lock();
+        let Some(manifest) = snapshot.manifest(dataset, None)? else {
+            return Ok(None);
+        };
+        let stored: BTreeSet<u64> = snapshot.history(dataset)?.iter().map(|g| g.number).collect();
+        let number = manifest.generation.number;
+        let plan = rule::plan(&manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+        let root = self.open_root()?;
+        let Some(ds) = self.open_dataset(root.as_fd(), dataset, true)? else {
+            return Err(self.refused(dataset, self.dataset_path(dataset).display().to_string(), "could not be created"));
+        };
+        let listing = self.list(ds.as_fd(), dataset)?;
+        let target = self.current_target(ds.as_fd(), dataset)?;
+        for leftover in &listing.leftovers {
+            self.remove_entry(ds.as_fd(), dataset, leftover)?;
+        }
+        let built = !listing.views.contains(&number);
+        if built {
+            self.build(ds.as_fd(), dataset, staging_root, &plan, &manifest)?;
+        }
+        let swapped = target != Some(number);
+        if swapped {
+            self.swap(ds.as_fd(), dataset, number)?;
+        }
+        let removed = rule::views_to_remove(&listing.views, &stored, Some(number));
+        for &n in &removed {
+            self.remove_view(ds.as_fd(), dataset, n)?;
+        }
+        if built || swapped {
+            tracing::info!(dataset, generation = number, built, swapped, removed = removed.len(), "view synced");
+        }
+        let base = self.dataset_path(dataset);
+        Ok(Some(ViewStatus {
+            dataset: dataset.to_owned(),
+            generation: number,
+            current: base.join(rule::CURRENT),
+            path: base.join(rule::view_name(number)),
+            built,
+            swapped,
+            removed,
+        }))
+    }
+
+    /// Removes the views of `expired` generations, never the one `current` names; refused if
+    /// `current` names one of them (sync the view first). Returns the generations removed.
+    pub(crate) fn remove_expiring(&self, dataset: &str, expired: &[u64]) -> Result<Vec<u64>> {
+        let _one_build = self.lock.lock();
+        let root = self.open_root()?;
+        let Some(ds) = self.open_dataset(root.as_fd(), dataset, false)? else {
+            return Ok(Vec::new());
+        };
+        let listing = self.list(ds.as_fd(), dataset)?;
+        let target = self.current_target(ds.as_fd(), dataset)?;
+        let Some(doomed) = rule::views_expiring(&listing.views, expired, target) else {
+            return Err(self.refused(
+                dataset,
+                self.dataset_path(dataset).join(rule::CURRENT).display().to_string(),
+                format!(
+                    "names v{}, a generation this expiry would remove; the view lags the store: run `manifestdb view sync` first",
+                    target.unwrap_or(0)
+                ),
+            ));
+        };
+        for &n in &doomed {
+            self.remove_view(ds.as_fd(), dataset, n)?;
+        }
+        Ok(doomed)
+    }
+
+    fn build(&self, ds: BorrowedFd<'_>, dataset: &str, staging_root: &Path, plan: &ViewPlan, manifest: &Manifest) -> Result<()> {
+        let building = rule::building_name(plan.generation);
+        let base = self.dataset_path(dataset);
+        let building_path = base.join(&building);
+        let staging = rustix::fs::openat(CWD, staging_root, dir_flags(), Mode::empty())
+            .map_err(errno)
+            .map_err(self.io_err(format!("opening staging root {}", staging_root.display())))?;
+        self.op(&|| format!("creating {}", building_path.display()))?;
+        rustix::fs::mkdirat(ds, building.as_str(), Mode::from_raw_mode(0o755))
+            .map_err(errno)
+            .map_err(self.io_err(format!("creating {}", building_path.display())))?;
+        let view = open_dir_at(ds, &building).map_err(self.io_err(format!("opening {}", building_path.display())))?;
+        for dir in &plan.dirs {
+            let (parent_rel, name) = split_parent(dir);
+            self.op(&|| format!("creating directory {}", building_path.join(dir).display()))?;
+            let parent = open_dirs(view.as_fd(), parent_rel).map_err(self.io_err(format!("opening {}", building_path.display())))?;
+            rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755))
+                .map_err(errno)
+                .map_err(self.io_err(format!("creating directory {}", building_path.join(dir).display())))?;
+        }
+        // Files are in path order, so consecutive files mostly share their directories: keep
+        // the last source and destination directory handles open.
+        let mut sources: HashMap<String, OwnedFd> = HashMap::new();
+        let mut last_dest: Option<(String, OwnedFd)> = None;
+        for file in &plan.files {
+            let (src_dir_rel, src_name) = split_parent(&file.file);
+            let src_key = if src_dir_rel.is_empty() { file.staging_rel.clone() } else { format!("{}/{src_dir_rel}", file.staging_rel) };
+            let source_path = staging_root.join(&file.staging_rel).join(&file.file);
+            if !sources.contains_key(&src_key) {
+                if sources.len() >= 64 {
+                    sources.clear();
+                }
+                let fd = open_dirs(staging.as_fd(), &src_key).map_err(|e| {
+                    self.refused(
+                        dataset,
+                        source_path.display().to_string(),
+                        format!("the accepted attempt's directory cannot be opened without following a symlink: {e}"),
+                    )
+                })?;
+                sources.insert(src_key.clone(), fd);
+            }
+            let src =
+                sources.get(&src_key).map(AsFd::as_fd).ok_or_else(|| Error::io("opening a staging directory", io::Error::other("lost")))?;
+            let (dst_dir_rel, dst_name) = split_parent(&file.rel);
+            if last_dest.as_ref().is_none_or(|(rel, _)| rel != dst_dir_rel) {
+                let fd = open_dirs(view.as_fd(), dst_dir_rel).map_err(self.io_err(format!("opening {}", building_path.display())))?;
+                last_dest = Some((dst_dir_rel.to_owned(), fd));
+            }
+            let Some((_, dst)) = &last_dest else { continue };
+            let dest_path = building_path.join(&file.rel);
+            match self.mode {
+                ViewMode::HardLink => {
+                    self.op(&|| format!("linking {}", dest_path.display()))?;
+                    match rustix::fs::linkat(src, src_name, dst, dst_name, AtFlags::empty()) {
+                        Ok(()) => {}
+                        Err(rustix::io::Errno::XDEV) => {
+                            return Err(Error::ViewRoot {
+                                root: self.root.clone(),
+                                reason: format!(
+                                    "is on another file system than the staging root {}: hard links cannot cross file systems; use copy mode",
+                                    staging_root.display()
+                                ),
+                            });
+                        }
+                        Err(rustix::io::Errno::NOENT) => {
+                            return Err(self.refused(dataset, source_path.display().to_string(), "the accepted file is missing"));
+                        }
+                        Err(e) => return Err(Error::io(format!("linking {} to {}", dest_path.display(), source_path.display()), errno(e))),
+                    }
+                    // Check the link just made, not the source before: the link is ours and
+                    // cannot be swapped under us.
+                    let (kind, st) =
+                        stat_kind(dst.as_fd(), dst_name).map_err(self.io_err(format!("inspecting {}", dest_path.display())))?;
+                    if kind != FileType::RegularFile || u64::try_from(st.st_size).ok() != Some(file.size_bytes) {
+                        return Err(self.refused(
+                            dataset,
+                            source_path.display().to_string(),
+                            format!(
+                                "is not the regular file of {} bytes the generation records (found a {kind:?} of {} bytes)",
+                                file.size_bytes, st.st_size
+                            ),
+                        ));
+                    }
+                }
+                ViewMode::Copy => {
+                    self.op(&|| format!("copying {}", dest_path.display()))?;
+                    self.copy(src, src_name, dst.as_fd(), dst_name, file, dataset, &source_path, &dest_path)?;
+                }
+            }
+        }
+        drop(sources);
+        drop(last_dest);
+        if self.mode == ViewMode::HardLink {
+            // A new link changes its file's link count: make it durable with the file.
+            for file in &plan.files {
+                let dest_path = building_path.join(&file.rel);
+                self.op(&|| format!("syncing {}", dest_path.display()))?;
+                let (dir_rel, name) = split_parent(&file.rel);
+                let dir = open_dirs(view.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", building_path.display())))?;
+                let fd = rustix::fs::openat(&dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+                    .map_err(errno)
+                    .map_err(self.io_err(format!("opening {}", dest_path.display())))?;
+                rustix::fs::fsync(&fd).map_err(errno).map_err(self.io_err(format!("syncing {}", dest_path.display())))?;
+            }
+        }
+        let manifest_path = building_path.join(rule::MANIFEST_FILE);
+        let mut doc = serde_json::to_vec_pretty(&ViewManifest::of(manifest, self.mode))
+            .map_err(|e| Error::io(format!("encoding {}", manifest_path.display()), io::Error::other(e)))?;
+        doc.push(b'\n');
+        self.op(&|| format!("writing {}", manifest_path.display()))?;
+        let fd = rustix::fs::openat(
+            &view,
+            rule::MANIFEST_FILE,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(errno)
+        .map_err(self.io_err(format!("creating {}", manifest_path.display())))?;
+        let mut out = std::fs::File::from(fd);
+        out.write_all(&doc).map_err(self.io_err(format!("writing {}", manifest_path.display())))?;
+        self.op(&|| format!("syncing {}", manifest_path.display()))?;
+        out.sync_all().map_err(self.io_err(format!("syncing {}", manifest_path.display())))?;
+        for dir in plan.dirs.iter().rev() {
+            let dir_path = building_path.join(dir);
+            self.op(&|| format!("syncing {}", dir_path.display()))?;
+            let fd = open_dirs(view.as_fd(), dir).map_err(self.io_err(format!("opening {}", dir_path.display())))?;
+            rustix::fs::fsync(&fd).map_err(errno).map_err(self.io_err(format!("syncing {}", dir_path.display())))?;
+        }
+        self.op(&|| format!("syncing {}", building_path.display()))?;
+        rustix::fs::fsync(&view).map_err(errno).map_err(self.io_err(format!("syncing {}", building_path.display())))?;
+        let final_name = rule::view_name(plan.generation);
+        self.op(&|| format!("renaming {} to {final_name}", building_path.display()))?;
+        rustix::fs::renameat_with(ds, building.as_str(), ds, final_name.as_str(), RenameFlags::NOREPLACE)
+            .map_err(errno)
+            .map_err(self.io_err(format!("renaming {} to {final_name}", building_path.display())))?;
+        self.op(&|| format!("syncing {}", base.display()))?;
+        rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))?;
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)] // reason: one copy's source, destination and record, all needed for its messages
+    fn copy(
+        &self,
+        src: BorrowedFd<'_>,
+        src_name: &str,
+        dst: BorrowedFd<'_>,
+        dst_name: &str,
+        file: &rule::ViewFile,
+        dataset: &str,
+        source_path: &Path,
+        dest_path: &Path,
+    ) -> Result<()> {
+        let input = match rustix::fs::openat(src, src_name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::LOOP) => {
+                return Err(self.refused(dataset, source_path.display().to_string(), "is a symlink; refusing to follow it"));
+            }
+            Err(rustix::io::Errno::NOENT) => {
+                return Err(self.refused(dataset, source_path.display().to_string(), "the accepted file is missing"));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", source_path.display()), errno(e))),
+        };
+        let st = rustix::fs::fstat(&input).map_err(errno).map_err(self.io_err(format!("inspecting {}", source_path.display())))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(self.refused(dataset, source_path.display().to_string(), "is not a regular file"));
+        }
+        let output = rustix::fs::openat(
+            dst,
+            dst_name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(errno)
+        .map_err(self.io_err(format!("creating {}", dest_path.display())))?;
+        let mut input = std::fs::File::from(input);
+        let mut output = std::fs::File::from(output);
+        let mut hasher = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        let mut size = 0u64;
+        loop {
+            let n = input.read(&mut buf).map_err(self.io_err(format!("reading {}", source_path.display())))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            size += n as u64;
+            output.write_all(&buf[..n]).map_err(self.io_err(format!("writing {}", dest_path.display())))?;
+        }
+        let crc = hasher.finalize();
+        if size != file.size_bytes || crc != file.crc32 {
+            return Err(self.refused(
+                dataset,
+                source_path.display().to_string(),
+                format!(
+                    "has {size} bytes and crc32 {crc:#010x}, the generation records {} bytes and crc32 {:#010x}",
+                    file.size_bytes, file.crc32
+                ),
+            ));
+        }
+        self.op(&|| format!("syncing {}", dest_path.display()))?;
+        output.sync_all().map_err(self.io_err(format!("syncing {}", dest_path.display())))
+    }
+
+    fn swap(&self, ds: BorrowedFd<'_>, dataset: &str, generation: u64) -> Result<()> {
+        let base = self.dataset_path(dataset);
+        let target = rule::view_name(generation);
+        self.op(&|| format!("creating {}", base.join(rule::CURRENT_NEW).display()))?;
+        match rustix::fs::unlinkat(ds, rule::CURRENT_NEW, AtFlags::empty()) {
+            Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+            Err(e) => return Err(Error::io(format!("removing {}", base.join(rule::CURRENT_NEW).display()), errno(e))),
+        }
+        rustix::fs::symlinkat(target.as_str(), ds, rule::CURRENT_NEW)
+            .map_err(errno)
+            .map_err(self.io_err(format!("creating {}", base.join(rule::CURRENT_NEW).display())))?;
+        self.op(&|| format!("renaming {} over {}", rule::CURRENT_NEW, base.join(rule::CURRENT).display()))?;
+        rustix::fs::renameat(ds, rule::CURRENT_NEW, ds, rule::CURRENT)
+            .map_err(errno)
+            .map_err(self.io_err(format!("moving {} to {target}", base.join(rule::CURRENT).display())))?;
+        self.op(&|| format!("syncing {}", base.display()))?;
+        rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))
+    }
+
+    /// Removes view `v<N>`: renamed away first (so no half-removed `v<N>` is ever seen), then
+    /// its tree.
+    fn remove_view(&self, ds: BorrowedFd<'_>, dataset: &str, generation: u64) -> Result<()> {
+        let base = self.dataset_path(dataset);
+        let name = rule::view_name(generation);
+        let expired = rule::expired_name(generation);
+        match stat_kind(ds, &expired) {
+            Ok(_) => self.remove_entry(ds, dataset, &expired)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("inspecting {}", base.join(&expired).display()), e)),
+        }
+        self.op(&|| format!("renaming {} to {expired}", base.join(&name).display()))?;
+        rustix::fs::renameat_with(ds, name.as_str(), ds, expired.as_str(), RenameFlags::NOREPLACE)
+            .map_err(errno)
+            .map_err(self.io_err(format!("renaming {} to {expired}", base.join(&name).display())))?;
+        self.op(&|| format!("syncing {}", base.display()))?;
+        rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))?;
+        self.remove_entry(ds, dataset, &expired)?;
+        tracing::info!(dataset, generation, "view removed: its generation expired");
+        Ok(())
+    }
+
+    /// Removes one leftover entry of the dataset directory (a tree or a symlink).
+    fn remove_entry(&self, ds: BorrowedFd<'_>, dataset: &str, name: &str) -> Result<()> {
+        let path = self.dataset_path(dataset).join(name);
+        let (kind, _) = match stat_kind(ds, name) {
+            Ok(found) => found,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(format!("inspecting {}", path.display()), e)),
+        };
+        if kind == FileType::Directory {
+            self.remove_tree(ds, name, &path, 0)?;
+        } else {
+            self.op(&|| format!("removing {}", path.display()))?;
+            rustix::fs::unlinkat(ds, name, AtFlags::empty()).map_err(errno).map_err(self.io_err(format!("removing {}", path.display())))?;
+        }
+        self.op(&|| format!("syncing {}", self.dataset_path(dataset).display()))?;
+        rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", self.dataset_path(dataset).display())))
+    }
+
+    fn remove_tree(&self, parent: BorrowedFd<'_>, name: &str, path: &Path, depth: usize) -> Result<()> {
+        if depth > rule::VIEW_PATH_BYTES_MAX / 2 {
+            return Err(Error::io(format!("removing {}", path.display()), io::Error::other("nested too deep")));
+        }
+        let dir = open_dir_at(parent, name).map_err(self.io_err(format!("opening {}", path.display())))?;
+        for child in list_names(dir.as_fd()).map_err(self.io_err(format!("listing {}", path.display())))? {
+            let child_path = path.join(&child);
+            let (kind, _) = stat_kind(dir.as_fd(), &child).map_err(self.io_err(format!("inspecting {}", child_path.display())))?;
+            if kind == FileType::Directory {
+                self.remove_tree(dir.as_fd(), &child, &child_path, depth + 1)?;
+            } else {
+                self.op(&|| format!("removing {}", child_path.display()))?;
+                rustix::fs::unlinkat(&dir, child.as_str(), AtFlags::empty())
+                    .map_err(errno)
+                    .map_err(self.io_err(format!("removing {}", child_path.display())))?;
+            }
+        }
+        drop(dir);
+        self.op(&|| format!("removing directory {}", path.display()))?;
+        rustix::fs::unlinkat(parent, name, AtFlags::REMOVEDIR).map_err(errno).map_err(self.io_err(format!("removing {}", path.display())))
+    }
+}
+
+/// Every entry name of a directory but `.` and `..`. Names that are not UTF-8 are returned
+/// lossily (views only ever create UTF-8 names; anything else is reported, never deleted by
+/// name).
+fn list_names(dir: BorrowedFd<'_>) -> io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    for entry in Dir::read_from(dir).map_err(errno)? {
+        let entry = entry.map_err(errno)?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        out.push(OsStr::from_bytes(name).to_string_lossy().into_owned());
+    }
+    Ok(out)
+}
+
+/// Walks a view directory without following symlinks: every path (relative) and what it is.
+fn walk_view(view: BorrowedFd<'_>) -> io::Result<BTreeMap<String, Found>> {
+    let mut out = BTreeMap::new();
+    let mut stack: Vec<(OwnedFd, String)> =
+        vec![(rustix::fs::openat(view, ".", dir_flags(), Mode::empty()).map_err(errno)?, String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        for name in list_names(dir.as_fd())? {
+            let child = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            let (kind, st) = stat_kind(dir.as_fd(), &name)?;
+            match kind {
+                FileType::Directory => {
+                    out.insert(child.clone(), Found::Dir);
+                    if child.len() < rule::VIEW_PATH_BYTES_MAX {
+                        stack.push((open_dir_at(dir.as_fd(), &name)?, child));
+                    }
+                }
+                FileType::RegularFile => {
+                    out.insert(child, Found::File { size_bytes: u64::try_from(st.st_size).unwrap_or(0) });
+                }
+                _ => {
+                    out.insert(child, Found::Other);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn crc_at(base: BorrowedFd<'_>, rel: &str) -> io::Result<u32> {
+    let (dir_rel, name) = split_parent(rel);
+    let dir = open_dirs(base, dir_rel)?;
+    let fd = rustix::fs::openat(&dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
+    let mut file = std::fs::File::from(fd);
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Verify's view check: every dataset's `current` names its current generation's view, every
+/// view present is of a generation the store holds and matches it exactly (no missing link,
+/// no extra file, sizes and, with checksums, CRC32s as recorded, a manifest that agrees).
+/// Returns `(path, message)` findings and notes.
+pub(crate) fn check(snapshot: &Snapshot, root: &Path, files: Option<FileCheck>) -> (Vec<(String, String)>, Vec<String>) {
+    let mut findings = Vec::new();
+    let mut notes = Vec::new();
+    let root_fd = match rustix::fs::openat(CWD, root, dir_flags(), Mode::empty()) {
+        Ok(fd) => fd,
+        Err(e) => {
+            findings.push((root.display().to_string(), format!("the view root cannot be opened: {}", errno(e))));
+            return (findings, notes);
+        }
+    };
+    let datasets = match snapshot.datasets() {
+        Ok(d) => d,
+        Err(e) => {
+            findings.push((root.display().to_string(), format!("datasets cannot be listed: {e}")));
+            return (findings, notes);
+        }
+    };
+    for dataset in &datasets {
+        let base = root.join(dataset);
+        let here = |rel: &str| base.join(rel).display().to_string();
+        let Ok(Some(current)) = snapshot.current(dataset) else { continue };
+        let ds = match open_dir_at(root_fd.as_fd(), dataset) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                findings
+                    .push((here(""), format!("no view directory; generation {} has no view (run `manifestdb view sync`)", current.number)));
+                continue;
+            }
+            Err(e) => {
+                findings.push((here(""), format!("cannot be opened as a directory: {e}")));
+                continue;
+            }
+        };
+        if !matches!(stat_kind(ds.as_fd(), rule::MARKER), Ok((FileType::RegularFile, _))) {
+            findings.push((here(rule::MARKER), "missing: the directory is not marked as a manifestdb view".into()));
+        }
+        let stored: BTreeSet<u64> = snapshot.history(dataset).map(|h| h.iter().map(|g| g.number).collect()).unwrap_or_default();
+        match rustix::fs::readlinkat(ds.as_fd(), rule::CURRENT, Vec::new()) {
+            Ok(target) => {
+                let target = target.to_string_lossy().into_owned();
+                match rule::parse_view_name(&target) {
+                    Some(n) if n == current.number => {}
+                    Some(n) if stored.contains(&n) => findings.push((
+                        here(rule::CURRENT),
+                        format!(
+                            "names v{n}, but the store's current generation is {} (the view lags: run `manifestdb view sync`)",
+                            current.number
+                        ),
+                    )),
+                    Some(n) => findings.push((here(rule::CURRENT), format!("names v{n}, a generation the store does not hold"))),
+                    None => findings.push((here(rule::CURRENT), format!("is a symlink to {target:?}, not to a view"))),
+                }
+                if rule::parse_view_name(&target).is_some() && stat_kind(ds.as_fd(), &target).is_err() {
+                    findings.push((here(rule::CURRENT), format!("names {target}, which does not exist")));
+                }
+            }
+            Err(rustix::io::Errno::NOENT) => findings.push((here(rule::CURRENT), "missing (run `manifestdb view sync`)".into())),
+            Err(e) => findings.push((here(rule::CURRENT), format!("is not a readable symlink: {}", errno(e)))),
+        }
+        let names = match list_names(ds.as_fd()) {
+            Ok(names) => names,
+            Err(e) => {
+                findings.push((here(""), format!("cannot be listed: {e}")));
+                continue;
+            }
+        };
+        for name in names {
+            if rule::is_leftover(&name) {
+                notes.push(format!("{}: left by an interrupted view build or removal; the next view sync removes it", here(&name)));
+                continue;
+            }
+            let Some(n) = rule::parse_view_name(&name) else {
+                if name != rule::MARKER && name != rule::CURRENT {
+                    notes.push(format!("{}: not a view; left alone", here(&name)));
+                }
+                continue;
+            };
+            if !stored.contains(&n) {
+                findings.push((
+                    here(&name),
+                    format!("view of generation {n}, which the store no longer holds (expired); view sync removes it"),
+                ));
+                continue;
+            }
+            let manifest = match snapshot.manifest(dataset, Some(n)) {
+                Ok(Some(m)) => m,
+                Ok(None) => continue,
+                Err(e) => {
+                    findings.push((here(&name), format!("generation {n} cannot be read: {e}")));
+                    continue;
+                }
+            };
+            let plan = match rule::plan(&manifest) {
+                Ok(plan) => plan,
+                Err(r) => {
+                    findings.push((here(&name), format!("generation {n} cannot be placed in a view: {}: {}", r.path, r.reason)));
+                    continue;
+                }
+            };
+            let view = match open_dir_at(ds.as_fd(), &name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    findings.push((here(&name), format!("cannot be opened: {e}")));
+                    continue;
+                }
+            };
+            match walk_view(view.as_fd()) {
+                Ok(found) => {
+                    for (path, message) in rule::diff(&plan, &found) {
+                        findings.push((here(&format!("{name}/{path}")), message));
+                    }
+                }
+                Err(e) => findings.push((here(&name), format!("cannot be walked: {e}"))),
+            }
+            if files == Some(FileCheck::SizeAndChecksum) {
+                for file in &plan.files {
+                    match crc_at(view.as_fd(), &file.rel) {
+                        Ok(crc) if crc == file.crc32 => {}
+                        Ok(crc) => findings.push((
+                            here(&format!("{name}/{}", file.rel)),
+                            format!("has crc32 {crc:#010x}, the generation records {:#010x}", file.crc32),
+                        )),
+                        // Missing files are already reported by the diff.
+                        Err(_) => {}
+                    }
+                }
+            }
+            let manifest_path = base.join(&name).join(rule::MANIFEST_FILE);
+            match ViewManifest::read(&manifest_path) {
+                Ok(doc) if doc.generation == n && doc.dataset == *dataset => {
+                    let expected = ViewManifest::of(&manifest, ViewMode::HardLink);
+                    if doc.partitions != expected.partitions {
+                        findings
+                            .push((manifest_path.display().to_string(), format!("does not list generation {n}'s partitions and files")));
+                    }
+                }
+                Ok(doc) => findings.push((
+                    manifest_path.display().to_string(),
+                    format!("describes generation {} of {:?}, not {n} of {dataset:?}", doc.generation, doc.dataset),
+                )),
+                Err(e) => findings.push((manifest_path.display().to_string(), e.to_string())),
+            }
+        }
+    }
+    (findings, notes)
+}

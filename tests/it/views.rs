@@ -1,0 +1,443 @@
+//! Published views: `current` names only a complete view of a generation the store holds
+//! (DOMAIN.md invariant 13), through retried attempts, crashes between commit and swap,
+//! rollback, expiry, cleanup and hostile file-system states.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use manifestdb::{
+    ApplyOptions, CleanupOptions, Error, FileCheck, PublishOptions, PublishOutcome, RetentionPolicy, RollbackOutcome, RunMode, Store,
+    StoreOptions, TaskKey, VerifyOptions, ViewManifest, ViewMode, ViewOptions,
+};
+
+use crate::support::{read_rows, run_attempt, run_spec};
+
+const DATASET: &str = "daily_units";
+
+struct Env {
+    dir: tempfile::TempDir,
+    store: Store,
+}
+
+fn options(views: &Path, mode: ViewMode) -> StoreOptions {
+    StoreOptions { views: Some(ViewOptions { root: views.to_path_buf(), mode }), ..StoreOptions::default() }
+}
+
+impl Env {
+    fn new() -> Env {
+        Env::with_mode(ViewMode::HardLink)
+    }
+
+    fn with_mode(mode: ViewMode) -> Env {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store =
+            Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&dir.path().join("views"), mode))
+                .expect("open store with views");
+        Env { dir, store }
+    }
+
+    fn views(&self) -> PathBuf {
+        self.dir.path().join("views")
+    }
+
+    fn dataset_dir(&self) -> PathBuf {
+        self.views().join(DATASET)
+    }
+
+    /// Reopens the store without naming the views: the recorded view root is used.
+    fn reopen(self) -> Env {
+        let Env { dir, store } = self;
+        drop(store);
+        let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).expect("reopen store");
+        Env { dir, store }
+    }
+
+    /// The generation `current` names, if any.
+    fn current_target(&self) -> Option<u64> {
+        let target = std::fs::read_link(self.dataset_dir().join("current")).ok()?;
+        target.to_str()?.strip_prefix('v')?.parse().ok()
+    }
+
+    fn view_findings(&self) -> Vec<String> {
+        let report = self.store.snapshot().expect("snapshot").verify(&VerifyOptions {
+            files: Some(FileCheck::SizeAndChecksum),
+            integrity_check: false,
+            ..VerifyOptions::default()
+        });
+        report.findings.iter().filter(|f| f.table == "views").map(ToString::to_string).collect()
+    }
+}
+
+/// Declares a run, runs one attempt per partition (two for `retried`, both valid: the lost
+/// acknowledgement of the seeds' scenario), validates and publishes.
+fn publish(store: &Store, run: &str, parts: &[(&str, u64, i64)], retried: &[&str]) -> manifestdb::Result<PublishOutcome> {
+    let snapshot = format!("input@{run}");
+    store.declare_run(&run_spec(DATASET, run, &snapshot, parts))?;
+    for (partition, rows, total) in parts {
+        let task = TaskKey::new(DATASET, run, *partition);
+        let attempts = if retried.contains(partition) { 2 } else { 1 };
+        for _ in 0..attempts {
+            let ticket = run_attempt(store, &task, &snapshot, *rows, *total);
+            store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum)?;
+        }
+    }
+    store.publish(DATASET, run, &PublishOptions::default())
+}
+
+fn published(outcome: manifestdb::Result<PublishOutcome>) -> u64 {
+    match outcome.expect("publish") {
+        PublishOutcome::Published(g) | PublishOutcome::AlreadyPublished(g) => g.number,
+        PublishOutcome::Refused(r) => panic!("refused: {r}"),
+    }
+}
+
+/// Every regular file under `dir` (following nothing), relative, with `(rows, total)` for CSVs.
+fn files_under(dir: &Path) -> BTreeMap<String, (u64, i64)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("list") {
+            let path = entry.expect("entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("meta");
+            if meta.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "csv") {
+                let rel = path.strip_prefix(dir).expect("inside").to_string_lossy().into_owned();
+                out.insert(rel, read_rows(&path));
+            }
+        }
+    }
+    out
+}
+
+const PARTS: [(&str, u64, i64); 3] = [("date=1/region=eu", 4, 100), ("date=1/region=us", 3, 70), ("date=2/region=eu", 2, 50)];
+
+#[test]
+fn current_holds_exactly_one_attempt_per_partition_after_retries() {
+    let env = Env::new();
+    let generation = published(publish(&env.store, "r1", &PARTS, &["date=1/region=eu", "date=2/region=eu"]));
+    assert_eq!(env.current_target(), Some(generation));
+    let current = env.dataset_dir().join("current");
+    let seen = files_under(&current);
+    let expected: BTreeMap<String, (u64, i64)> = PARTS.iter().map(|(p, rows, total)| (format!("{p}/part.csv"), (*rows, *total))).collect();
+    assert_eq!(seen, expected, "one file per partition, the partition's own rows and total");
+    // The staging tree holds both attempts of the retried partitions.
+    let staged: i64 = files_under(&env.dir.path().join("staging")).values().map(|(_, t)| t).sum();
+    assert_eq!(staged, 100 + 70 + 50 + 100 + 50);
+    let manifest = ViewManifest::read(current.join("_manifest.json")).expect("manifest");
+    assert_eq!((manifest.generation, manifest.dataset.as_str(), manifest.file_mode.as_str()), (generation, DATASET, "hard_link"));
+    assert_eq!(manifest.totals.total, Some(220));
+    assert_eq!(manifest.totals.files, 3);
+    for p in &manifest.partitions {
+        assert_eq!(p.attempt, 1, "the lowest valid attempt is the one in the view");
+    }
+    // Hard links: the view's file is the accepted attempt's file, no copy.
+    use std::os::unix::fs::MetadataExt;
+    let entry = env.store.snapshot().unwrap().partition(DATASET, "date=1/region=eu", None).unwrap().unwrap();
+    let staged = std::fs::metadata(entry.staging_dir.expect("absolute staging dir").join("part.csv")).unwrap();
+    let linked = std::fs::metadata(current.join("date=1/region=eu/part.csv")).unwrap();
+    assert_eq!((staged.dev(), staged.ino()), (linked.dev(), linked.ino()));
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+}
+
+#[test]
+fn copy_mode_copies_and_checks_every_byte() {
+    let env = Env::with_mode(ViewMode::Copy);
+    let generation = published(publish(&env.store, "r1", &PARTS, &[]));
+    let current = env.dataset_dir().join("current");
+    assert_eq!(files_under(&current).len(), 3);
+    use std::os::unix::fs::MetadataExt;
+    let entry = env.store.snapshot().unwrap().partition(DATASET, "date=1/region=eu", None).unwrap().unwrap();
+    let staged = std::fs::metadata(entry.staging_dir.unwrap().join("part.csv")).unwrap();
+    let copied = std::fs::metadata(current.join("date=1/region=eu/part.csv")).unwrap();
+    assert_ne!(staged.ino(), copied.ino(), "a copy, not a link");
+    assert_eq!(ViewManifest::read(current.join("_manifest.json")).unwrap().file_mode, "copy");
+    assert_eq!(env.current_target(), Some(generation));
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+}
+
+/// Every file operation of the view build of generation 2 fails in turn, as a crash there
+/// would stop it. `current` must then name a complete view of a stored generation (v1, or v2
+/// once the swap's rename happened), and a sync (reopen or `sync_view`) must bring it to v2.
+#[test]
+fn a_crash_at_any_view_operation_leaves_current_on_a_complete_view() {
+    let second: [(&str, u64, i64); 2] = [("date=1/region=eu", 5, 120), ("date=3/region=eu", 1, 9)];
+    // Count the operations of a clean build of generation 2.
+    let total = {
+        let env = Env::new();
+        published(publish(&env.store, "r1", &PARTS, &[]));
+        env.store.inject_view_failure(None);
+        published(publish(&env.store, "r2", &second, &["date=3/region=eu"]));
+        env.store.view_operations()
+    };
+    assert!(total >= 15, "a build has at least mkdir, links, syncs, manifest, rename and swap: {total}");
+    for k in 0..total {
+        let env = Env::new();
+        published(publish(&env.store, "r1", &PARTS, &[]));
+        env.store.inject_view_failure(Some(k));
+        match publish(&env.store, "r2", &second, &[]) {
+            Err(Error::ViewLagging { generation: 2, .. }) => {}
+            other => panic!("operation {k}: expected the view to lag, got {other:?}"),
+        }
+        let target = env.current_target();
+        assert!(matches!(target, Some(1 | 2)), "operation {k}: current names {target:?}");
+        // Whatever current names is complete: the only acceptable finding is the lag itself.
+        let findings: Vec<String> = env.view_findings().into_iter().filter(|f| !f.contains("the view lags")).collect();
+        assert!(findings.is_empty(), "operation {k}: {findings:?}");
+        let expected = if target == Some(1) { 220 } else { 120 + 70 + 50 + 9 };
+        let seen: i64 = files_under(&env.dataset_dir().join("current")).values().map(|(_, t)| t).sum();
+        assert_eq!(seen, expected, "operation {k}: current's data is exactly one generation's");
+        // Bring it up to date: by reopening (even k) or by an explicit sync (odd k).
+        let env = if k % 2 == 0 {
+            env.reopen()
+        } else {
+            let status = env.store.sync_view(DATASET).expect("sync").expect("a status");
+            assert_eq!(status.generation, 2);
+            env
+        };
+        assert_eq!(env.current_target(), Some(2), "operation {k}: after sync");
+        assert!(env.view_findings().is_empty(), "operation {k}: after sync: {:?}", env.view_findings());
+        let leftovers: Vec<String> = std::fs::read_dir(env.dataset_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".building") || n.starts_with(".expired") || n == ".current-new")
+            .collect();
+        assert!(leftovers.is_empty(), "operation {k}: leftovers {leftovers:?}");
+    }
+    println!("view crash points covered: {total}");
+}
+
+#[test]
+fn a_crash_building_the_first_view_leaves_no_current() {
+    let total = {
+        let env = Env::new();
+        env.store.inject_view_failure(None);
+        published(publish(&env.store, "r1", &PARTS, &[]));
+        env.store.view_operations()
+    };
+    for k in 0..total {
+        let env = Env::new();
+        env.store.inject_view_failure(Some(k));
+        assert!(matches!(publish(&env.store, "r1", &PARTS, &[]), Err(Error::ViewLagging { generation: 1, .. })), "operation {k}");
+        let target = env.current_target();
+        assert!(matches!(target, None | Some(1)), "operation {k}: {target:?}");
+        if target.is_some() {
+            assert_eq!(files_under(&env.dataset_dir().join("current")).len(), 3, "operation {k}");
+        }
+        // A retried publish returns the same generation and repairs the view.
+        assert_eq!(published(env.store.publish(DATASET, "r1", &PublishOptions::default())), 1);
+        assert_eq!(env.current_target(), Some(1));
+        assert!(env.view_findings().is_empty(), "operation {k}: {:?}", env.view_findings());
+    }
+}
+
+#[test]
+fn rollback_moves_current_to_the_restored_content() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS[..1], &[]));
+    published(publish(&env.store, "r2", &[("date=1/region=eu", 2, 7), ("date=9/region=eu", 1, 1)], &[]));
+    assert_eq!(files_under(&env.dataset_dir().join("current")).len(), 2);
+    let RollbackOutcome::RolledBack(generation) = env.store.rollback(DATASET, 1, "ops", "bad data").expect("rollback") else {
+        panic!("refused");
+    };
+    assert_eq!(env.current_target(), Some(generation.number));
+    let seen = files_under(&env.dataset_dir().join("current"));
+    assert_eq!(seen, BTreeMap::from([("date=1/region=eu/part.csv".to_owned(), (4, 100))]), "the partition the rollback removed is absent");
+    let manifest = ViewManifest::read(env.dataset_dir().join("current/_manifest.json")).unwrap();
+    assert_eq!((manifest.kind.as_str(), manifest.restored), ("rollback", Some(1)));
+    // The views of generations 1 and 2 are retained, complete, beside the new one.
+    assert!(env.dataset_dir().join("v1").is_dir() && env.dataset_dir().join("v2").is_dir());
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+}
+
+#[test]
+fn expiry_removes_expired_views_and_cleanup_spares_retained_ones() {
+    let env = Env::new();
+    for (i, total) in [10i64, 20, 30, 40].iter().enumerate() {
+        published(publish(&env.store, &format!("r{i}"), &[("date=1/region=eu", 2, *total)], &["date=1/region=eu"]));
+    }
+    let policy = RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO };
+    let dry = env.store.expire_generations(DATASET, &policy, RunMode::DryRun).unwrap();
+    assert_eq!(dry.expired, [1, 2]);
+    assert!(env.dataset_dir().join("v1").exists(), "a dry run removes nothing");
+    let report = env.store.expire_generations(DATASET, &policy, RunMode::Execute).unwrap();
+    assert_eq!(report.views_removed, [1, 2]);
+    assert!(!env.dataset_dir().join("v1").exists() && !env.dataset_dir().join("v2").exists());
+    assert!(env.dataset_dir().join("v3").is_dir() && env.dataset_dir().join("v4").is_dir());
+    // Cleanup with a short threshold deletes the expired generations' and duplicate attempts'
+    // files, never a file a retained view links, and nothing under the view root.
+    let before_views = files_under(&env.views());
+    let plan = env.store.plan_cleanup(&CleanupOptions { age_threshold: Duration::from_millis(1), force_short_threshold: true }).unwrap();
+    assert!(!plan.candidates.is_empty());
+    let applied = env.store.apply_cleanup(plan.id, &ApplyOptions { mode: RunMode::Execute, ..ApplyOptions::default() }).unwrap();
+    assert!(!applied.deleted.is_empty());
+    assert_eq!(files_under(&env.views()), before_views, "cleanup touched nothing under the view root");
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+    for v in ["v3", "v4"] {
+        let seen = files_under(&env.dataset_dir().join(v));
+        assert_eq!(seen.len(), 1, "{v} complete");
+    }
+}
+
+#[test]
+fn an_expiry_by_a_handle_that_was_not_told_about_views_still_removes_them() {
+    let env = Env::new();
+    for i in 0..3 {
+        published(publish(&env.store, &format!("r{i}"), &[("p=1", 1, i)], &[]));
+    }
+    // The view root is recorded in the store: a plain open keeps the views.
+    let env = env.reopen();
+    assert!(env.store.view_root().is_some());
+    let report = env
+        .store
+        .expire_generations(DATASET, &RetentionPolicy { keep_last: 1, rollback_window: Duration::ZERO }, RunMode::Execute)
+        .unwrap();
+    assert_eq!(report.views_removed, [1, 2]);
+    assert_eq!(env.current_target(), Some(3));
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+}
+
+#[test]
+fn a_reader_holding_an_old_view_reads_it_unchanged_through_a_publish() {
+    use std::io::Read;
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    // The reader resolves `current` once (as engines do when they list the directory) and
+    // keeps reading from that view.
+    let resolved = std::fs::canonicalize(env.dataset_dir().join("current")).unwrap();
+    assert!(resolved.ends_with("v1"));
+    let mut open = std::fs::File::open(resolved.join("date=1/region=eu/part.csv")).unwrap();
+    let mut first_half = vec![0u8; 8];
+    open.read_exact(&mut first_half).unwrap();
+    published(publish(&env.store, "r2", &[("date=1/region=eu", 6, 600)], &[]));
+    assert_eq!(env.current_target(), Some(2));
+    let mut rest = Vec::new();
+    open.read_to_end(&mut rest).unwrap();
+    let whole = [first_half, rest].concat();
+    let text = String::from_utf8(whole).unwrap();
+    let total: i64 = text.lines().skip(1).map(|l| l.split(',').nth(1).unwrap().parse::<i64>().unwrap()).sum();
+    assert_eq!(total, 100, "the open file still holds generation 1's data");
+    assert_eq!(files_under(&resolved).values().map(|(_, t)| t).sum::<i64>(), 220, "v1 is unchanged");
+    assert_eq!(files_under(&env.dataset_dir().join("current")).values().map(|(_, t)| t).sum::<i64>(), 600 + 70 + 50);
+}
+
+#[test]
+fn verify_reports_missing_links_extra_files_and_a_lagging_current() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    let v1 = env.dataset_dir().join("v1");
+    std::fs::remove_file(v1.join("date=1/region=us/part.csv")).unwrap();
+    std::fs::write(v1.join("date=1/region=eu/extra.csv"), "x\n").unwrap();
+    let findings = env.view_findings();
+    assert!(findings.iter().any(|f| f.contains("region=us/part.csv") && f.contains("missing")), "{findings:?}");
+    assert!(findings.iter().any(|f| f.contains("extra.csv") && f.contains("extra file")), "{findings:?}");
+    // A lagging current (as a crash between commit and swap leaves it).
+    env.store.inject_view_failure(Some(0));
+    assert!(publish(&env.store, "r2", &[("p=2", 1, 1)], &[]).is_err());
+    let findings = env.view_findings();
+    assert!(findings.iter().any(|f| f.contains("current") && f.contains("lags")), "{findings:?}");
+}
+
+#[test]
+fn a_view_root_inside_the_staging_root_or_around_it_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let staging = dir.path().join("staging");
+    for root in [staging.join("views"), staging.clone(), dir.path().to_path_buf()] {
+        let err =
+            Store::open_with_options(dir.path().join("store.redb"), &staging, &options(&root, ViewMode::HardLink)).expect_err("refused");
+        assert!(matches!(err, Error::ViewRoot { .. }), "{root:?}: {err}");
+        assert!(err.to_string().contains("staging root"), "{err}");
+    }
+    assert!(!staging.join("views").exists(), "nothing was created inside the staging root");
+    // Nothing was recorded: a plain open has no views.
+    let store = Store::open(dir.path().join("store.redb"), &staging).unwrap();
+    assert!(store.view_root().is_none());
+}
+
+#[test]
+fn a_view_root_on_another_file_system_is_refused_for_hard_links_and_works_with_copies() {
+    use std::os::unix::fs::MetadataExt;
+    let shm = Path::new("/dev/shm");
+    let dir = tempfile::tempdir().unwrap();
+    let other = match tempfile::tempdir_in(shm) {
+        Ok(other) if std::fs::metadata(other.path()).unwrap().dev() != std::fs::metadata(dir.path()).unwrap().dev() => other,
+        _ => {
+            println!("SKIPPED: /dev/shm is missing or on the same file system as the temporary directory");
+            return;
+        }
+    };
+    let root = other.path().join("views");
+    let err = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&root, ViewMode::HardLink))
+        .expect_err("refused");
+    assert!(err.to_string().contains("another file system") && err.to_string().contains("copy"), "{err}");
+    let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&root, ViewMode::Copy))
+        .expect("copy mode crosses file systems");
+    published(publish(&store, "r1", &PARTS, &["date=1/region=eu"]));
+    assert_eq!(files_under(&root.join(DATASET).join("current")).values().map(|(_, t)| t).sum::<i64>(), 220);
+}
+
+#[test]
+fn an_existing_directory_that_is_not_a_view_is_refused_and_left_alone() {
+    let env = Env::new();
+    let foreign = env.dataset_dir();
+    std::fs::create_dir_all(foreign.join("current")).unwrap();
+    std::fs::write(foreign.join("precious.csv"), "keep me\n").unwrap();
+    let err = publish(&env.store, "r1", &PARTS, &[]).expect_err("view refused");
+    let Error::ViewLagging { source, .. } = &err else { panic!("{err}") };
+    assert!(matches!(**source, Error::ViewRefused { .. }), "{source}");
+    assert!(err.to_string().contains("not a manifestdb view directory"), "{err}");
+    assert_eq!(std::fs::read_to_string(foreign.join("precious.csv")).unwrap(), "keep me\n");
+    assert!(foreign.join("current").is_dir(), "nothing deleted");
+    // The publish itself committed.
+    assert_eq!(env.store.snapshot().unwrap().current(DATASET).unwrap().map(|g| g.number), Some(1));
+}
+
+#[test]
+fn a_symlink_in_place_of_the_dataset_directory_or_current_is_refused() {
+    let env = Env::new();
+    let elsewhere = env.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, env.dataset_dir()).unwrap();
+    let err = publish(&env.store, "r1", &PARTS, &[]).expect_err("refused");
+    assert!(err.to_string().contains("symlink"), "{err}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing written through the link");
+    // A dataset directory whose `current` is a real directory.
+    std::fs::remove_file(env.dataset_dir()).unwrap();
+    std::fs::create_dir(env.dataset_dir()).unwrap();
+    std::fs::write(env.dataset_dir().join(".manifestdb-view"), "").unwrap();
+    std::fs::create_dir(env.dataset_dir().join("current")).unwrap();
+    let err = env.store.sync_view(DATASET).expect_err("refused");
+    assert!(err.to_string().contains("not a symlink"), "{err}");
+    assert!(env.dataset_dir().join("current").is_dir());
+}
+
+#[test]
+fn a_partition_path_a_view_cannot_hold_is_refused_without_writing() {
+    let env = Env::new();
+    // Partition keys with `..` never reach the store; these do, and a view cannot place them.
+    for (run, partition) in [("r1", ".hidden/x=1"), ("r2", "a\\b")] {
+        let err = publish(&env.store, run, &[(partition, 1, 1)], &[]).expect_err("refused");
+        assert!(matches!(&err, Error::ViewLagging { source, .. } if matches!(**source, Error::ViewRefused { .. })), "{err}");
+        assert_eq!(env.current_target(), None, "no view was made current");
+    }
+    // The plan is refused before the file system is touched.
+    assert!(!env.dataset_dir().exists(), "no view, no leftover");
+}
+
+#[test]
+fn manifests_give_absolute_paths() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    let manifest = env.store.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap();
+    for entry in &manifest.partitions {
+        let dir = entry.staging_dir.as_ref().expect("known root");
+        assert!(dir.is_absolute() && dir.join(&entry.files[0].path).is_file(), "{dir:?}");
+    }
+    let reader = manifestdb::ReadOnlyStore::open(env.dir.path().join("store.redb")).unwrap();
+    assert!(reader.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap().partitions[0].staging_dir.is_none());
+    let reader = reader.with_staging_root(env.dir.path().join("staging")).unwrap();
+    let entry = &reader.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap().partitions[0];
+    assert!(entry.staging_dir.as_ref().unwrap().is_absolute());
+    assert_eq!(reader.snapshot().unwrap().views().unwrap().map(|v| v.root), Some(std::fs::canonicalize(env.views()).unwrap()));
+}
