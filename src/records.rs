@@ -103,6 +103,15 @@ impl Checked for AttemptRecord {
         if self.verdict.is_some() != self.reconciliation.is_some() {
             return Err("attempt's verdict and its figures are not stored together".into());
         }
+        if let (Some(Verdict::Valid), Some(figures)) = (&self.verdict, &self.reconciliation) {
+            let (rows, total, digest) = figures.effective();
+            if rows != Some(figures.expected_rows) || digest.is_none() {
+                return Err("attempt is valid but its figures do not reconcile with the expectations".into());
+            }
+            if figures.expected_total.is_some() && total != figures.expected_total {
+                return Err("attempt is valid but its total differs from the expected one".into());
+            }
+        }
         Ok(())
     }
 }

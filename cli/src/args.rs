@@ -545,35 +545,46 @@ fn parse_task(value: &str) -> Result<TaskSpec, String> {
 
 const DECLARE_JSON: &str = "\
 Input (--from): {\"dataset\", \"run\", \"snapshot\",
-                 \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}]}
+                 \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}],
+                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?}}
 JSON: {\"dataset\", \"run\", \"snapshot\", \"outcome\": \"declared\"|\"already_declared\",
-       \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}";
+       \"grain\": GRAIN|null, \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}
+GRAIN: {\"format\": \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"}";
 
 const RUN_SHOW_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"snapshot\", \"declared_at_ms\", \"published_generation\": N|null,
+       \"grain\": GRAIN|null (see `manifestdb run declare --help`),
        \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\", \"accepted_attempt\": N|null,
                   \"attempts\": [ATTEMPT]}]}
 ATTEMPT: {\"attempt\", \"status\": \"running\"|\"finished\"|\"valid\"|\"invalid\", \"failures\": [FAILURE],
-          \"started_at_ms\", \"staging_rel\", \"candidate\": CANDIDATE|null}
+          \"started_at_ms\", \"staging_rel\", \"candidate\": CANDIDATE|null, \"reconciliation\": FIGURES|null}
 CANDIDATE: {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}
+FIGURES: {\"basis\": \"reported\"|\"read_csv\"|\"read_parquet\", \"expected\": {\"rows\", \"total\"},
+          \"reported\": {\"rows\", \"total\", \"digest\"}, \"computed\": {\"rows\", \"total\", \"digest\"},
+          \"duplicate_keys\", \"rejected_rows\", \"files_read\", \"bytes_read\"}
 FAILURE: {\"kind\", \"message\", ...}; kind is one of foreign_snapshot, rows_mismatch,
          total_mismatch (expected, got), file_missing (path), file_size_mismatch,
-         file_checksum_mismatch (path, expected, got), file_unreadable (path, error), other";
+         file_checksum_mismatch (path, expected, got), file_unreadable (path, error),
+         reported_mismatch (figure, reported, computed), figure_not_reported (figure),
+         duplicate_grain_key (duplicates, key), missing_key (path, location, column),
+         unparsable_row (path, location, detail), columns_mismatch (path, expected, got),
+         unsupported_column_type (path, column, data_type), malformed_file (path, detail),
+         total_overflow, more_rejected_rows (count), other";
 
 const BEGIN_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"staging_dir\", \"started_at_ms\"}
 --env: MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR='PATH', one per line, shell-quoted.";
 
 const FINISH_JSON: &str = "\
-Input (--from): {\"snapshot\", \"rows\", \"total\"?, \"digest\",
+Input (--from): {\"snapshot\", \"rows\"?, \"total\"?, \"digest\"? (rows and digest required without a grain),
                  \"files\"?: [{\"path\", \"size_bytes\", \"crc32\"}]}
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"recorded\"|\"already_recorded\",
        \"candidate\": {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}}";
 
 const VALIDATE_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"verdict\": \"valid\"|\"invalid\",
-       \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null}
-(failure kinds: see `manifestdb run show --help`)";
+       \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null, \"reconciliation\": FIGURES}
+(failure kinds and FIGURES: see `manifestdb run show --help`)";
 
 const PUBLISH_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"outcome\": \"published\"|\"already_published\"|\"refused\",
