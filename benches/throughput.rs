@@ -4,7 +4,9 @@
 //! `cargo bench --bench throughput -- --quick` runs small sizes (a smoke run, well under three
 //! minutes); without `--quick` it runs the full sizes of issue 6. Human-readable lines go to
 //! standard output as each figure is measured; the last line is one JSON object with every raw
-//! figure, the sizes used and the ratios.
+//! figure, the sizes used and the ratios. Every run also prints the exact fsync/fdatasync
+//! count of each operation (redb's of the store file and the staging syncs of DOMAIN 11);
+//! `-- --fsyncs` prints only those.
 //!
 //! Everything lives in one temporary directory under cargo's target directory, so the raw
 //! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
@@ -722,11 +724,87 @@ fn md_interleaved_publishes(store: &Store, datasets: &[&str], tag: &str, count: 
     Ok(samples)
 }
 
+/// Syncs each operation makes, counted exactly (not timed): redb's through the testing backend
+/// (the store opened in the shipped mode, as `Store::open` opens a file) and the staging syncs
+/// through the store's sync seam. One task writing one file; the first begin of a task creates
+/// its directories, a retry's begin only its own.
+fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
+    use manifestdb::testing::{FaultyBackend, observe_syncs};
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let backend = FaultyBackend::new();
+    let staging = tempfile::tempdir()?;
+    let staging_syncs = Rc::new(Cell::new(0u64));
+    let counter = Rc::clone(&staging_syncs);
+    let count = |report: &mut Report, name: &str, op: &mut dyn FnMut() -> Res<()>| -> Res<()> {
+        let (redb_before, staging_before) = (backend.op_counts().2, staging_syncs.get());
+        op()?;
+        let redb = backend.op_counts().2 - redb_before;
+        let staging = staging_syncs.get() - staging_before;
+        report.put(&format!("fsyncs_{name}_redb"), redb as f64, "fsync/fdatasync of the store file");
+        report.put(&format!("fsyncs_{name}_staging"), staging as f64, "fsync/fdatasync of staging files and directories");
+        Ok(())
+    };
+    observe_syncs(
+        move |_| {
+            counter.set(counter.get() + 1);
+            Ok(())
+        },
+        || -> Res<()> {
+            let mut store = None;
+            count(report, "create", &mut || {
+                store = Some(Store::open_with_backend(backend.clone(), staging.path(), &manifestdb::StoreOptions::default())?);
+                Ok(())
+            })?;
+            let opened = store.take().ok_or("no store")?;
+            let spec = RunSpec {
+                dataset: "fs".into(),
+                run: "r1".into(),
+                snapshot: "s1".into(),
+                tasks: vec![TaskSpec { partition: "date=2026-12-01/region=eu".into(), expected_rows: 1, expected_total: Some(5) }],
+                grain: None,
+            };
+            let task = TaskKey::new("fs", "r1", "date=2026-12-01/region=eu");
+            let store = &opened;
+            count(report, "declare", &mut || Ok(store.declare_run(&spec).map(drop)?))?;
+            let mut ticket = None;
+            count(report, "begin_first", &mut || {
+                ticket = Some(store.begin_attempt(&task)?);
+                Ok(())
+            })?;
+            count(report, "begin_retry", &mut || Ok(store.begin_attempt(&task).map(drop)?))?;
+            let ticket = ticket.ok_or("no ticket")?;
+            fs::write(ticket.staging_dir.join("part.csv"), "item,units\n0,5\n")?;
+            let file = manifestdb::describe_file(&ticket.staging_dir, "part.csv")?;
+            let candidate = Candidate { snapshot: "s1".into(), rows: Some(1), total: Some(5), digest: Some("d".into()), files: vec![file] };
+            count(report, "finish", &mut || Ok(store.finish_attempt(&ticket.key, &candidate).map(drop)?))?;
+            count(report, "validate_1file", &mut || Ok(store.validate_attempt(&ticket.key, FileCheck::Size).map(drop)?))?;
+            count(report, "publish", &mut || Ok(store.publish("fs", "r1", &PublishOptions::default()).map(drop)?))?;
+            let mut opened = Some(opened);
+            count(report, "close", &mut || Ok(opened.take().ok_or("no store")?.close()?))?;
+            count(report, "reopen", &mut || {
+                opened = Some(Store::open_with_backend(backend.clone(), staging.path(), &manifestdb::StoreOptions::default())?);
+                Ok(())
+            })?;
+            drop(opened);
+            Ok(())
+        },
+    )
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--rss-child") {
         let arg = |n: usize| args.get(i + n).cloned().ok_or("missing rss child argument");
         return rss_child(Path::new(&arg(1)?), Path::new(&arg(2)?), arg(3)?.parse()?);
+    }
+    if args.iter().any(|a| a == "--fsyncs") {
+        // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
+        let mut report = Report { figures: Map::new() };
+        fsyncs_per_operation(&mut report)?;
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
     }
     let sizes = if args.iter().any(|a| a == "--quick") { QUICK } else { FULL };
     let root = tempfile::Builder::new().prefix("manifestdb-throughput-").tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
@@ -839,6 +917,8 @@ fn main() -> Res<()> {
     // Peak RSS of a fresh process holding the store (it holds every attempt made above).
     drop(store);
     report.put("rss_mib_1m_attempts", rss_of_child(&dir.join("main.redb"), &staging, big_partitions)?, "MiB (VmHWM of a child)");
+
+    fsyncs_per_operation(&mut report)?;
 
     // Ratios.
     report.ratio("publish_vs_redb", "publish_1task_per_s", "redb_commit_per_s");

@@ -207,9 +207,10 @@ pub enum Error {
     },
 
     /// The attempt was recorded abandoned (its lease ran out before it finished or sent a
-    /// heartbeat); it can no longer finish or renew its lease. Begin a new attempt instead.
+    /// heartbeat, or [`crate::Store::abandon_attempt`] fenced it); it can no longer finish,
+    /// renew its lease or be validated. Begin a new attempt instead.
     #[error(
-        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out); it cannot finish"
+        "attempt {attempt} of task {dataset}/{run}/{partition} was abandoned at {abandoned_at_ms} ms (its lease ran out, or it was abandoned explicitly); it cannot finish, renew its lease or be validated"
     )]
     AttemptAbandoned {
         /// Dataset name.
@@ -254,6 +255,17 @@ pub enum Error {
         generation: u64,
     },
 
+    /// The directory given as the staging root is not this store's: its marker file is
+    /// missing, damaged or names another store, or (for a new store) it already holds files.
+    /// Nothing was created or deleted in it. Give the store's own staging root.
+    #[error("staging root {path} is not this store's: {detail}")]
+    StagingRootMismatch {
+        /// The directory given.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+
     /// The view root cannot serve as one (inside the staging root, containing it, on another
     /// file system for hard links, not a directory). Nothing was created under it.
     #[error("view root {root}: {reason}")]
@@ -293,6 +305,23 @@ pub enum Error {
         /// What stopped the view.
         #[source]
         source: Box<Error>,
+    },
+
+    /// The store's writer crashed (the file was not closed cleanly), no writer holds it now, and
+    /// this process may not write it, so it cannot perform the recovery a read needs first
+    /// (DOMAIN 12). A user who can write the file recovers it with `manifestdb recover` (or
+    /// [`crate::Store::recover`], or any writable open); readers then read the last committed
+    /// generation.
+    #[error(
+        "store {path} was not closed cleanly (its writer crashed) and must be recovered before it can be read, which needs write \
+         access ({source}): run `manifestdb recover --store {path}` as a user who can write it"
+    )]
+    NeedsRecovery {
+        /// The store file.
+        path: PathBuf,
+        /// Why this process could not recover it.
+        #[source]
+        source: std::io::Error,
     },
 }
 

@@ -186,6 +186,16 @@ pub struct PlannedPath {
     pub size_bytes: u64,
     /// Modification time when planned (ms since the Unix epoch).
     pub modified_at_ms: u64,
+    /// The file system's device number when planned.
+    pub device: u64,
+    /// The inode number when planned: a file replaced by another one (a new inode renamed in)
+    /// has another, whatever its size and times.
+    pub inode: u64,
+    /// Modification time when planned, in nanoseconds since the Unix epoch.
+    pub modified_at_ns: u64,
+    /// Status-change time (ctime) when planned, in nanoseconds since the Unix epoch: any write,
+    /// rename or change of attributes moves it, and it cannot be set back.
+    pub changed_at_ns: u64,
     /// Why it may be deleted.
     pub reason: CleanupReason,
     /// The attempt owning it, if the store knows one.
@@ -237,8 +247,8 @@ impl Default for ApplyOptions {
 pub enum SkipReason {
     /// The path no longer exists.
     Missing,
-    /// Its size, modification time or type changed since the plan, or a directory on its way
-    /// became something else (a symlink, a file).
+    /// Its inode, size, modification time, status-change time or type changed since the plan,
+    /// or a directory on its way became something else (a symlink, a file).
     Changed,
     /// The live state now protects it.
     NowProtected(KeepReason),

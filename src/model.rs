@@ -199,7 +199,9 @@ pub enum GateFailure {
         /// CRC32 on disk.
         got: u32,
     },
-    /// A file could not be read (permissions, I/O error).
+    /// A file could not be read (permissions, I/O error). No longer produced: such an error is
+    /// an [`crate::Error::Io`] the caller may retry, never a stored verdict. Kept so that
+    /// verdicts stored by earlier builds still decode.
     FileUnreadable {
         /// Path relative to the staging directory.
         path: String,
@@ -280,6 +282,16 @@ pub enum GateFailure {
         /// Rejected rows not listed.
         count: u64,
     },
+    /// An operator invalidated the attempt (its files were lost, say) with
+    /// [`crate::Store::invalidate_attempt`].
+    Invalidated {
+        /// Who invalidated it.
+        actor: String,
+        /// Why.
+        reason: String,
+        /// When (ms since the Unix epoch).
+        invalidated_at_ms: u64,
+    },
 }
 
 impl std::fmt::Display for GateFailure {
@@ -317,6 +329,7 @@ impl std::fmt::Display for GateFailure {
             GateFailure::MalformedFile { path, message } => write!(f, "file {path:?} is malformed: {message}"),
             GateFailure::TotalOverflow => write!(f, "the measure's sum does not fit a 64-bit integer"),
             GateFailure::MoreRejectedRows { count } => write!(f, "{count} more rejected rows not listed"),
+            GateFailure::Invalidated { actor, reason, .. } => write!(f, "invalidated by {actor}: {reason}"),
         }
     }
 }
@@ -339,14 +352,26 @@ impl Verdict {
 }
 
 /// Where an attempt stands.
+///
+/// A finish that the store refuses (a foreign snapshot, a conflicting candidate, an abandoned
+/// attempt) records nothing, so it has no state of its own: the attempt stays as it was
+/// (running, until it finishes correctly, is abandoned, or its lease runs out).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub enum AttemptStatus {
-    /// Begun, no candidate yet.
+    /// Begun, no candidate yet, not abandoned: a worker may still be writing.
     Running,
     /// Candidate recorded, not yet validated.
     Finished,
     /// Candidate validated with this verdict.
     Validated(Verdict),
+    /// Recorded abandoned before it finished (its lease ran out, or
+    /// [`crate::Store::abandon_attempt`] fenced it): it can never finish, renew its lease or
+    /// be validated.
+    Abandoned {
+        /// When it was recorded abandoned (ms since the Unix epoch).
+        abandoned_at_ms: u64,
+    },
 }
 
 impl AttemptStatus {
@@ -357,8 +382,40 @@ impl AttemptStatus {
             AttemptStatus::Finished => "finished",
             AttemptStatus::Validated(Verdict::Valid) => "valid",
             AttemptStatus::Validated(Verdict::Invalid(_)) => "invalid",
+            AttemptStatus::Abandoned { .. } => "abandoned",
         }
     }
+}
+
+/// What [`crate::Store::abandon_attempt`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum AbandonOutcome {
+    /// The attempt is now recorded abandoned, at this time (ms since the Unix epoch).
+    Abandoned {
+        /// When it was recorded abandoned.
+        abandoned_at_ms: u64,
+    },
+    /// It was already recorded abandoned (then); nothing was written.
+    AlreadyAbandoned {
+        /// When it was recorded abandoned.
+        abandoned_at_ms: u64,
+    },
+}
+
+/// What [`crate::Store::invalidate_attempt`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum InvalidateOutcome {
+    /// The attempt's verdict is now invalid ([`GateFailure::Invalidated`]); the task's accepted
+    /// attempt moved from `accepted_before` to `accepted_after` (the lowest valid attempt left,
+    /// or none: then a new attempt may begin and become accepted).
+    Invalidated {
+        /// The task's accepted attempt before.
+        accepted_before: Option<u32>,
+        /// The task's accepted attempt now.
+        accepted_after: Option<u32>,
+    },
+    /// The attempt was already invalid; nothing was written.
+    AlreadyInvalid,
 }
 
 /// Everything the store knows about one attempt.

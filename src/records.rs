@@ -26,8 +26,18 @@ pub(crate) struct MetaRecord {
     /// that a process opened with a shorter lifetime (an operator's CLI with the default) can
     /// neither abandon a scheduler's attempt early nor plan a cleanup inside its lease.
     pub(crate) attempt_lifetime_max_ms: u64,
+    /// The staging identity: the staging root's marker file must name it (see
+    /// `rules::staging`).
+    pub(crate) staging_identity: String,
 }
-impl Checked for MetaRecord {}
+impl Checked for MetaRecord {
+    fn check(&self) -> Result<(), String> {
+        if self.staging_identity.is_empty() || !self.staging_identity.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("staging identity {:?} is not a hex string", self.staging_identity));
+        }
+        Ok(())
+    }
+}
 
 /// The store's view root (key `views` of `meta_v1`): it belongs to the store, like the attempt
 /// lease, so every writable handle keeps the views, an operator's CLI included.

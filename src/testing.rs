@@ -464,6 +464,53 @@ impl StorageBackend for FaultyBackend {
     }
 }
 
+/// One sync the store made of staging data, a new store file or a directory, as reported to
+/// [`observe_syncs`] just before it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncEvent {
+    /// The file or directory.
+    pub path: std::path::PathBuf,
+    /// True for a directory (`fsync` of its entries), false for a file (`fdatasync`).
+    pub directory: bool,
+}
+
+type SyncObserver = std::rc::Rc<dyn Fn(&SyncEvent) -> io::Result<()>>;
+
+thread_local! {
+    static SYNC_OBSERVER: std::cell::RefCell<Option<SyncObserver>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `body` with `observer` told of every sync the store makes on this thread (of staging
+/// files and directories, of a new store file and its directory), before the sync runs. An
+/// `Err` from the observer fails that sync with it, as the operating system's error would (the
+/// real sync is then not made). Observers nest; the previous one is restored afterwards, also
+/// on panic.
+///
+/// The store makes these syncs on the calling thread, outside write transactions: validation
+/// (the candidate's files and directories), `begin_attempt` (the directories it created, after
+/// its commit), cleanup (directories it removed entries from) and store creation.
+pub fn observe_syncs<R>(observer: impl Fn(&SyncEvent) -> io::Result<()> + 'static, body: impl FnOnce() -> R) -> R {
+    struct Restore(Option<SyncObserver>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            SYNC_OBSERVER.with(|cell| *cell.borrow_mut() = previous);
+        }
+    }
+    let previous = SYNC_OBSERVER.with(|cell| cell.borrow_mut().replace(std::rc::Rc::new(observer)));
+    let _restore = Restore(previous);
+    body()
+}
+
+/// Called by the store's sync seam (`store::files::sync_handle`) before each sync.
+pub(crate) fn before_sync(path: &Path, directory: bool) -> io::Result<()> {
+    let observer = SYNC_OBSERVER.with(|cell| cell.borrow().clone());
+    match observer {
+        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory }),
+        None => Ok(()),
+    }
+}
+
 /// Decodes `bytes` as a value of every table (through the codec and each record's own check)
 /// and returns, per table, whether it decoded. Never panics, whatever the bytes.
 pub fn decode_any_record(bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)> {
@@ -900,6 +947,9 @@ pub struct CrashRun {
     /// Publishes acknowledged with `Published(n)`: (op index, n). After an acknowledged
     /// expiry, the older of them may be legitimately gone.
     pub acknowledged_publishes: Vec<(usize, u64)>,
+    /// Set once [`Reference::recover`] resumed in `staging`: a recovery changes the staging
+    /// files (cleanup deletes some), so each crash run is recovered once.
+    recovered: std::sync::atomic::AtomicBool,
 }
 
 /// What recovery found.
@@ -912,24 +962,6 @@ pub struct Recovery {
     /// Set when the crash interrupted the store's creation and the image does not open: the
     /// error it gave.
     pub creation_lost: Option<String>,
-}
-
-/// Copies a directory tree (regular files and directories only), keeping modification times:
-/// cleanup re-checks them, and a crash does not change them.
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
-            std::fs::create_dir_all(&target)?;
-            copy_tree(&entry.path(), &target)?;
-        } else {
-            std::fs::copy(entry.path(), &target)?;
-        }
-        let modified = entry.metadata()?.modified()?;
-        std::fs::File::open(&target)?.set_modified(modified)?;
-    }
-    Ok(())
 }
 
 impl Reference {
@@ -965,8 +997,15 @@ impl Reference {
         let backend = FaultyBackend::new();
         backend.power_loss_at(k);
         let staging = tempdir()?;
-        let mut run =
-            CrashRun { backend: backend.clone(), staging, acked: 0, interrupted: false, opened: false, acknowledged_publishes: Vec::new() };
+        let mut run = CrashRun {
+            backend: backend.clone(),
+            staging,
+            acked: 0,
+            interrupted: false,
+            opened: false,
+            acknowledged_publishes: Vec::new(),
+            recovered: std::sync::atomic::AtomicBool::new(false),
+        };
         let store = match Store::open_with_backend(backend.clone(), run.staging.path(), &harness_options()) {
             Ok(store) => store,
             Err(e) if backend.powered_off() => {
@@ -1006,12 +1045,14 @@ impl Reference {
     /// # Errors
     /// A message describing the violated property.
     pub fn recover(&self, crashed: &CrashRun, image: Vec<u8>) -> Result<Recovery, String> {
-        // Each recovery resumes in its own copy of the staging files the crash left, so that
-        // several images of one crash can be checked independently.
-        let staging = tempdir()?;
-        copy_tree(crashed.staging.path(), staging.path()).map_err(|e| format!("copying the staging root: {e}"))?;
+        // The recovery resumes in the very staging files the crash left: a crash changes no
+        // file's inode or times, and cleanup re-checks both, so a copy would not do. To check
+        // several images of one crash point, make one crash run per image.
+        if crashed.recovered.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err("this crash run was already recovered once; make a crash run per image".to_owned());
+        }
         let backend = FaultyBackend::from_image(image);
-        let opened = Store::open_with_backend(backend, staging.path(), &harness_options());
+        let opened = Store::open_with_backend(backend, crashed.staging.path(), &harness_options());
         let mut store = match opened {
             Ok(store) => store,
             // The store's creation was never acknowledged: a backend image carries no creation

@@ -347,6 +347,35 @@ pub enum AttemptCommand {
     /// worker must stop).
     #[command(after_long_help = HEARTBEAT_JSON)]
     Heartbeat(HeartbeatArgs),
+
+    /// Record an unfinished attempt abandoned now, without waiting for its lease (a try the
+    /// scheduler knows is dead, e.g. from an on_retry_callback). Its heartbeat, finish and
+    /// validation are refused from then on. Exit 5 if it has finished (invalidate it instead).
+    #[command(after_long_help = ABANDON_JSON)]
+    Abandon(HeartbeatArgs),
+
+    /// Invalidate a finished attempt of an unpublished run whose files were lost: its verdict
+    /// becomes invalid (actor and reason recorded) and the task's accepted attempt becomes the
+    /// lowest valid one left, or none, so another attempt can be accepted and the run publish.
+    #[command(after_long_help = INVALIDATE_JSON)]
+    Invalidate(InvalidateArgs),
+}
+
+/// `attempt invalidate` flags.
+#[derive(Debug, Args)]
+pub struct InvalidateArgs {
+    /// The task.
+    #[command(flatten)]
+    pub task: TaskArgs,
+    /// The attempt number.
+    #[arg(long, short = 'a')]
+    pub attempt: u32,
+    /// Who invalidates it (recorded).
+    #[arg(long)]
+    pub actor: String,
+    /// Why (recorded).
+    #[arg(long)]
+    pub reason: String,
 }
 
 /// `attempt heartbeat` flags.
@@ -634,6 +663,13 @@ JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"meta\", \"runs\", \"tasks
        \"cleanup_plans\", \"cleanup_batches\"} (one entry count per table),
        \"datasets\": [{\"dataset\", \"current_generation\", \"partitions\", \"rows\", \"files\", \"bytes\"}]}
 Table names are the store's table names without their version suffix.";
+
+const ABANDON_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"abandoned\"|\"already_abandoned\", \"abandoned_at_ms\"}";
+
+const INVALIDATE_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"invalidated\"|\"already_invalid\", \"accepted_before\", \"accepted_after\"}
+Exit 5 if the run is published or the attempt has not finished.";
 
 const HEARTBEAT_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"heartbeat_at_ms\", \"expires_at_ms\"}

@@ -134,6 +134,8 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         | E::UnknownEffect { .. }
         | E::UnknownCleanupPlan { .. } => Exit::NotFound,
         E::CleanupThresholdTooShort { .. } => Exit::Usage,
+        // A --staging that is not the store's own: the operator named the wrong directory.
+        E::StagingRootMismatch { .. } => Exit::Usage,
         E::RunConflict { .. }
         | E::RunPublished { .. }
         | E::ForeignSnapshot { .. }

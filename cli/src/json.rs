@@ -71,6 +71,9 @@ pub fn failure(f: &GateFailure) -> Value {
         }
         GateFailure::TotalOverflow => json!({ "kind": "total_overflow", "message": message }),
         GateFailure::MoreRejectedRows { count } => json!({ "kind": "more_rejected_rows", "message": message, "count": count }),
+        GateFailure::Invalidated { actor, reason, invalidated_at_ms } => json!({
+            "kind": "invalidated", "message": message, "actor": actor, "reason": reason, "invalidated_at_ms": invalidated_at_ms
+        }),
         _ => json!({ "kind": "other", "message": message }),
     }
 }

@@ -18,10 +18,9 @@ mod keys;
 #[cfg(feature = "parquet")]
 mod parquet;
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::grain::{DataFormat, Grain};
@@ -141,41 +140,29 @@ fn decode_key(mut encoded: &[u8]) -> Vec<String> {
     out
 }
 
-/// Opens a regular file without following a symlink at its last component: the file opened
-/// must be the one `lstat` saw (same device and inode), else `None`. (The directories on the
-/// way were checked by `store::files::observe` just before.)
-fn open_regular(path: &Path) -> io::Result<Option<(File, u64)>> {
-    let before = match fs::symlink_metadata(path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    if !before.is_file() {
-        return Ok(None);
-    }
-    let file = File::open(path)?;
-    let after = file.metadata()?;
-    if (after.dev(), after.ino()) != (before.dev(), before.ino()) || !after.is_file() {
-        return Ok(None);
-    }
-    Ok(Some((file, after.len())))
-}
-
 /// Reads every file of a candidate at the grain and computes its figures.
 ///
 /// # Errors
 /// [`Error::Io`] when a file or the key spill cannot be read or written (a fault, not a
 /// verdict: the caller may retry); [`Error::InvalidInput`] for a Parquet grain in a build
 /// without the `parquet` feature.
-pub(crate) fn read_partition(grain: &Grain, staging_dir: &Path, files: &[FileEntry], options: &ReadOptions) -> Result<PartitionFigures> {
+/// `open` opens one reported file (the store does it through directory handles, without
+/// following symlinks); `Ok(None)` means no regular file is there any more.
+pub(crate) fn read_partition(
+    grain: &Grain,
+    staging_rel: &str,
+    files: &[FileEntry],
+    mut open: impl FnMut(&FileEntry) -> io::Result<Option<(File, u64)>>,
+    options: &ReadOptions,
+) -> Result<PartitionFigures> {
     if grain.format == DataFormat::Parquet && !cfg!(feature = "parquet") {
         return Err(Error::invalid("data format", "parquet", "this build of manifestdb has no Parquet support (cargo feature `parquet`)"));
     }
     let mut sink = Sink::new(grain, options);
     let (mut files_read, mut bytes) = (0u64, 0u64);
     for entry in files {
-        let path = staging_dir.join(&entry.path);
-        let Some((file, size)) = open_regular(&path).map_err(|e| Error::io(format!("opening {}", path.display()), e))? else {
+        let path = format!("{staging_rel}/{}", entry.path);
+        let Some((file, size)) = open(entry).map_err(|e| Error::io(format!("opening {path} in the staging root"), e))? else {
             sink.file_failure(GateFailure::FileMissing { path: entry.path.clone() });
             continue;
         };
@@ -190,7 +177,7 @@ pub(crate) fn read_partition(grain: &Grain, staging_dir: &Path, files: &[FileEnt
         }));
         match outcome {
             Ok(result) => result.map_err(|e| match e {
-                Error::Io { context, source } => Error::Io { context: format!("{context} ({})", path.display()), source },
+                Error::Io { context, source } => Error::Io { context: format!("{context} ({path})"), source },
                 other => other,
             })?,
             Err(panic) => {

@@ -17,9 +17,30 @@ pub(crate) fn accepted_after(current: Option<u32>, attempt: u32, valid: bool) ->
     }
 }
 
+/// The accepted attempt of a task from scratch: the lowest-numbered attempt whose verdict is
+/// valid, given `(attempt, valid)` for every attempt with a verdict, in any order.
+///
+/// This is the rule itself; [`accepted_after`] is its O(1) incremental form for a new verdict.
+/// When a verdict changes from valid to invalid (an operator invalidates an attempt whose files
+/// were lost), the accepted attempt can move up, which the incremental form cannot express, so
+/// the store recomputes it with this function over the task's attempts.
+pub(crate) fn lowest_valid(verdicts: impl IntoIterator<Item = (u32, bool)>) -> Option<u32> {
+    verdicts.into_iter().filter(|(_, valid)| *valid).map(|(attempt, _)| attempt).min()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::accepted_after;
+    use super::{accepted_after, lowest_valid};
+
+    #[test]
+    fn the_incremental_form_agrees_with_the_rule_and_invalidation_moves_up() {
+        let verdicts = [(3, true), (1, false), (2, true), (4, true)];
+        let folded = verdicts.iter().fold(None, |current, (attempt, valid)| accepted_after(current, *attempt, *valid));
+        assert_eq!(folded, lowest_valid(verdicts));
+        // Attempt 2 invalidated: the next valid one (3) becomes accepted.
+        assert_eq!(lowest_valid([(3, true), (1, false), (2, false), (4, true)]), Some(3));
+        assert_eq!(lowest_valid([(1, false)]), None);
+    }
 
     #[test]
     fn lowest_valid_wins_in_any_order() {

@@ -94,6 +94,11 @@ pub(crate) struct Observed {
     pub(crate) symlink: bool,
     pub(crate) size_bytes: u64,
     pub(crate) modified_at_ms: u64,
+    /// The entry's identity and times, compared again just before a deletion.
+    pub(crate) device: u64,
+    pub(crate) inode: u64,
+    pub(crate) modified_at_ns: u64,
+    pub(crate) changed_at_ns: u64,
 }
 
 /// The verdict on one path.
@@ -163,6 +168,10 @@ pub(crate) fn plan(facts: &Facts, walked: &[Observed], now_ms: u64, age_threshol
                     path: path.rel.clone(),
                     size_bytes: path.size_bytes,
                     modified_at_ms: path.modified_at_ms,
+                    device: path.device,
+                    inode: path.inode,
+                    modified_at_ns: path.modified_at_ns,
+                    changed_at_ns: path.changed_at_ns,
                     reason,
                     attempt,
                 };
@@ -175,6 +184,19 @@ pub(crate) fn plan(facts: &Facts, walked: &[Observed], now_ms: u64, age_threshol
     draft.kept = kept.into_iter().collect();
     draft.kept.sort_by_key(|(reason, _)| *reason as u8);
     draft
+}
+
+/// Whether the entry observed at apply time is the very one planned: same device and inode,
+/// size, and modification and status-change times to the nanosecond. A new inode renamed into
+/// the planned name, or a rewrite, differs in at least one of them (a rewrite by a write that
+/// lands in the same clock tick as the plan's observation and keeps the size is the one change
+/// no `stat` can see).
+pub(crate) fn same_entry(now: &Observed, planned: &PlannedPath) -> bool {
+    now.device == planned.device
+        && now.inode == planned.inode
+        && now.size_bytes == planned.size_bytes
+        && now.modified_at_ns == planned.modified_at_ns
+        && now.changed_at_ns == planned.changed_at_ns
 }
 
 /// Refuses an age threshold that does not exceed the attempt lifetime, unless forced: a file
@@ -223,7 +245,17 @@ mod tests {
     }
 
     fn file(rel: &str, age_ms: i64) -> Observed {
-        Observed { rel: rel.into(), symlink: false, size_bytes: 1, modified_at_ms: (NOW as i64 - age_ms) as u64 }
+        let modified_at_ms = (NOW as i64 - age_ms) as u64;
+        Observed {
+            rel: rel.into(),
+            symlink: false,
+            size_bytes: 1,
+            modified_at_ms,
+            device: 1,
+            inode: 1,
+            modified_at_ns: modified_at_ms * 1_000_000,
+            changed_at_ns: modified_at_ms * 1_000_000,
+        }
     }
 
     #[test]

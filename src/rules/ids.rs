@@ -120,11 +120,14 @@ pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
         if !seen.insert(task.partition.as_str()) {
             return Err(Error::invalid("partition key", &task.partition, "is declared twice in the run"));
         }
+        // Every task's staging path must fit, or that task could never begin and the run id
+        // would be unusable.
+        staging_parent_rel(&spec.dataset, &spec.run, &task.partition)?;
     }
     if let Some(grain) = &spec.grain {
         check_grain(grain)?;
     }
-    staging_rel(&spec.dataset, &spec.run, &spec.tasks[0].partition, u32::MAX).map(|_| ())
+    Ok(())
 }
 
 /// Most grain key columns a run may declare.

@@ -12,5 +12,6 @@ pub(crate) mod digest;
 pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;
+pub(crate) mod staging;
 pub(crate) mod validate;
 pub(crate) mod views;

@@ -7,7 +7,7 @@
 
 use crate::grain::Reconciliation;
 use crate::model::{AttemptStatus, Candidate, GateFailure, NondeterminismOverride, PublishRefusal, RefusalReason, TaskRefusal, TaskSpec};
-use crate::rules::validate::{Figures, expectation_failures};
+use crate::rules::validate::{Figures, FileObservation, expectation_failures, file_failures};
 
 /// A task's accepted attempt, its candidate and its verdict's figures.
 #[derive(Debug, Clone)]
@@ -40,7 +40,10 @@ pub(crate) struct PlannedPartition {
     pub(crate) digest: String,
 }
 
-/// The digest an earlier publish recorded for the same (dataset, snapshot, partition).
+/// The digest the partition currently holds from the same (dataset, snapshot), or held last
+/// when its current content comes from another snapshot: every publish and every rollback
+/// that makes content of a snapshot current records its digest (an accepted override
+/// included), so a superseded digest is never the reference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct PublishedDigest {
     pub(crate) digest: String,
@@ -56,6 +59,9 @@ pub(crate) struct TaskState {
     /// Every attempt and its status; only gathered when `accepted` is `None`.
     pub(crate) attempts: Vec<(u32, AttemptStatus)>,
     pub(crate) published: Option<PublishedDigest>,
+    /// What was seen just now of each file of the accepted candidate (`files_seen[i]` of
+    /// `accepted.candidate.files[i]`), by size only.
+    pub(crate) files_seen: Vec<FileObservation>,
 }
 
 /// What to write when the publish goes ahead.
@@ -63,15 +69,17 @@ pub(crate) struct TaskState {
 pub(crate) struct PublishPlan {
     /// One entry per declared task, in the order given.
     pub(crate) partitions: Vec<PlannedPartition>,
-    /// Partitions to record in the published-digest index (first publish of their snapshot).
-    pub(crate) new_digests: Vec<usize>,
+    /// Partitions whose digest to record in the published-digest index: the first publish of
+    /// their snapshot, or an accepted override (the new content is what it now holds).
+    pub(crate) digests_to_record: Vec<usize>,
     /// Set when digest mismatches were accepted by the caller's override.
     pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
 }
 
 /// Decides whether the run may publish: every task has an accepted attempt, the accepted
-/// candidate passes the expectation gates, and its digest equals any digest published earlier
-/// for the same input snapshot (unless `accept_nondeterminism` gives a reason to accept it).
+/// candidate passes the expectation gates, its files are all still there with their reported
+/// sizes, and its digest equals the digest the partition currently holds from the same input
+/// snapshot (unless `accept_nondeterminism` gives a reason to accept it).
 ///
 /// Invariant: `Ok` only if no task failed; the refusal lists every failing task, in order.
 pub(crate) fn plan(
@@ -84,7 +92,7 @@ pub(crate) fn plan(
     let mut refusals = Vec::new();
     let mut mismatched = Vec::new();
     let mut partitions = Vec::with_capacity(tasks.len());
-    let mut new_digests = Vec::new();
+    let mut digests_to_record = Vec::new();
     for task in tasks {
         let Some(accepted) = task.accepted else {
             refusals
@@ -97,15 +105,17 @@ pub(crate) fn plan(
         if digest.is_none() {
             failures.push(GateFailure::FigureNotReported { figure: "digest".into() });
         }
+        failures.extend(file_failures(&accepted.candidate.files, &task.files_seen));
         let (Some(rows), Some(digest), true) = (rows, digest.map(str::to_owned), failures.is_empty()) else {
             refusals
                 .push(TaskRefusal { partition: task.spec.partition, reason: RefusalReason::Gate { attempt: accepted.attempt, failures } });
             continue;
         };
         match task.published {
-            None => new_digests.push(partitions.len()),
+            None => digests_to_record.push(partitions.len()),
             Some(published) if published.digest != digest => {
                 mismatched.push(task.spec.partition.clone());
+                digests_to_record.push(partitions.len());
                 if accept_nondeterminism.is_none() {
                     refusals.push(TaskRefusal {
                         partition: task.spec.partition,
@@ -131,7 +141,7 @@ pub(crate) fn plan(
         Some(reason) if !mismatched.is_empty() => Some(NondeterminismOverride { reason: reason.to_owned(), partitions: mismatched }),
         _ => None,
     };
-    Ok(PublishPlan { partitions, new_digests, nondeterminism_accepted })
+    Ok(PublishPlan { partitions, digests_to_record, nondeterminism_accepted })
 }
 
 #[cfg(test)]
@@ -149,6 +159,7 @@ mod tests {
             }),
             attempts: vec![],
             published: published.map(|d| PublishedDigest { digest: d.into(), run: "r0".into(), generation: 1 }),
+            files_seen: vec![],
         }
     }
 
@@ -156,7 +167,7 @@ mod tests {
     fn complete_run_plans_every_partition() {
         let plan = plan("d", "r", "s", vec![state("a", Some(1), "x", None), state("b", Some(2), "y", Some("y"))], None).unwrap();
         assert_eq!(plan.partitions.len(), 2);
-        assert_eq!(plan.new_digests, vec![0]);
+        assert_eq!(plan.digests_to_record, vec![0]);
         assert!(plan.nondeterminism_accepted.is_none());
     }
 
@@ -172,6 +183,23 @@ mod tests {
     fn override_accepts_and_records_mismatch() {
         let plan = plan("d", "r", "s", vec![state("b", Some(1), "y", Some("z"))], Some("bug fix")).unwrap();
         assert_eq!(plan.nondeterminism_accepted.unwrap().partitions, vec!["b".to_string()]);
+        assert_eq!(plan.digests_to_record, vec![0], "the overriding digest becomes what the partition holds");
+    }
+
+    #[test]
+    fn a_lost_or_resized_file_is_refused_naming_it() {
+        let mut s = state("a", Some(1), "x", None);
+        if let Some(accepted) = s.accepted.as_mut() {
+            accepted.candidate.files = vec![
+                crate::model::FileEntry { path: "gone.csv".into(), size_bytes: 3, crc32: 0 },
+                crate::model::FileEntry { path: "short.csv".into(), size_bytes: 3, crc32: 0 },
+            ];
+        }
+        s.files_seen = vec![FileObservation::Missing, FileObservation::Present { size_bytes: 2, crc32: None }];
+        let refusal = plan("d", "r", "s", vec![s], None).unwrap_err();
+        let RefusalReason::Gate { failures, .. } = &refusal.tasks[0].reason else { panic!("{refusal}") };
+        assert_eq!(failures[0], GateFailure::FileMissing { path: "gone.csv".into() });
+        assert!(matches!(&failures[1], GateFailure::FileSizeMismatch { path, got: 2, .. } if path == "short.csv"));
     }
 
     #[test]

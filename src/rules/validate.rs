@@ -14,7 +14,8 @@ pub(crate) enum FileObservation {
     Missing,
     /// A regular file of this size, and this CRC32 if it was computed.
     Present { size_bytes: u64, crc32: Option<u32> },
-    /// Could not be inspected.
+    /// Could not be inspected. Only `verify` reports this (as a finding); validation and
+    /// publish return the I/O error instead, so it never becomes a stored verdict.
     Unreadable(String),
 }
 
@@ -120,11 +121,7 @@ pub(crate) fn verdict(
             read_failures(run_snapshot, task, candidate, computed)
         }
     };
-    for (file, seen) in candidate.files.iter().zip(observed) {
-        if let Some(failure) = file_failure(file, seen) {
-            failures.push(failure);
-        }
-    }
+    failures.extend(file_failures(&candidate.files, observed));
     let verdict = if failures.is_empty() { Verdict::Valid } else { Verdict::Invalid(failures) };
     (verdict, reconciliation)
 }
@@ -160,6 +157,42 @@ fn read_failures(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate, com
         failures.push(mismatch("digest", digest.clone(), computed.digest.clone()));
     }
     failures
+}
+
+/// A file or directory of a candidate that could not be made durable: its sync failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NotDurable {
+    /// The file's path relative to the attempt directory (`.` for the attempt directory or a
+    /// directory above it).
+    pub(crate) path: String,
+    /// What failed, with the operating system's message.
+    pub(crate) message: String,
+}
+
+/// The verdict once the candidate's syncs ran (DOMAIN 11). A candidate whose data could not be
+/// made durable is refused: after a failed fsync the page cache may have dropped the data while
+/// still showing it, so neither this content nor a retried sync can be trusted. The task is
+/// retried with a new attempt, which writes its files afresh.
+pub(crate) fn after_sync(verdict: Verdict, failures: &[NotDurable]) -> Verdict {
+    if failures.is_empty() {
+        return verdict;
+    }
+    let mut gates = match verdict {
+        Verdict::Valid => Vec::new(),
+        Verdict::Invalid(gates) => gates,
+    };
+    gates.extend(failures.iter().map(|f| GateFailure::FileUnreadable {
+        path: f.path.clone(),
+        message: format!("could not be made durable ({}); its content may not be on disk, retry the task", f.message),
+    }));
+    Verdict::Invalid(gates)
+}
+
+/// The file gates alone: `observed[i]` is what was seen of `files[i]` (publish checks them
+/// again by size).
+pub(crate) fn file_failures(files: &[FileEntry], observed: &[FileObservation]) -> Vec<GateFailure> {
+    debug_assert_eq!(files.len(), observed.len());
+    files.iter().zip(observed).filter_map(|(file, seen)| file_failure(file, seen)).collect()
 }
 
 fn file_failure(file: &FileEntry, seen: &FileObservation) -> Option<GateFailure> {
@@ -305,5 +338,14 @@ mod tests {
                 GateFailure::FigureNotReported { figure: "digest".into() }
             ])
         );
+    }
+
+    #[test]
+    fn a_candidate_whose_sync_failed_is_refused_and_a_clean_one_is_kept() {
+        assert_eq!(after_sync(Verdict::Valid, &[]), Verdict::Valid);
+        let failure = NotDurable { path: "part.csv".into(), message: "fdatasync of /s/part.csv failed: EIO".into() };
+        let v = after_sync(Verdict::Valid, std::slice::from_ref(&failure));
+        assert!(matches!(v, Verdict::Invalid(ref f) if f.len() == 1
+                && matches!(&f[0], GateFailure::FileUnreadable { path, message } if path == "part.csv" && message.contains("durable"))));
     }
 }

@@ -217,13 +217,23 @@ impl Store {
                 drop(txn);
                 Err((cause, None))
             }
-            (None, Some(txn)) => {
-                let ended = if wrote { txn.commit().map_err(redb::Error::from) } else { txn.abort().map_err(redb::Error::from) };
-                ended.map_err(|e| {
-                    let err = Error::storage("committing a group of writes", e);
-                    (err.to_string(), Some(err))
-                })
-            }
+            (None, Some(txn)) if wrote => match self.record_lease(&txn) {
+                Ok(()) => match txn.commit() {
+                    Ok(()) => {
+                        self.lease_recorded();
+                        Ok(())
+                    }
+                    Err(e) => {
+                        let err = Error::storage("committing a group of writes", e);
+                        Err((err.to_string(), Some(err)))
+                    }
+                },
+                Err(err) => Err((err.to_string(), Some(err))),
+            },
+            (None, Some(txn)) => txn.abort().map_err(|e| {
+                let err = Error::storage("committing a group of writes", e);
+                (err.to_string(), Some(err))
+            }),
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
@@ -253,6 +263,10 @@ impl Store {
     }
 }
 
+/// The failure of a batch one of whose bodies wrote and then refused.
+const WROTE_THEN_REFUSED: &str =
+    "a grouped write body wrote and then refused (it must check everything before its first write); its batch was not committed";
+
 /// Runs one member's body in the batch's transaction, once the leader has opened it, and
 /// records whether it wrote or failed.
 fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Ran<T> {
@@ -260,13 +274,26 @@ fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<T
     while !state.open {
         batch.changed.wait(&mut state);
     }
-    let ran = match (&state.failure, &state.txn) {
+    let writes_before = super::tables::writes_on_this_thread();
+    let mut ran = match (&state.failure, &state.txn) {
         (None, Some(txn)) => match catch_unwind(AssertUnwindSafe(|| body(txn))) {
             Ok(result) => Ran::Returned(result),
             Err(payload) => Ran::Panicked(payload),
         },
         _ => Ran::Skipped,
     };
+    // The contract "a body finishes every check before its first write" is checked, not
+    // trusted: a body that wrote and then refused would have its writes committed with the
+    // others'. Its batch fails instead (nothing of it commits, the handle is poisoned), and in
+    // a debug build the caller panics, so the faulty body is found by any test reaching it.
+    let refused = matches!(&ran, Ran::Returned(Ok(TxnEnd::Abort(_))))
+        || matches!(&ran, Ran::Returned(Err(err)) if !matches!(err, Error::Storage { .. }));
+    if refused && super::tables::writes_on_this_thread() != writes_before {
+        state.failure.get_or_insert_with(|| WROTE_THEN_REFUSED.to_owned());
+        if cfg!(debug_assertions) {
+            ran = Ran::Panicked(Box::new(WROTE_THEN_REFUSED));
+        }
+    }
     match &ran {
         Ran::Returned(Ok(TxnEnd::Commit(_))) => state.wrote = true,
         Ran::Returned(Err(err @ Error::Storage { .. })) => {
@@ -414,6 +441,38 @@ mod tests {
         }
         let conflicts = outcomes.iter().filter(|o| o.is_err()).count();
         assert_eq!(conflicts, if stored.digest.as_deref() == Some("same") { 1 } else { 2 });
+    }
+
+    #[test]
+    fn a_body_that_writes_and_then_refuses_is_caught() {
+        use crate::records::RunRecord;
+        use crate::schema::{RUNS, key};
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("store.redb");
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        declare(&store, &["a"]);
+        let faulty = || {
+            store.write_grouped("a faulty body", |txn| {
+                let mut runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                let ghost = RunRecord { snapshot: "s".into(), task_count: 1, declared_at_ms: 0, published_generation: None, grain: None };
+                crate::store::tables::put(&mut runs, &key(&["ds", "ghost"]), &ghost)?;
+                Err::<TxnEnd<()>, _>(Error::invalid("test", "ghost", "refused after writing"))
+            })
+        };
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(faulty));
+        if cfg!(debug_assertions) {
+            let payload = outcome.expect_err("the debug assertion fires");
+            let message = payload.downcast_ref::<&str>().copied().unwrap_or_default();
+            assert!(message.contains("wrote and then refused"), "{message}");
+        } else {
+            assert!(matches!(outcome, Ok(Err(Error::Poisoned { .. }))), "{outcome:?}");
+        }
+        // Nothing of the batch was committed, and the handle refuses further writes.
+        assert!(matches!(store.begin_attempt(&task("a")), Err(Error::Poisoned { .. })));
+        drop(store);
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        assert!(store.snapshot().unwrap().run("ds", "ghost").unwrap().is_none());
+        assert!(store.snapshot().unwrap().run("ds", "r1").unwrap().is_some());
     }
 
     /// A file backend whose syncs fail once told to; its locks are the file's, so the store

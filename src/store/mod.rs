@@ -4,8 +4,10 @@
 //! durability; an operation refused on its merits writes nothing; after any storage failure
 //! on a write path the handle refuses further writes until reopened.
 
+mod attempts;
 mod files;
 mod group;
+mod handles;
 mod read;
 mod retention;
 mod tables;
@@ -13,7 +15,9 @@ mod walk;
 mod write;
 
 use std::fs;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
@@ -28,6 +32,7 @@ pub use read::Snapshot;
 
 use crate::error::{Error, Result};
 use crate::records::{MetaRecord, ViewsRecord};
+use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
 use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
 
@@ -42,12 +47,16 @@ pub struct StoreOptions {
     /// Cleanup age thresholds must exceed it.
     ///
     /// The lease belongs to the store, not to a handle: the store records the longest lease any
-    /// writer asked for, and every handle uses the recorded one
+    /// writer asked for, and every handle uses the longer of the recorded one and its own
     /// ([`Store::attempt_lifetime_max_ms`]). `None` (the default) uses the recorded lease,
     /// [`DEFAULT_ATTEMPT_LIFETIME`] for a new store; `Some(d)` raises it to `d` if longer. It
     /// never shrinks: attempts begun under a longer lease may still be running. So an operator's
     /// process (the CLI) can neither abandon the scheduler's attempts early nor plan a cleanup
     /// inside their lease.
+    ///
+    /// A longer lease is recorded only by the first write of this handle that commits (in the
+    /// same transaction): opening, a dry run or a refused operation records nothing. A lease
+    /// longer than [`ATTEMPT_LIFETIME_MAX`] is refused when the store is opened.
     pub attempt_lifetime_max: Option<std::time::Duration>,
     /// Validation of a run with a grain: the longest CSV record (one row, quoted newlines
     /// included) it reads, in bytes. A longer record makes the row unparsable and stops reading
@@ -93,8 +102,13 @@ pub struct Store {
     staging_root: PathBuf,
     /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
     poisoned: Mutex<Option<String>>,
-    /// [`StoreOptions::attempt_lifetime_max`] in milliseconds.
+    /// The attempt lease in force: the recorded one, or this handle's if longer.
     attempt_lifetime_max_ms: u64,
+    /// This handle's lease when it is longer than the recorded one and not recorded yet (0:
+    /// nothing to record). The next committing write records it (see [`Store::record_lease`]).
+    lease_to_record: AtomicU64,
+    /// The staging identity the store records; the root's marker must name it.
+    staging_identity: String,
     /// The queue of grouped writes (see `group.rs`).
     group: group::GroupCommit,
     /// [`StoreOptions::csv_record_bytes_max`].
@@ -120,11 +134,11 @@ fn builder(options: &StoreOptions) -> Builder {
 fn open_error(path: &Path, err: DatabaseError) -> Error {
     match err {
         DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_path_buf() },
-        // Only a read-only open reaches this (manifestdb sets no repair callback): redb's own
-        // message, "Database repair aborted.", would not tell the reader what to do.
+        // Only a read-only open reaches this (manifestdb sets no repair callback), after its own
+        // recovery could not run: redb's message, "Database repair aborted.", says too little.
         err @ DatabaseError::RepairAborted => Error::storage(
-            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery, which only a writable \
-             Store::open performs",
+            "opening the store: it was not closed cleanly (its writer crashed) and needs recovery; run `manifestdb recover` \
+             on it (or open it with Store::open)",
             err,
         ),
         other => Error::storage("opening the store", other),
@@ -135,39 +149,138 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
+/// The name of the marker file in a staging root. It names the staging identity its store
+/// records: a store refuses (with [`Error::StagingRootMismatch`]) a staging root whose marker
+/// is missing, damaged or another store's, unless the root is empty (then the marker is
+/// written). Cleanup never lists or deletes it. Do not remove it.
+pub const STAGING_ROOT_MARKER: &str = ".manifestdb-staging-root";
+
 /// The attempt lease of a new store whose creator asked for none: 1 hour.
 pub const DEFAULT_ATTEMPT_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
 
-fn lifetime_ms(options: &StoreOptions) -> Option<u64> {
-    options.attempt_lifetime_max.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// The longest attempt lease a store records: 30 days. A longer one is refused when a store
+/// is opened, so that no typo (or `u64::MAX`) can make every attempt unabandonable forever.
+pub const ATTEMPT_LIFETIME_MAX: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+fn lifetime_ms(options: &StoreOptions) -> Result<Option<u64>> {
+    let Some(requested) = options.attempt_lifetime_max else { return Ok(None) };
+    if requested > ATTEMPT_LIFETIME_MAX {
+        return Err(Error::invalid(
+            "attempt lifetime",
+            &format!("{} ms", requested.as_millis()),
+            format!("is longer than the maximum of {} ms (30 days)", ATTEMPT_LIFETIME_MAX.as_millis()),
+        ));
+    }
+    Ok(Some(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX)))
 }
 
-/// Creates every table and the format record, or checks the format of an existing store.
-/// Returns the attempt lease in force: the recorded one, raised to `attempt_lifetime_max_ms`
-/// (and recorded) if that is longer.
-fn initialize(txn: &WriteTransaction, attempt_lifetime_max_ms: Option<u64>) -> Result<u64> {
+/// What was found in the staging root before the store was opened.
+struct RootSeen {
+    /// The root's canonical path.
+    path: PathBuf,
+    marker: MarkerSeen,
+    /// Nothing in the root besides the marker.
+    empty_but_marker: bool,
+}
+
+fn look_at_root(path: PathBuf) -> Result<RootSeen> {
+    let fd = handles::open_root(&path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
+    let (marker, empty_but_marker) = inspect_root(&fd, &path)?;
+    Ok(RootSeen { path, marker, empty_but_marker })
+}
+
+fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
+    let marker = match handles::read_marker(fd.as_fd()) {
+        Ok(handles::Marker::Absent) => MarkerSeen::Absent,
+        Ok(handles::Marker::Present(id)) => MarkerSeen::Present(id),
+        Ok(handles::Marker::Damaged(why)) => MarkerSeen::Damaged(why),
+        Err(e) => return Err(Error::io(format!("reading the staging-root marker in {}", path.display()), e)),
+    };
+    let empty = handles::is_empty_except(fd.as_fd(), &[handles::MARKER_NAME])
+        .map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
+    Ok((marker, empty))
+}
+
+fn root_refused(root: &RootSeen, detail: String) -> Error {
+    Error::StagingRootMismatch { path: root.path.clone(), detail }
+}
+
+/// The staging identity a new store takes for `root`, or why the root is refused.
+fn identity_for_new_store(root: &RootSeen) -> Result<String> {
+    match staging::decide(None, &root.marker, root.empty_but_marker) {
+        Ok(RootAction::Claim(Some(found))) => Ok(found),
+        Ok(_) => handles::new_identity().map_err(|e| Error::io("drawing a staging identity", e)),
+        Err(detail) => Err(root_refused(root, detail)),
+    }
+}
+
+/// What [`initialize`] found.
+struct Initialized {
+    /// The lease recorded in the store.
+    recorded_lease_ms: u64,
+    staging_identity: String,
+    /// The root's marker is to be written once the transaction committed.
+    write_marker: bool,
+    /// Whether the transaction wrote anything (tables created, a new format record): an
+    /// initialized store needs no commit, so reopening it costs no sync.
+    wrote: bool,
+}
+
+/// Creates every table and the format record, or checks the format of an existing store and
+/// that `root` is its staging root. A new store records `new_identity` (drawn if `None`) and
+/// the lease asked for (the default if none).
+fn initialize(
+    txn: &WriteTransaction,
+    attempt_lifetime_max_ms: Option<u64>,
+    root: &RootSeen,
+    new_identity: Option<&str>,
+) -> Result<Initialized> {
+    let existing: std::collections::BTreeSet<String> = txn
+        .list_tables()
+        .map_err(|e| Error::storage("listing tables", e))?
+        .map(|handle| redb::TableHandle::name(&handle).to_owned())
+        .collect();
+    let mut wrote = false;
     for def in ALL_TABLES {
-        txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+        if !existing.contains(def.name) {
+            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            wrote = true;
+        }
     }
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
-    let (record, is_new) = match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
-        Some(record) if record.format_version == FORMAT_VERSION => (record, false),
-        Some(record) => return Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
-        None => (
-            MetaRecord {
+    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+        Some(record) if record.format_version == FORMAT_VERSION => {
+            let action = staging::decide(Some(&record.staging_identity), &root.marker, root.empty_but_marker)
+                .map_err(|detail| root_refused(root, detail))?;
+            Ok(Initialized {
+                recorded_lease_ms: record.attempt_lifetime_max_ms,
+                write_marker: action != RootAction::Use,
+                staging_identity: record.staging_identity,
+                wrote,
+            })
+        }
+        Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
+        None => {
+            let staging_identity = match new_identity {
+                Some(identity) => identity.to_owned(),
+                None => identity_for_new_store(root)?,
+            };
+            let record = MetaRecord {
                 format_version: FORMAT_VERSION,
                 created_at_ms: now_ms(),
                 attempt_lifetime_max_ms: attempt_lifetime_max_ms.unwrap_or(default_ms),
-            },
-            true,
-        ),
-    };
-    let lease_ms = record.attempt_lifetime_max_ms.max(attempt_lifetime_max_ms.unwrap_or(0));
-    if is_new || lease_ms != record.attempt_lifetime_max_ms {
-        tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+                staging_identity,
+            };
+            tables::put(&mut meta, META_FORMAT_KEY, &record)?;
+            Ok(Initialized {
+                recorded_lease_ms: record.attempt_lifetime_max_ms,
+                staging_identity: record.staging_identity,
+                write_marker: true,
+                wrote: true,
+            })
+        }
     }
-    Ok(lease_ms)
 }
 
 impl Store {
@@ -191,12 +304,13 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
-        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        let lease_ms = lifetime_ms(options)?;
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         if !db_path.exists() {
-            create_file(db_path, options)?;
+            create_file(db_path, options, lease_ms, &root)?;
         }
         let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-        Store::finish_open(db, Some(db_path.to_path_buf()), staging_root, options)
+        Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options)
     }
 
     /// Opens (or creates) a store on a custom redb storage backend, for example the
@@ -209,27 +323,44 @@ impl Store {
     /// # Errors
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
-        let staging_root = prepare_staging_root(staging_root.as_ref())?;
+        let lease_ms = lifetime_ms(options)?;
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        Store::finish_open(db, None, staging_root, options)
+        Store::finish_open(db, None, root, lease_ms, options)
     }
 
-    fn finish_open(db: Database, db_path: Option<PathBuf>, staging_root: PathBuf, options: &StoreOptions) -> Result<Store> {
+    fn finish_open(db: Database, db_path: Option<PathBuf>, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
-        let attempt_lifetime_max_ms = initialize(&txn, lifetime_ms(options))?;
-        let views = configure_views(&txn, options, &staging_root)?;
-        txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        let init = initialize(&txn, lease_ms, &root, None)?;
+        let (views, configured) = configure_views(&txn, options, &root.path)?;
+        // Only a store that needed a change pays a commit: reopening one costs no sync.
+        if init.wrote || configured {
+            txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+        } else {
+            txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
+        }
+        if init.write_marker {
+            // After the commit: a marker never names an identity no store recorded, except one
+            // left by a creation interrupted here, which the next creation claims.
+            let fd = handles::open_root(&root.path).map_err(|e| Error::io(format!("opening staging root {}", root.path.display()), e))?;
+            handles::write_marker(fd.as_fd(), &init.staging_identity)
+                .map_err(|e| Error::io(format!("writing the staging-root marker in {}", root.path.display()), e))?;
+        }
+        let requested = lease_ms.unwrap_or(0);
         let store = Store {
             db,
             db_path,
-            staging_root,
+            staging_root: root.path,
             poisoned: Mutex::new(None),
-            attempt_lifetime_max_ms,
+            attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
+            lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
+            staging_identity: init.staging_identity,
             group: group::GroupCommit::default(),
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
             views,
         };
+
         // A crash between a commit and its view swap left `current` on the previous view:
         // bring every view up to date. A view that cannot be built does not stop the store
         // from opening; it lags, `verify` reports it, and the next publish or sync retries.
@@ -317,6 +448,84 @@ impl Store {
         self.views.as_ref().map_or(0, Views::operations)
     }
 
+    /// Records this handle's longer lease in `txn`, a transaction about to commit a write, if
+    /// it is not recorded yet. Called by the write helpers only for a body that wrote, so a dry
+    /// run or a refused operation never raises the recorded lease.
+    fn record_lease(&self, txn: &WriteTransaction) -> Result<()> {
+        let lease_ms = self.lease_to_record.load(Ordering::Acquire);
+        if lease_ms == 0 {
+            return Ok(());
+        }
+        let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+        let record = tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
+            .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
+        if record.attempt_lifetime_max_ms < lease_ms {
+            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+        }
+        Ok(())
+    }
+
+    /// After a commit that carried [`Store::record_lease`]'s write: nothing left to record.
+    fn lease_recorded(&self) {
+        self.lease_to_record.store(0, Ordering::Release);
+    }
+
+    /// Opens the staging root and checks its marker names this store's staging identity:
+    /// every operation that creates or deletes under the root calls it first, and cleanup
+    /// works through the handle it returns.
+    ///
+    /// # Errors
+    /// [`Error::StagingRootMismatch`] if the root's marker is missing, damaged or another
+    /// store's; I/O errors.
+    pub(crate) fn checked_staging_root(&self) -> Result<OwnedFd> {
+        let path = &self.staging_root;
+        let fd = handles::open_root(path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
+        let marker =
+            handles::read_marker(fd.as_fd()).map_err(|e| Error::io(format!("reading the staging-root marker in {}", path.display()), e))?;
+        match marker {
+            handles::Marker::Present(found) if found == self.staging_identity => Ok(fd),
+            handles::Marker::Present(found) => Err(Error::StagingRootMismatch {
+                path: path.clone(),
+                detail: format!("its marker names staging identity {found}, but this store's is {}", self.staging_identity),
+            }),
+            handles::Marker::Absent => {
+                Err(Error::StagingRootMismatch { path: path.clone(), detail: "its staging-root marker has disappeared".to_owned() })
+            }
+            handles::Marker::Damaged(why) => {
+                Err(Error::StagingRootMismatch { path: path.clone(), detail: format!("its staging-root marker is damaged ({why})") })
+            }
+        }
+    }
+
+    /// Closes the store: redb flushes and syncs its clean-shutdown state and the file's locks
+    /// are released. Dropping a `Store` does the same but cannot report a failure; a process
+    /// that reports success after writing (the CLI) closes first and reports a failed close.
+    ///
+    /// # Errors
+    /// A storage error if the close's writes or syncs failed (the store then needs the recovery
+    /// the next open performs; every acknowledged commit is intact).
+    pub fn close(self) -> Result<()> {
+        self.db.close().map_err(|e| Error::storage("closing the store", e))
+    }
+
+    /// Recovers a store whose writer crashed, without a staging root: opens it for writing
+    /// (redb repairs it in the open) and closes it. Returns whether it needed recovery. A store
+    /// closed cleanly, or held by a live writer, is left alone.
+    ///
+    /// # Errors
+    /// [`Error::NeedsRecovery`] if it needs recovery and this process may not write the file;
+    /// [`Error::AlreadyOpen`] only if a writer held it and did not finish its own recovery
+    /// within seconds; storage errors.
+    pub fn recover(db_path: impl AsRef<Path>) -> Result<bool> {
+        let db_path = db_path.as_ref();
+        let options = StoreOptions::default();
+        match builder(&options).open_read_only(db_path) {
+            Ok(db) => db.close().map(|()| false).map_err(|e| Error::storage("closing a probe of the store", e)),
+            Err(DatabaseError::RepairAborted) => recover_unheld(db_path, &options).map(|()| true),
+            Err(e) => Err(open_error(db_path, e)),
+        }
+    }
+
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
     /// transaction alive on the handle).
     pub(crate) fn database_mut(&mut self) -> &mut Database {
@@ -355,7 +564,9 @@ impl Store {
         }
         let result = self.db.begin_write().map_err(|e| Error::storage(context, e)).and_then(|txn| match body(&txn)? {
             TxnEnd::Commit(value) => {
+                self.record_lease(&txn)?;
                 txn.commit().map_err(|e| Error::storage(context, e))?;
+                self.lease_recorded();
                 Ok(value)
             }
             TxnEnd::Abort(value) => {
@@ -375,8 +586,9 @@ impl Store {
 }
 
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
-/// recorded one, else none. Refused (nothing recorded) if the root cannot serve.
-fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<Option<Views>> {
+/// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
+/// whether the record had to be written.
+fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
     let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
     let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
     let wanted = match (&options.views, &recorded) {
@@ -384,7 +596,7 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         (None, Some(record)) => {
             ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
         }
-        (None, None) => return Ok(None),
+        (None, None) => return Ok((None, false)),
     };
     let views = Views::open(&wanted, staging_root)?;
     let record = ViewsRecord {
@@ -397,8 +609,9 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
         tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+        return Ok((Some(views), true));
     }
-    Ok(Some(views))
+    Ok((Some(views), false))
 }
 
 /// How a write transaction ends.
@@ -409,35 +622,35 @@ enum TxnEnd<T> {
     Abort(T),
 }
 
+/// Creates the staging root if missing (every directory it creates synced into its parent) and
+/// resolves it.
 fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
-    fs::create_dir_all(root).map_err(|e| Error::io(format!("creating staging root {}", root.display()), e))?;
+    files::create_dir_all_durable(root)?;
     fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
 /// Builds a new, empty store under a temporary name and links it into place, so that a crash
 /// at any point leaves either no file at `db_path` or a complete store.
-fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
+fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, root: &RootSeen) -> Result<()> {
+    let identity = identity_for_new_store(root)?;
     let dir = match db_path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let dir_existed = dir.exists();
-    fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating directory {}", dir.display()), e))?;
     // A directory made here must itself survive a power loss, or the store's entry in it
-    // could vanish with it: sync its parent too.
-    if !dir_existed && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        files::sync_dir(parent)?;
-    }
+    // could vanish with it: each one made is synced into its parent.
+    files::create_dir_all_durable(&dir)?;
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
         let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
-        initialize(&txn, lifetime_ms(options))?;
+        initialize(&txn, lease_ms, root, Some(&identity))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
-        drop(db);
-        let file = fs::File::open(&tmp).map_err(|e| Error::io(format!("opening {}", tmp.display()), e))?;
-        file.sync_all().map_err(|e| Error::io(format!("syncing {}", tmp.display()), e))?;
+        // redb's close syncs the file again (its clean-shutdown header): a failure there must
+        // fail the creation, not be dropped with the handle.
+        db.close().map_err(|e| Error::storage("closing the new store", e))?;
+        files::sync_file(&tmp)?;
         // A hard link never replaces an existing file: if another process created the store in
         // the meantime, its store wins and ours is discarded.
         match fs::hard_link(&tmp, db_path) {
@@ -450,6 +663,45 @@ fn create_file(db_path: &Path, options: &StoreOptions) -> Result<()> {
     built?;
     removed.map_err(|e| Error::io(format!("removing {}", tmp.display()), e))?;
     files::sync_dir(&dir)
+}
+
+/// How long a reader waits, in total, for a writer that holds a crashed store to finish the
+/// recovery its own open performs.
+const RECOVERY_WAIT_MS_MAX: u64 = 5_000;
+
+/// Recovers a store whose writer crashed, for a reader: takes the writer lock by opening the
+/// store for writing (redb repairs it in that open), and closes it at once, releasing the lock.
+/// If a writer holds the store meanwhile, its open recovers it: wait until a read-only open
+/// succeeds.
+fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
+    let started = std::time::Instant::now();
+    loop {
+        match builder(options).open(db_path) {
+            Ok(db) => {
+                tracing::info!(path = %db_path.display(), "recovered a store whose writer crashed");
+                return db.close().map_err(|e| Error::storage("closing the store after recovering it", e));
+            }
+            Err(DatabaseError::DatabaseAlreadyOpen) => {
+                // A writer (or another recovering reader) holds it. Once its open completes the
+                // file reads as held by a live writer, and a read-only open works.
+                match builder(options).open_read_only(db_path) {
+                    Ok(db) => return db.close().map_err(|e| Error::storage("closing a probe of the store", e)),
+                    Err(DatabaseError::RepairAborted | DatabaseError::DatabaseAlreadyOpen) => {}
+                    Err(e) => return Err(open_error(db_path, e)),
+                }
+                if started.elapsed() > std::time::Duration::from_millis(RECOVERY_WAIT_MS_MAX) {
+                    return Err(open_error(db_path, DatabaseError::RepairAborted));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(DatabaseError::Storage(redb::StorageError::Io(e)))
+                if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) =>
+            {
+                return Err(Error::NeedsRecovery { path: db_path.to_path_buf(), source: e });
+            }
+            Err(e) => return Err(open_error(db_path, e)),
+        }
+    }
 }
 
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
@@ -468,8 +720,15 @@ impl std::fmt::Debug for ReadOnlyStore {
 impl ReadOnlyStore {
     /// Opens an existing store for reading, while a writer may hold it.
     ///
+    /// Readers outlive writers (DOMAIN 12): if the store's writer crashed (SIGKILL, power loss,
+    /// a failed close) and no writer holds it now, the open first recovers it, as
+    /// [`Store::recover`] does (the writer lock taken for the recovery only, then released),
+    /// and then reads the last committed generation. If a writer holds the store, its own open
+    /// recovered it and the reader simply reads beside it.
+    ///
     /// # Errors
-    /// Storage errors (including a store that needs recovery by a writer first), and
+    /// [`Error::NeedsRecovery`] if the store needs recovery and this process may not write the
+    /// file (the message names the command that fixes it); storage errors;
     /// [`Error::UnsupportedFormat`].
     pub fn open(db_path: impl AsRef<Path>) -> Result<ReadOnlyStore> {
         ReadOnlyStore::open_with_options(db_path, &StoreOptions::default())
@@ -487,7 +746,14 @@ impl ReadOnlyStore {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             ));
         }
-        let db = builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?;
+        let db = match builder(options).open_read_only(db_path) {
+            Ok(db) => db,
+            Err(DatabaseError::RepairAborted) => {
+                recover_unheld(db_path, options)?;
+                builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?
+            }
+            Err(e) => return Err(open_error(db_path, e)),
+        };
         let store = ReadOnlyStore { db, staging_root: None };
         store.snapshot()?.check_format()?;
         Ok(store)
@@ -529,5 +795,14 @@ impl ReadOnlyStore {
         };
         self.staging_root = Some(absolute);
         Ok(self)
+    }
+
+    /// Closes the store and releases its locks at once, even if snapshots are still alive
+    /// (their later reads fail).
+    ///
+    /// # Errors
+    /// A storage error if releasing the file failed.
+    pub fn close(self) -> Result<()> {
+        self.db.close().map_err(|e| Error::storage("closing the store", e))
     }
 }

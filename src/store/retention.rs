@@ -12,13 +12,14 @@
 //! re-checked against the live state just before deletion.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
 use super::read::{partitions_at, read_pointer};
 use super::tables::{self, Readable, get, put, scan};
 use super::write::generation_from;
-use super::{Store, TxnEnd, now_ms, walk};
+use super::{Store, TxnEnd, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
@@ -26,14 +27,14 @@ use crate::lifecycle::{
 };
 use crate::model::{AttemptKey, GenerationKind, TaskKey};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, GenerationRecord, PartitionVersionRecord, PointerRecord,
-    RunRecord,
+    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, GenerationRecord, PartitionVersionRecord,
+    PointerRecord, RunRecord,
 };
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
 use crate::rules::{ids, retention};
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64, prefix,
-    prefix_end,
+    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64,
+    prefix, prefix_end,
 };
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
@@ -51,18 +52,18 @@ fn open_ro(txn: &ReadTransaction, def: schema::Def) -> Result<redb::ReadOnlyTabl
     txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))
 }
 
-fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
+pub(crate) fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
     let task = &attempt.task;
     key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt)
 }
 
-fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
+pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_name("dataset", &attempt.task.dataset)?;
     ids::check_name("run id", &attempt.task.run)?;
     ids::check_partition(&attempt.task.partition)
 }
 
-fn unknown_attempt(attempt: &AttemptKey) -> Error {
+pub(crate) fn unknown_attempt(attempt: &AttemptKey) -> Error {
     Error::UnknownAttempt {
         dataset: attempt.task.dataset.clone(),
         run: attempt.task.run.clone(),
@@ -173,7 +174,7 @@ fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
     Ok(facts)
 }
 
-fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
+pub(crate) fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
     if value.trim().is_empty() {
         return Err(Error::invalid(what, value, "must not be empty"));
     }
@@ -226,14 +227,23 @@ impl Store {
     /// # Errors
     /// [`Error::UnknownAttempt`]; [`Error::AttemptAbandoned`] if it was already recorded
     /// abandoned (the worker must stop: its output will never be used);
-    /// [`Error::AttemptState`] if it has finished; storage errors.
+    /// [`Error::AttemptState`] if it has finished; [`Error::RunPublished`] if its run is
+    /// published (the worker must stop: its output will never be used); storage errors.
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
         self.write("renewing an attempt's lease", |txn| {
+            let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
             let attempt_key = attempt_key_bytes(attempt);
             let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
             refuse_if_abandoned(attempt, &record)?;
+            // A try still beating for a published run is a leftover (a killed try's sidecar,
+            // say): its output can never be used, so its lease is not renewed.
+            let task = &attempt.task;
+            if let Some(generation) = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
+            {
+                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+            }
             if record.candidate.is_some() {
                 return Err(Error::AttemptState {
                     partition: attempt.task.partition.clone(),
@@ -344,7 +354,10 @@ impl Store {
             let now_parts = partitions_at(&versions, dataset, current)?;
             let target_parts = partitions_at(&versions, dataset, to)?;
             let restores = retention::rollback_diff(&now_parts, &target_parts);
-            let number = current + 1;
+            let number =
+                current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
+            let mut digests = open(txn, DIGESTS)?;
+            let runs = open(txn, RUNS)?;
             for restore in &restores {
                 let record = match restore.from_version {
                     None => PartitionVersionRecord { entry: None },
@@ -354,6 +367,25 @@ impl Store {
                             .ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "visible version vanished during rollback"))?
                     }
                 };
+                // The restored content is what the partition now holds from its snapshot: the
+                // determinism check of the next rerun on that snapshot compares against it.
+                // The record names the run that published this content and the generation it
+                // published it in, as a publish's record does.
+                if let Some(entry) = &record.entry {
+                    let run_key = key(&[dataset, &entry.run]);
+                    let published = get::<RunRecord>(&runs, RUNS, &run_key)?.and_then(|r| r.published_generation).ok_or_else(|| {
+                        tables::corrupted(
+                            VERSIONS,
+                            &key_u64(&[dataset, &restore.partition], number),
+                            "restored content of an unpublished run",
+                        )
+                    })?;
+                    put(
+                        &mut digests,
+                        &key(&[dataset, &entry.snapshot, &restore.partition]),
+                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: published },
+                    )?;
+                }
                 put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
             }
             let record = GenerationRecord {
@@ -498,7 +530,8 @@ impl Store {
         }
         // Walk first, read the state second: every reference made before a file was seen is
         // then visible to the decision.
-        let walked = walk::walk(&self.staging_root)?;
+        let root = self.checked_staging_root()?;
+        let walked = walk::walk(root.as_fd(), &self.staging_root)?;
         let facts = gather_facts(self.snapshot()?.txn())?;
         let now = now_ms();
         let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
@@ -520,7 +553,7 @@ impl Store {
                 None => 1,
                 Some(k) => {
                     let raw: [u8; 8] = k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
-                    u64::from_be_bytes(raw) + 1
+                    u64::from_be_bytes(raw).checked_add(1).ok_or_else(|| tables::corrupted(CLEANUP_PLANS, &k, "plan id overflows"))?
                 }
             };
             put(&mut plans, &plan_key(id), &record)?;
@@ -571,12 +604,15 @@ impl Store {
     /// executed batch is recorded in the store (paths deleted and skipped). Afterwards, empty
     /// directories left behind are removed, and so are the records of attempts that can never
     /// be used again, whose directory is gone or empty, and that no stored generation or
-    /// accepted index refers to.
+    /// accepted index refers to. Each directory that lost an entry is synced (once per batch)
+    /// before the batch is recorded, so what a batch record calls deleted stays deleted after a
+    /// power loss.
     ///
     /// # Errors
     /// [`Error::UnknownCleanupPlan`]; [`Error::CleanupThresholdTooShort`] if this handle's
     /// attempt lifetime now reaches the plan's threshold (and the plan was not forced);
-    /// storage and corruption errors. A file that cannot be deleted is reported, not an error.
+    /// storage and corruption errors; [`Error::Io`] if a directory sync fails. A file that
+    /// cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
         let plan = {
             let snapshot = self.snapshot()?;
@@ -588,6 +624,9 @@ impl Store {
             return Err(Error::CleanupThresholdTooShort { age_threshold_ms: plan.age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
         }
         let execute = options.mode == RunMode::Execute;
+        // Every path is reached through this one handle of the root, checked to be this store's.
+        let root = self.checked_staging_root()?;
+        let mut applier = walk::Applier::new(root.as_fd());
         let mut report = ApplyReport {
             plan: id,
             mode: options.mode,
@@ -617,13 +656,13 @@ impl Store {
                 attempt_records_removed: Vec::new(),
             };
             for planned in chunk {
-                match self.recheck(&facts, planned, now, plan.age_threshold_ms) {
+                match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
                     Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
                     Ok(()) if !execute => {
                         batch.deleted.push(planned.path.clone());
                         batch.bytes_deleted += planned.size_bytes;
                     }
-                    Ok(()) => match walk::delete(&self.staging_root, &planned.path) {
+                    Ok(()) => match applier.delete(&planned.path) {
                         Ok(()) => {
                             tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
                             batch.deleted.push(planned.path.clone());
@@ -635,8 +674,11 @@ impl Store {
             }
             if execute {
                 for path in &batch.deleted {
-                    report.directories_removed += walk::remove_empty_parents(&self.staging_root, path);
+                    report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
                 }
+                applier.forget();
+                // The removals are made durable before the batch records them as done.
+                files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
                 self.record_batch(id, next_batch, &batch)?;
                 next_batch = next_batch.saturating_add(1);
                 tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
@@ -645,31 +687,10 @@ impl Store {
             report.bytes_deleted += batch.bytes_deleted;
             report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
         }
-        let (removed, dirs) = self.prune_attempt_records(id, next_batch, execute)?;
+        let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
         report.attempt_records_removed = removed;
         report.directories_removed += dirs;
         Ok(report)
-    }
-
-    /// Re-checks one planned path against the live state: `Ok` if it may be deleted now.
-    fn recheck(&self, facts: &Facts, planned: &PlannedPath, now: u64, age_threshold_ms: u64) -> Result<(), SkipReason> {
-        let observed = match walk::observe(&self.staging_root, &planned.path) {
-            walk::Now::Missing => return Err(SkipReason::Missing),
-            walk::Now::Other => return Err(SkipReason::Changed),
-            walk::Now::Found(observed) => observed,
-        };
-        if observed.size_bytes != planned.size_bytes || observed.modified_at_ms != planned.modified_at_ms {
-            return Err(SkipReason::Changed);
-        }
-        match cleanup::classify(facts, &observed, now, age_threshold_ms) {
-            Class::Keep(reason) => Err(SkipReason::NowProtected(reason)),
-            Class::Delete { reason, attempt }
-                if (reason == CleanupReason::Unknown) != (planned.reason == CleanupReason::Unknown) || attempt != planned.attempt =>
-            {
-                Err(SkipReason::OwnerChanged)
-            }
-            Class::Delete { .. } => Ok(()),
-        }
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {
@@ -702,22 +723,25 @@ impl Store {
     /// files are gone: it is the run's account of what it published, and the accepted index
     /// must never name a missing attempt. Returns the attempts and the directories removed
     /// (in a dry run: the attempts that would be, and 0).
-    fn prune_attempt_records(&self, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
+    fn prune_attempt_records(&self, root: BorrowedFd<'_>, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
         let facts = gather_facts(self.snapshot()?.txn())?;
         let mut doomed: Vec<AttemptKey> = Vec::new();
         let mut dirs = 0;
         let mut removable: Vec<(&String, &AttemptFact)> =
             facts.attempts.iter().filter(|(rel, _)| cleanup::record_removable(&facts, rel)).collect();
         removable.sort_by(|a, b| a.1.key.cmp(&b.1.key));
+        let mut removed_dirs: Vec<&str> = Vec::new();
         for (rel, fact) in removable {
-            if !walk::dir_is_gone_or_empty(&self.staging_root, rel) {
+            if !walk::dir_is_gone_or_empty(root, rel) {
                 continue;
             }
-            if execute && walk::remove_empty_dir(&self.staging_root, rel) {
-                dirs += 1 + walk::remove_empty_parents(&self.staging_root, rel);
+            if execute && walk::remove_empty_dir(root, rel) {
+                dirs += 1 + walk::remove_empty_parents(root, rel);
+                removed_dirs.push(rel);
             }
             doomed.push(fact.key.clone());
         }
+        files::sync_after_removal(&self.staging_root, removed_dirs)?;
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }
@@ -776,4 +800,34 @@ fn referenced_by_version(versions: &impl Readable, attempt: &AttemptKey, staging
         Ok(!found)
     })?;
     Ok(found)
+}
+
+/// Re-checks one planned path against the live state: `Ok` if it may be deleted now. The entry
+/// must be the very one planned (same device and inode, size, modification and status-change
+/// times to the nanosecond): a file replaced by another (a new inode renamed in) or rewritten
+/// is skipped as changed, whatever its size and modification time.
+fn recheck(
+    applier: &mut walk::Applier<'_>,
+    facts: &Facts,
+    planned: &PlannedPath,
+    now: u64,
+    age_threshold_ms: u64,
+) -> Result<(), SkipReason> {
+    let observed = match applier.observe(&planned.path) {
+        walk::Now::Missing => return Err(SkipReason::Missing),
+        walk::Now::Other => return Err(SkipReason::Changed),
+        walk::Now::Found(observed) => observed,
+    };
+    if !cleanup::same_entry(&observed, planned) {
+        return Err(SkipReason::Changed);
+    }
+    match cleanup::classify(facts, &observed, now, age_threshold_ms) {
+        Class::Keep(reason) => Err(SkipReason::NowProtected(reason)),
+        Class::Delete { reason, attempt }
+            if (reason == CleanupReason::Unknown) != (planned.reason == CleanupReason::Unknown) || attempt != planned.attempt =>
+        {
+            Err(SkipReason::OwnerChanged)
+        }
+        Class::Delete { .. } => Ok(()),
+    }
 }

@@ -1,17 +1,19 @@
-//! The staging-root walk of cleanup, and the per-path re-observation and deletion of apply.
+//! The staging-root walk of cleanup, and the per-path re-observation and deletion of apply,
+//! all through directory handles (`handles.rs`).
 //!
-//! Invariant: nothing here follows a symlink or leaves the staging root. The walk descends
-//! only into real directories found by `read_dir` under the root (entry types come from the
-//! directory entry, never from following a link); a symlink is reported as itself. Paths are
+//! Invariant: nothing here follows a symlink or leaves the staging root, even while the tree
+//! changes underneath. The walk opens each directory relative to its parent's handle with
+//! `O_NOFOLLOW | O_DIRECTORY`; a symlink is reported as itself. Apply reaches a planned path
+//! the same way, describes the entry relative to the handle of the directory holding it, and
+//! deletes it with `unlinkat` on that same handle: a directory swapped for a symlink (even
+//! between the check and the deletion) makes the path skipped, never followed. Paths are
 //! rebuilt from plain components, each checked: no empty, `.` or `..` component can reach the
-//! file system. Before a deletion, every directory on the way is re-checked to be a real
-//! directory, so a directory swapped for a symlink after planning makes the path skipped.
+//! file system. The staging-root marker is never listed.
 
-use std::fs::{self, Metadata};
 use std::io;
-use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
+use super::handles::{self, Kind, MARKER_NAME};
 use crate::error::{Error, Result};
 use crate::rules::cleanup::Observed;
 
@@ -21,76 +23,82 @@ const WALK_DEPTH_MAX: usize = 256;
 /// What the walk found.
 #[derive(Debug, Default)]
 pub(crate) struct Walk {
-    /// Regular files and symlinks, with their size and modification time.
+    /// Regular files and symlinks, with their identity, size and times.
     pub(crate) found: Vec<Observed>,
     /// Entries that could not be considered (unreadable, not UTF-8, special files, too deep).
     pub(crate) unconsidered: Vec<String>,
 }
 
-fn modified_ms(meta: &Metadata) -> Option<u64> {
-    let modified = meta.modified().ok()?;
-    Some(modified.duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)))
+fn observed(rel: String, stat: &handles::Stat) -> Observed {
+    Observed {
+        rel,
+        symlink: stat.kind == Kind::Symlink,
+        size_bytes: stat.size_bytes,
+        modified_at_ms: stat.modified_at_ms(),
+        device: stat.device,
+        inode: stat.inode,
+        modified_at_ns: stat.modified_at_ns,
+        changed_at_ns: stat.changed_at_ns,
+    }
 }
 
-fn observed(rel: String, meta: &Metadata) -> Option<Observed> {
-    Some(Observed { rel, symlink: meta.file_type().is_symlink(), size_bytes: meta.len(), modified_at_ms: modified_ms(meta)? })
+fn join(rel: &str, name: &str) -> String {
+    if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") }
 }
 
-/// Walks everything under `root` without following symlinks.
-pub(crate) fn walk(root: &Path) -> Result<Walk> {
+/// Walks everything under the root held by `root` without following symlinks.
+pub(crate) fn walk(root: BorrowedFd<'_>, root_display: &std::path::Path) -> Result<Walk> {
     let mut out = Walk::default();
-    let mut stack: Vec<(PathBuf, String, usize)> = vec![(root.to_path_buf(), String::new(), 0)];
-    while let Some((dir, rel, depth)) = stack.pop() {
-        let entries = match fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if rel.is_empty() => return Err(Error::io(format!("listing staging root {}", dir.display()), e)),
-            Err(e) => {
-                out.unconsidered.push(format!("{rel} (unreadable: {e})"));
+    let names = handles::list(root).map_err(|e| Error::io(format!("listing staging root {}", root_display.display()), e))?;
+    visit(root, "", names, 0, &mut out);
+    Ok(out)
+}
+
+fn visit(dir: BorrowedFd<'_>, rel: &str, names: Vec<std::result::Result<String, String>>, depth: usize, out: &mut Walk) {
+    for name in names {
+        let name = match name {
+            Ok(name) => name,
+            Err(lossy) => {
+                out.unconsidered.push(format!("{} (name is not UTF-8)", join(rel, &lossy)));
                 continue;
             }
         };
-        for entry in entries {
-            let entry = match entry {
-                Ok(entry) => entry,
-                Err(e) => {
-                    out.unconsidered.push(format!("{rel} (listing failed: {e})"));
-                    continue;
-                }
-            };
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else {
-                out.unconsidered.push(format!("{rel}/{} (name is not UTF-8)", name.to_string_lossy()));
+        if rel.is_empty() && name == MARKER_NAME {
+            continue;
+        }
+        let child_rel = join(rel, &name);
+        let stat = match handles::stat_at(dir, &name) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.unconsidered.push(format!("{child_rel} (unreadable: {e})"));
                 continue;
-            };
-            let child_rel = if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
-            let path = entry.path();
-            // `symlink_metadata` describes the entry itself; a symlink is never resolved.
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    out.unconsidered.push(format!("{child_rel} (unreadable: {e})"));
-                    continue;
-                }
-            };
-            let kind = meta.file_type();
-            if kind.is_dir() {
-                if depth + 1 >= WALK_DEPTH_MAX {
-                    out.unconsidered.push(format!("{child_rel} (nested deeper than {WALK_DEPTH_MAX})"));
-                } else {
-                    stack.push((path, child_rel, depth + 1));
-                }
-            } else if kind.is_file() || kind.is_symlink() {
-                match observed(child_rel.clone(), &meta) {
-                    Some(found) => out.found.push(found),
-                    None => out.unconsidered.push(format!("{child_rel} (no modification time)")),
-                }
-            } else {
-                out.unconsidered.push(format!("{child_rel} (not a regular file, directory or symlink)"));
             }
+        };
+        match stat.kind {
+            Kind::Dir if depth + 1 >= WALK_DEPTH_MAX => {
+                out.unconsidered.push(format!("{child_rel} (nested deeper than {WALK_DEPTH_MAX})"));
+            }
+            Kind::Dir => {
+                // Opened relative to this directory's handle, refusing a symlink: if the entry
+                // was swapped since it was described, it is not entered.
+                let child = match handles::open_dir_at(dir, &name) {
+                    Ok(child) => child,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        out.unconsidered.push(format!("{child_rel} (unreadable: {e})"));
+                        continue;
+                    }
+                };
+                match handles::list(child.as_fd()) {
+                    Ok(names) => visit(child.as_fd(), &child_rel, names, depth + 1, out),
+                    Err(e) => out.unconsidered.push(format!("{child_rel} (unreadable: {e})")),
+                }
+            }
+            Kind::File | Kind::Symlink => out.found.push(observed(child_rel, &stat)),
+            Kind::Other => out.unconsidered.push(format!("{child_rel} (not a regular file, directory or symlink)")),
         }
     }
-    Ok(out)
 }
 
 /// What a planned path is now.
@@ -105,51 +113,86 @@ pub(crate) enum Now {
     Found(Observed),
 }
 
-/// Resolves `rel` under `root` component by component without following symlinks.
-fn resolve(root: &Path, rel: &str) -> Result<PathBuf, Now> {
-    let components: Vec<&str> = rel.split('/').collect();
-    if components.iter().any(|c| c.is_empty() || *c == "." || *c == ".." || c.contains('\0')) {
-        return Err(Now::Other);
+/// Splits a planned path into its directories and its leaf, refusing anything but plain
+/// components.
+fn split(rel: &str) -> Option<(Vec<&str>, &str)> {
+    let mut components: Vec<&str> = rel.split('/').collect();
+    if components.iter().any(|c| !handles::is_plain_component(c)) {
+        return None;
     }
-    let mut path = root.to_path_buf();
-    for component in &components[..components.len() - 1] {
-        path.push(component);
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_dir() => {}
-            Ok(_) => return Err(Now::Other),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Now::Missing),
-            Err(_) => return Err(Now::Other),
-        }
+    let leaf = components.pop()?;
+    if components.is_empty() && leaf == MARKER_NAME {
+        return None;
     }
-    path.push(components[components.len() - 1]);
-    Ok(path)
+    Some((components, leaf))
 }
 
-/// Observes one path again, as the walk would have seen it.
-pub(crate) fn observe(root: &Path, rel: &str) -> Now {
-    let path = match resolve(root, rel) {
-        Ok(path) => path,
-        Err(now) => return now,
-    };
-    match fs::symlink_metadata(&path) {
-        Ok(meta) if meta.file_type().is_file() || meta.file_type().is_symlink() => {
-            observed(rel.to_owned(), &meta).map_or(Now::Other, Now::Found)
-        }
-        Ok(_) => Now::Other,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Now::Missing,
-        Err(_) => Now::Other,
-    }
+fn now_of_error(e: &io::Error) -> Now {
+    if e.kind() == io::ErrorKind::NotFound { Now::Missing } else { Now::Other }
 }
 
-/// Deletes one file or symlink (the link itself), re-checking the directories on its way.
-pub(crate) fn delete(root: &Path, rel: &str) -> io::Result<()> {
-    let path = resolve(root, rel).map_err(|_| io::Error::other("a directory on the path changed"))?;
-    fs::remove_file(path)
+/// Reaches planned paths under one root handle, keeping the handles of the directories of the
+/// last path so that consecutive paths of one directory reuse them.
+pub(crate) struct Applier<'r> {
+    root: BorrowedFd<'r>,
+    /// The directories of the last path reached: `(name, handle)`, outermost first.
+    chain: Vec<(String, OwnedFd)>,
+}
+
+impl<'r> Applier<'r> {
+    pub(crate) fn new(root: BorrowedFd<'r>) -> Applier<'r> {
+        Applier { root, chain: Vec::new() }
+    }
+
+    /// Forgets the cached handles (after directories were removed).
+    pub(crate) fn forget(&mut self) {
+        self.chain.clear();
+    }
+
+    /// The handle of the directory holding a path with these directories.
+    fn parent(&mut self, dirs: &[&str]) -> io::Result<BorrowedFd<'_>> {
+        let common = self.chain.iter().zip(dirs).take_while(|((name, _), want)| name == *want).count();
+        self.chain.truncate(common);
+        for name in &dirs[common..] {
+            let parent = self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd());
+            let fd = match handles::open_dir_at(parent, name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    self.chain.clear();
+                    return Err(e);
+                }
+            };
+            self.chain.push(((*name).to_owned(), fd));
+        }
+        Ok(self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd()))
+    }
+
+    /// Observes one path again, as the walk would have seen it.
+    pub(crate) fn observe(&mut self, rel: &str) -> Now {
+        let Some((dirs, leaf)) = split(rel) else { return Now::Other };
+        let parent = match self.parent(&dirs) {
+            Ok(parent) => parent,
+            Err(e) => return now_of_error(&e),
+        };
+        match handles::stat_at(parent, leaf) {
+            Ok(stat) if matches!(stat.kind, Kind::File | Kind::Symlink) => Now::Found(observed(rel.to_owned(), &stat)),
+            Ok(_) => Now::Other,
+            Err(e) => now_of_error(&e),
+        }
+    }
+
+    /// Deletes one file or symlink (the link itself) with `unlinkat` on the handle of the
+    /// directory [`Applier::observe`] just described it in.
+    pub(crate) fn delete(&mut self, rel: &str) -> io::Result<()> {
+        let (dirs, leaf) = split(rel).ok_or_else(|| io::Error::other("not a plain relative path"))?;
+        let parent = self.parent(&dirs)?;
+        handles::unlink_at(parent, leaf)
+    }
 }
 
 /// Removes the now-empty directories containing `rel`, deepest first, never the root itself
 /// and never through a symlink. Returns how many were removed.
-pub(crate) fn remove_empty_parents(root: &Path, rel: &str) -> u64 {
+pub(crate) fn remove_empty_parents(root: BorrowedFd<'_>, rel: &str) -> u64 {
     let mut removed = 0;
     let mut rel = rel;
     while let Some((parent, _)) = rel.rsplit_once('/') {
@@ -163,34 +206,31 @@ pub(crate) fn remove_empty_parents(root: &Path, rel: &str) -> u64 {
     removed
 }
 
-/// Removes `root/rel` if it is a real, empty directory.
-pub(crate) fn remove_empty_dir(root: &Path, rel: &str) -> bool {
-    let Ok(path) = resolve(root, rel) else {
-        return false;
-    };
-    match fs::symlink_metadata(&path) {
-        // `remove_dir` refuses a non-empty directory, which is exactly the check wanted.
-        Ok(meta) if meta.file_type().is_dir() => fs::remove_dir(&path).is_ok(),
-        _ => false,
+/// Removes `root/rel` if it is a real, empty directory (the kernel refuses a non-empty
+/// directory and a symlink).
+pub(crate) fn remove_empty_dir(root: BorrowedFd<'_>, rel: &str) -> bool {
+    let Some((dirs, leaf)) = split(rel) else { return false };
+    match handles::open_dir_chain(root, &dirs) {
+        Ok(parent) => handles::rmdir_at(parent.as_fd(), leaf).is_ok(),
+        Err(_) => false,
     }
 }
 
 /// Whether `root/rel` is absent, or is a real directory holding nothing.
-pub(crate) fn dir_is_gone_or_empty(root: &Path, rel: &str) -> bool {
-    let path = match resolve(root, rel) {
-        Ok(path) => path,
-        Err(Now::Missing) => return true,
-        Err(_) => return false,
-    };
-    match fs::symlink_metadata(&path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => true,
-        Ok(meta) if meta.file_type().is_dir() => fs::read_dir(&path).is_ok_and(|mut entries| entries.next().is_none()),
-        _ => false,
+pub(crate) fn dir_is_gone_or_empty(root: BorrowedFd<'_>, rel: &str) -> bool {
+    let Some((dirs, leaf)) = split(rel) else { return false };
+    let mut all = dirs;
+    all.push(leaf);
+    match handles::open_dir_chain(root, &all) {
+        Ok(dir) => handles::is_empty_except(dir.as_fd(), &[]).unwrap_or(false),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]
@@ -200,14 +240,16 @@ mod tests {
         fs::create_dir_all(root.join("a")).unwrap();
         fs::write(dir.path().join("victim"), "outside").unwrap();
         fs::write(root.join("a/x"), "inside").unwrap();
-        for bad in ["../victim", "a/../../victim", "/victim", "a//x", "./a/x", "a/./x", ""] {
-            assert!(matches!(observe(&root, bad), Now::Other), "{bad:?} observed");
-            assert!(delete(&root, bad).is_err(), "{bad:?} deleted");
+        let fd = handles::open_root(&root).unwrap();
+        let mut applier = Applier::new(fd.as_fd());
+        for bad in ["../victim", "a/../../victim", "/victim", "a//x", "./a/x", "a/./x", "", MARKER_NAME] {
+            assert!(matches!(applier.observe(bad), Now::Other), "{bad:?} observed");
+            assert!(applier.delete(bad).is_err(), "{bad:?} deleted");
         }
         assert!(dir.path().join("victim").exists());
-        assert!(matches!(observe(&root, "a/x"), Now::Found(_)));
-        assert!(!remove_empty_dir(&root, ".."));
-        assert_eq!(remove_empty_parents(&root, "../x"), 0);
+        assert!(matches!(applier.observe("a/x"), Now::Found(_)));
+        assert!(!remove_empty_dir(fd.as_fd(), ".."));
+        assert_eq!(remove_empty_parents(fd.as_fd(), "../x"), 0);
         assert!(root.is_dir() && dir.path().is_dir());
     }
 
@@ -218,8 +260,28 @@ mod tests {
         fs::create_dir_all(&root).unwrap();
         fs::write(dir.path().join("outside"), "x").unwrap();
         std::os::unix::fs::symlink(dir.path(), root.join("up")).unwrap();
-        let walked = walk(&root).unwrap();
+        let fd = handles::open_root(&root).unwrap();
+        let walked = walk(fd.as_fd(), &root).unwrap();
         assert_eq!(walked.found.len(), 1);
         assert!(walked.found[0].symlink && walked.found[0].rel == "up");
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_neither_entered_nor_emptied() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let outside = dir.path().join("outside");
+        fs::create_dir_all(root.join("a")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("x"), "precious").unwrap();
+        fs::remove_dir(root.join("a")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a")).unwrap();
+        let fd = handles::open_root(&root).unwrap();
+        let mut applier = Applier::new(fd.as_fd());
+        assert!(matches!(applier.observe("a/x"), Now::Other));
+        assert!(applier.delete("a/x").is_err());
+        assert!(!dir_is_gone_or_empty(fd.as_fd(), "a"));
+        assert!(!remove_empty_dir(fd.as_fd(), "a/x"));
+        assert!(outside.join("x").exists());
     }
 }

@@ -17,6 +17,7 @@ use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
 };
+use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
 use crate::schema::{
     self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
@@ -116,7 +117,9 @@ impl Store {
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
-    /// attempt's private staging directory under the staging root.
+    /// attempt's private staging directory under the staging root. Before it returns, every
+    /// directory it created (and the parent of each) is synced, so the directory handed out
+    /// survives a power loss.
     ///
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::UnknownTask`], [`Error::RunPublished`] (a published run
@@ -137,8 +140,11 @@ impl Store {
             read_task(&tasks, task)?;
         }
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
-        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel)?;
-        self.write_grouped("beginning an attempt", |txn| {
+        // Nothing is created under a root that is not this store's (its marker checked).
+        drop(self.checked_staging_root()?);
+        let mut created = Vec::new();
+        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
+        let ticket = self.write_grouped("beginning an attempt", |txn| {
             let runs = open(txn, RUNS)?;
             let mut tasks = open(txn, TASKS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
@@ -160,7 +166,7 @@ impl Store {
             // taken and the next begin reuses the (empty, never handed out) directory.
             let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
                 Some(dir) => dir,
-                None => files::create_staging_dir(&self.staging_root, &staging_rel)?,
+                None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
             };
             put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
             put(
@@ -177,7 +183,12 @@ impl Store {
                 },
             )?;
             Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
-        })
+        })?;
+        // Outside the write transaction (never inside the single writer's critical section),
+        // before the ticket is handed out. A failure here leaves a committed attempt nobody
+        // holds; its lease runs out and the task is begun again.
+        files::sync_created_dirs(&ticket.staging_dir, &created)?;
+        Ok(ticket)
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -250,13 +261,20 @@ impl Store {
     /// ([`crate::AttemptInfo::reconciliation`]); without a grain they say that only reported
     /// figures were compared.
     ///
+    /// Data durability (DOMAIN 11): before a Valid verdict is stored, every file of the
+    /// candidate is `fdatasync`ed and every directory from the files' own up to the staging root
+    /// `fsync`ed, once each, outside the write transaction. A candidate whose sync fails is
+    /// Invalid ([`GateFailure::FileUnreadable`](crate::GateFailure::FileUnreadable), "could not
+    /// be made durable"): its content may not be on disk and a retried sync would prove nothing.
+    ///
     /// Once the run is published its accepted attempts are frozen: later verdicts are stored
     /// but change nothing that was published.
     ///
     /// # Errors
     /// [`Error::UnknownAttempt`], [`Error::AttemptState`] if the attempt has not finished,
-    /// [`Error::Io`] if a file cannot be read while reading at the grain (nothing is stored:
-    /// validate again), storage errors.
+    /// [`Error::Io`] if a file cannot be read while reading at the grain, or if a file or
+    /// directory of a valid candidate cannot be opened to sync it (nothing is stored: validate
+    /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         check_task_key(&attempt.task)?;
         let task = &attempt.task;
@@ -282,6 +300,7 @@ impl Store {
         if let Some(verdict) = record.verdict {
             return Ok(verdict);
         }
+        super::retention::refuse_if_abandoned(attempt, &record)?;
         let Some(candidate) = record.candidate else {
             return Err(Error::AttemptState {
                 partition: task.partition.clone(),
@@ -291,14 +310,22 @@ impl Store {
                 needed: "a finished attempt",
             });
         };
-        let staging_dir = self.staging_root.join(&record.staging_rel);
-        let observed: Vec<_> = candidate.files.iter().map(|f| files::observe(&staging_dir, f, check)).collect();
+        let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
         let computed = match &run.grain {
-            Some(grain) => Some((grain.format, self.read_candidate_data(grain, &staging_dir, &candidate, &observed)?)),
+            Some(grain) => Some((grain.format, self.read_candidate_data(grain, &record.staging_rel, &candidate, &observed)?)),
             None => None,
         };
         let (verdict, reconciliation) =
             rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
+        // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
+        // directory from the attempt's up to the staging root is durable. Synced here, outside
+        // the write transaction; a failed sync refuses the candidate.
+        let verdict = if verdict.is_valid() {
+            let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
+            rules::validate::after_sync(verdict, &failures)
+        } else {
+            verdict
+        };
         self.write_grouped("storing a verdict", |txn| {
             let runs = open(txn, RUNS)?;
             let mut attempts = open(txn, ATTEMPTS)?;
@@ -341,15 +368,15 @@ impl Store {
     fn read_candidate_data(
         &self,
         grain: &crate::grain::Grain,
-        staging_dir: &std::path::Path,
+        staging_rel: &str,
         candidate: &Candidate,
-        observed: &[rules::validate::FileObservation],
+        observed: &[FileObservation],
     ) -> Result<rules::validate::Computed> {
         let present: Vec<FileEntry> = candidate
             .files
             .iter()
             .zip(observed)
-            .filter(|(_, seen)| matches!(seen, rules::validate::FileObservation::Present { .. }))
+            .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
             .map(|(file, _)| file.clone())
             .collect();
         let options = readers::ReadOptions {
@@ -357,7 +384,10 @@ impl Store {
             key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max,
             spill_parent: self.staging_root.clone(),
         };
-        let computed = readers::read_partition(grain, staging_dir, &present, &options)?;
+        // Each file is opened through directory handles from the staging root, without
+        // following a symlink: what is read is what observation saw (or the file is missing).
+        let open = |file: &FileEntry| super::handles::open_regular_file(&self.staging_root, staging_rel, &file.path);
+        let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
         tracing::debug!(
             rows = computed.rows,
             files = computed.files,
@@ -366,6 +396,25 @@ impl Store {
             "read a candidate at its grain"
         );
         Ok(computed)
+    }
+
+    /// What is seen of each reported file of an attempt, through directory handles from the
+    /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
+    /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
+    fn observe_files(&self, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+        files
+            .iter()
+            .map(|file| {
+                match super::handles::observe_file(&self.staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+                    Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
+                    Ok(None) => Ok(FileObservation::Missing),
+                    Err(e) => Err(Error::io(
+                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                        e,
+                    )),
+                }
+            })
+            .collect()
     }
 
     /// Publishes a run in one write transaction.
@@ -414,7 +463,15 @@ impl Store {
                     .ok_or_else(|| super::retention::published_generation_missing(&generations, dataset, run, number))?;
                 return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
             }
-            let states = gather_publish_inputs(txn, dataset, run, &run_record)?;
+            let mut states = gather_publish_inputs(txn, dataset, run, &run_record)?;
+            // Every file of every accepted candidate is still there with its size (a stat, no
+            // read): a file lost since validation is refused as a report naming it, and an I/O
+            // error is an error to retry, never a refusal.
+            for state in &mut states {
+                if let Some(accepted) = &state.accepted {
+                    state.files_seen = self.observe_files(&accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
+                }
+            }
             let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
                 Ok(plan) => plan,
                 Err(refusal) => return Ok(TxnEnd::Abort(PublishOutcome::Refused(refusal))),
@@ -422,7 +479,7 @@ impl Store {
             let mut pointers = open(txn, POINTERS)?;
             let pointer_key = key(&[dataset]);
             let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
-            let number = current + 1;
+            let number = current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &pointer_key, "generation number overflows"))?;
             let mut versions = open(txn, VERSIONS)?;
             for planned in &plan.partitions {
                 let (accepted, candidate) = (&planned.accepted, &planned.accepted.candidate);
@@ -444,7 +501,7 @@ impl Store {
                 )?;
             }
             let mut digests = open(txn, DIGESTS)?;
-            for &index in &plan.new_digests {
+            for &index in &plan.digests_to_record {
                 let planned = &plan.partitions[index];
                 put(
                     &mut digests,
@@ -616,7 +673,7 @@ fn gather_publish_inputs(
             schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?.to_owned();
         let spec = TaskSpec { partition: partition.clone(), expected_rows: task.expected_rows, expected_total: task.expected_total };
         let accepted_attempt = get::<AcceptedRecord>(&accepted, ACCEPTED, task_key)?;
-        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None };
+        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None, files_seen: Vec::new() };
         match accepted_attempt {
             Some(AcceptedRecord { attempt }) => {
                 let attempt_key = key_u32(&[dataset, run, &partition], attempt);
@@ -667,10 +724,11 @@ pub(crate) fn task_attempts(
 }
 
 pub(crate) fn attempt_status(record: &AttemptRecord) -> AttemptStatus {
-    match (&record.candidate, &record.verdict) {
-        (_, Some(verdict)) => AttemptStatus::Validated(verdict.clone()),
-        (Some(_), None) => AttemptStatus::Finished,
-        (None, None) => AttemptStatus::Running,
+    match (&record.candidate, &record.verdict, record.abandoned_at_ms) {
+        (_, Some(verdict), _) => AttemptStatus::Validated(verdict.clone()),
+        (Some(_), None, _) => AttemptStatus::Finished,
+        (None, None, Some(abandoned_at_ms)) => AttemptStatus::Abandoned { abandoned_at_ms },
+        (None, None, None) => AttemptStatus::Running,
     }
 }
 

@@ -222,24 +222,100 @@ fn leftover_temporary_files_of_an_interrupted_creation_are_ignored() {
     assert_eq!(std::fs::read(dir.path().join(".store.redb.creating-2-2")).unwrap(), &good[..good.len() / 2], "left untouched");
 }
 
+const READER_ENV: &str = "MANIFESTDB_KILL_READER_STORE";
+
+/// The reader process: opens the store read-only and prints its current generation.
 #[test]
-fn a_reader_of_a_store_whose_writer_was_killed_is_told_to_let_a_writer_recover_it() {
-    let base = tempfile::tempdir().unwrap();
-    let dir = base.path().join("store");
-    // Kill a child that has opened the store and is publishing.
-    let mut opened = false;
+#[ignore = "the reader process of the kill tests; does nothing unless started by them"]
+fn child_reads_the_current_generation() {
+    let Some(path) = std::env::var_os(READER_ENV).map(PathBuf::from) else { return };
+    match ReadOnlyStore::open(&path).and_then(|store| store.snapshot()?.current(DATASET)) {
+        Ok(current) => println!("CURRENT {}", current.map_or(0, |g| g.number)),
+        Err(err) => println!("ERROR {err}"),
+    }
+}
+
+/// Runs the reader process on `path` (as another user with `as_user`) and returns its line.
+fn read_in_another_process(path: &Path, as_user: Option<&str>) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let args = ["--exact", "kill::child_reads_the_current_generation", "--ignored", "--nocapture", "--test-threads=1"];
+    let mut command = match as_user {
+        Some(uid) => {
+            let mut c = Command::new("setpriv");
+            c.args([&format!("--reuid={uid}"), &format!("--regid={uid}"), "--clear-groups", "--"]).arg(&exe);
+            c
+        }
+        None => Command::new(&exe),
+    };
+    let output = command.args(args).env(READER_ENV, path).stderr(Stdio::null()).output().expect("start the reader");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    stdout
+        .lines()
+        .find_map(|l| l.find("CURRENT ").or_else(|| l.find("ERROR ")).map(|i| l[i..].to_owned()))
+        .unwrap_or_else(|| panic!("the reader printed nothing useful ({}): {stdout}", output.status))
+}
+
+/// Kills publishing children until one had opened the store and acknowledged a publish;
+/// returns the last acknowledged generation.
+fn kill_a_publishing_writer(dir: &Path) -> u64 {
     for _ in 0..20 {
-        let (_, was_open) = run_and_kill(&dir, Duration::from_millis(400));
-        if was_open {
-            opened = true;
-            break;
+        let (acks, was_open) = run_and_kill(dir, Duration::from_millis(600));
+        if was_open && !acks.is_empty() {
+            return acks.last().unwrap().0;
         }
     }
-    assert!(opened, "the child never opened the store");
+    panic!("the child never acknowledged a publish");
+}
+
+#[test]
+fn a_reader_process_reads_the_last_committed_generation_after_its_writer_was_killed() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
     let path = dir.join("store.redb");
-    // The writer died with the file open, so redb marks it as needing recovery.
-    let err = ReadOnlyStore::open(&path).expect_err("a killed writer's store needs recovery first");
-    assert!(err.to_string().contains("writable Store::open"), "{err}");
-    drop(Store::open(&path, dir.join("staging")).unwrap());
-    ReadOnlyStore::open(&path).unwrap();
+    for round in 0..3 {
+        let acked = kill_a_publishing_writer(&dir);
+        // No writer holds the store now, and its writer died with the file open: the reader
+        // recovers it (briefly taking the writer lock) and reads the last committed generation.
+        let line = read_in_another_process(&path, None);
+        let current: u64 = line.strip_prefix("CURRENT ").unwrap_or_else(|| panic!("round {round}: {line}")).parse().unwrap();
+        assert!(current == acked || current == acked + 1, "round {round}: acknowledged {acked}, the reader read {current}");
+        // The reader released the store: a writer opens it at once and sees the same generation.
+        let store = Store::open(&path, dir.join("staging")).unwrap();
+        assert_eq!(store.snapshot().unwrap().current(DATASET).unwrap().map_or(0, |g| g.number), current);
+    }
+}
+
+#[test]
+fn a_reader_that_may_not_write_a_crashed_store_is_told_which_command_recovers_it() {
+    let base = tempfile::tempdir().unwrap();
+    let dir = base.path().join("store");
+    let path = dir.join("store.redb");
+    let acked = kill_a_publishing_writer(&dir);
+    use std::os::unix::fs::PermissionsExt;
+    // Readable by everyone, writable by nobody but its owner (and root, who ignores modes).
+    for p in [base.path(), dir.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let euid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let as_user = if euid == 0 {
+        if Command::new("setpriv").arg("--version").output().is_err() {
+            eprintln!("skipped: running as root without setpriv, so no reader lacks write access");
+            return;
+        }
+        Some("65534")
+    } else {
+        None
+    };
+    let line = read_in_another_process(&path, as_user);
+    assert!(line.starts_with("ERROR "), "{line}");
+    assert!(line.contains(&format!("manifestdb recover --store {}", path.display())), "names the command: {line}");
+    assert!(line.contains("writer crashed"), "{line}");
+    // The owner runs what the message says; then the reader reads.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(Store::recover(&path).unwrap(), "the store needed recovery");
+    assert!(!Store::recover(&path).unwrap(), "once recovered, nothing to do");
+    let line = read_in_another_process(&path, as_user);
+    let current: u64 = line.strip_prefix("CURRENT ").unwrap_or_else(|| panic!("{line}")).parse().unwrap();
+    assert!(current == acked || current == acked + 1, "acknowledged {acked}, read {current}");
 }

@@ -1,15 +1,16 @@
-//! `attempt begin`, `attempt finish`, `attempt validate`.
+//! `attempt begin`, `attempt finish`, `attempt validate`, `attempt heartbeat`, `attempt abandon`,
+//! `attempt invalidate`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use manifestdb::{Candidate, FileCheck, FileEntry, FinishOutcome, Store, TaskKey, describe_file};
+use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome, InvalidateOutcome, Store, TaskKey, describe_file};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::parse_json;
-use crate::args::{BeginArgs, FinishArgs, HeartbeatArgs, TaskArgs, ValidateArgs};
+use crate::args::{BeginArgs, FinishArgs, HeartbeatArgs, InvalidateArgs, TaskArgs, ValidateArgs};
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
@@ -251,5 +252,52 @@ pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -
         "expires_at_ms": lease.expires_at_ms,
     });
     out.emit(&doc, |w| writeln!(w, "attempt {key}: lease renewed until {}", crate::output::utc(lease.expires_at_ms)))?;
+    Ok(Exit::Success)
+}
+
+/// `attempt abandon`.
+pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let outcome = store.abandon_attempt(&key)?;
+    drop(store);
+    let (name, abandoned_at_ms) = match outcome {
+        AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", abandoned_at_ms),
+        AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", abandoned_at_ms),
+    };
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "outcome": name,
+        "abandoned_at_ms": abandoned_at_ms,
+    });
+    out.emit(&doc, |w| writeln!(w, "attempt {key}: {} at {}", name.replace('_', " "), crate::output::utc(abandoned_at_ms)))?;
+    Ok(Exit::Success)
+}
+
+/// `attempt invalidate`.
+pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let key = task_key(&args.task).attempt(args.attempt);
+    let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
+    drop(store);
+    let (name, before, after) = match outcome {
+        InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", accepted_before, accepted_after),
+        InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
+    };
+    let doc = json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "outcome": name,
+        "accepted_before": before,
+        "accepted_after": after,
+    });
+    out.emit(&doc, |w| {
+        writeln!(w, "attempt {key}: {}; accepted attempt of the task: {} -> {}", name.replace('_', " "), opt(before), opt(after))
+    })?;
     Ok(Exit::Success)
 }

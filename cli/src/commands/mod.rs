@@ -38,6 +38,8 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
         Command::Stats => inspect::stats(location, out),
         Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
+        Command::Attempt(AttemptCommand::Abandon(args)) => attempt::abandon(location, out, args),
+        Command::Attempt(AttemptCommand::Invalidate(args)) => attempt::invalidate(location, out, args),
         Command::Verify(args) => verify::verify(location, out, args),
         Command::Rollback(args) => rollback::rollback(location, out, args),
         Command::Gc(GcCommand::Abandon(args)) => gc::abandon(location, out, args),
