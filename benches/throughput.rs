@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec};
+use manifestdb::{
+    Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, StoreOptions, TaskKey, TaskSpec, VerifyOptions, ViewOptions,
+};
 use redb::{Builder, ConcurrencyMode, Database, TableDefinition};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value, json};
@@ -624,6 +626,28 @@ fn md_build_history(store: &Store, dataset: &str, generations: usize) -> Res<()>
     })
 }
 
+/// `verify` (records and references, without redb's integrity check, which reads the whole
+/// file whatever manifestdb does) on a store of its own holding one dataset with
+/// `generations` one-task generations: the median of 3 runs, in ms. Each generation adds one
+/// version entry, one generation record and one run with its task and attempt, so a linear
+/// verify grows with `generations` and a quadratic one with its square.
+fn md_verify_ms(dir: &Path, generations: usize) -> Res<f64> {
+    let store_dir = dir.join(format!("verify-{generations}"));
+    let mut store = Store::open(store_dir.join("store.redb"), store_dir.join("staging"))?;
+    md_build_history(&store, "hist", generations)?;
+    let options = VerifyOptions { integrity_check: false, ..VerifyOptions::default() };
+    let mut samples = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let report = store.verify(&options)?;
+        samples.push(started.elapsed());
+        if !report.is_clean() {
+            return Err(format!("verify found problems in a fresh store: {report}").into());
+        }
+    }
+    Ok(median_ms(samples))
+}
+
 /// Single-partition lookups per second through one read snapshot, over `partitions` keys.
 fn md_lookups(store: &Store, dataset: &str, partitions: usize, measure: Duration) -> Res<f64> {
     let snapshot = store.snapshot()?;
@@ -724,6 +748,101 @@ fn md_interleaved_publishes(store: &Store, datasets: &[&str], tag: &str, count: 
     Ok(samples)
 }
 
+/// Declares a run over `partitions` partitions of `dataset`, each task with one valid attempt
+/// that wrote one small CSV file (views link files, so the attempts need some).
+fn md_prepare_with_files(store: &Store, dataset: &str, run: &str, partitions: usize) -> Res<()> {
+    let spec = RunSpec {
+        dataset: dataset.to_owned(),
+        run: run.to_owned(),
+        snapshot: format!("snap-{run}"),
+        tasks: (0..partitions)
+            .map(|i| TaskSpec { partition: format!("date=2026-11-29/p={i:05}"), expected_rows: 2, expected_total: None })
+            .collect(),
+        grain: None,
+    };
+    store.declare_run(&spec)?;
+    let next = AtomicU64::new(0);
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..16.min(spec.tasks.len()))
+            .map(|_| {
+                scope.spawn(|| -> Res<()> {
+                    while let Some(task) = spec.tasks.get(next.fetch_add(1, Ordering::Relaxed) as usize) {
+                        md_attempt_with_file(store, &spec, &task.partition)?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().map_err(|_| "setup thread panicked")??;
+        }
+        Ok(())
+    })
+}
+
+/// One valid attempt that wrote one small CSV file.
+fn md_attempt_with_file(store: &Store, spec: &RunSpec, partition: &str) -> Res<()> {
+    let (dataset, run) = (spec.dataset.as_str(), spec.run.as_str());
+    {
+        let ticket = store.begin_attempt(&TaskKey::new(dataset, run, partition))?;
+        std::fs::write(ticket.staging_dir.join("part-0.csv"), format!("store,units\n1,{}\n2,7\n", run.len()))?;
+        let candidate = Candidate {
+            snapshot: spec.snapshot.clone(),
+            rows: Some(2),
+            total: None,
+            digest: Some(format!("d-{run}")),
+            files: vec![manifestdb::describe_file(&ticket.staging_dir, "part-0.csv")?],
+        };
+        store.finish_attempt(&ticket.key, &candidate)?;
+        store.validate_attempt(&ticket.key, FileCheck::Size)?;
+    }
+    Ok(())
+}
+
+/// The cost of a view: publishes of 1 and 1,000 partitions (each publish replaces them all, so
+/// its view links every file again) on a store without views and one with hard-link views,
+/// interleaved; and the time of a view build alone (a `sync_view` that must rebuild the current
+/// view), per 1,000 files.
+fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
+    let off = Store::open(dir.join("views-off.redb"), dir.join("staging-views-off"))?;
+    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views"))), ..StoreOptions::default() };
+    let on = Store::open_with_options(dir.join("views-on.redb"), dir.join("staging-views-on"), &options)?;
+    for partitions in [1usize, 1000] {
+        let dataset = format!("view-{partitions}p");
+        let (mut t_off, mut t_on, mut builds) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..publishes {
+            let run = format!("r{i}");
+            md_prepare_with_files(&off, &dataset, &run, partitions)?;
+            md_prepare_with_files(&on, &dataset, &run, partitions)?;
+            t_off.push(md_publish(&off, &dataset, &run)?);
+            t_on.push(md_publish(&on, &dataset, &run)?);
+            // Drop the view just built (untimed) and time its rebuild alone.
+            let status = on.sync_view(&dataset)?.ok_or("no view status")?;
+            std::fs::remove_dir_all(&status.path)?;
+            let start = Instant::now();
+            let rebuilt = on.sync_view(&dataset)?.ok_or("no view status")?;
+            builds.push(start.elapsed());
+            if !rebuilt.built {
+                return Err("the view was not rebuilt".into());
+            }
+        }
+        let key = if partitions == 1 { "1p" } else { "1000p" };
+        report.put(&format!("publish_ms_{key}_without_views"), median_ms(t_off), "ms (median)");
+        report.put(&format!("publish_ms_{key}_with_views"), median_ms(t_on), "ms (median, includes the view build and swap)");
+        report.ratio(
+            &format!("views_publish_ratio_{key}"),
+            &format!("publish_ms_{key}_with_views"),
+            &format!("publish_ms_{key}_without_views"),
+        );
+        let build = median_ms(builds);
+        report.put(&format!("view_build_ms_{key}"), build, "ms (median, build of v<N> alone)");
+        if partitions == 1000 {
+            report.put("view_build_ms_per_1000_files", build, "ms per 1,000 files (hard links, all synced)");
+        }
+    }
+    Ok(())
+}
+
 /// Syncs each operation makes, counted exactly (not timed): redb's through the testing backend
 /// (the store opened in the shipped mode, as `Store::open` opens a file) and the staging syncs
 /// through the store's sync seam. One task writing one file; the first begin of a task creates
@@ -813,6 +932,12 @@ fn main() -> Res<()> {
     let mut report = Report { figures: Map::new() };
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
+    if args.iter().any(|a| a == "--views-only") {
+        // Only the cost of views (issue 13): `cargo bench --bench throughput -- --views-only`.
+        view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
+    }
 
     // (a) to (d), one durable commit at a time, interleaved op by op (fsync, redb, redb in
     // manifestdb's mode, a manifestdb publish, a SQLite publish, a SQLite commit, and again),
@@ -903,6 +1028,10 @@ fn main() -> Res<()> {
     report.put("publish_1partition_ms_into_1m", median_ms(samples.next().unwrap_or_default()), "ms (median)");
     report.put("lookups_per_s", md_lookups(&store, "big", big_partitions, sizes.measure)?, "lookups/s (one snapshot)");
 
+    // Views: publish with vs without, and the build alone.
+    println!("views: publishes of 1 and 1,000 partitions with and without views");
+    view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
+
     // History: 10 vs `history` earlier generations.
     println!("building a history of {} generations", sizes.history);
     let setup = Instant::now();
@@ -913,6 +1042,11 @@ fn main() -> Res<()> {
     let mut samples = samples.into_iter();
     report.put("publish_ms_after_10_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
     report.put("publish_ms_after_100k_generations", median_ms(samples.next().unwrap_or_default()), "ms (median)");
+
+    // Verify's cost against history: linear, so 8 times the generations cost about 8 times.
+    println!("verify on 1k and 8k generations");
+    report.put("verify_ms_1k_generations", md_verify_ms(dir, 1_000)?, "ms (median of 3)");
+    report.put("verify_ms_8k_generations", md_verify_ms(dir, 8_000)?, "ms (median of 3)");
 
     // Peak RSS of a fresh process holding the store (it holds every attempt made above).
     drop(store);
@@ -932,6 +1066,7 @@ fn main() -> Res<()> {
     report.ratio("per_task_100k_vs_1k", "publish_us_per_task_t100k", "publish_us_per_task_t1k");
     report.ratio("publish_1m_vs_10_partitions", "publish_1partition_ms_into_1m", "publish_1partition_ms_into_10");
     report.ratio("publish_100k_vs_fresh_history", "publish_ms_after_100k_generations", "publish_ms_after_10_generations");
+    report.ratio("verify_8k_vs_1k_generations", "verify_ms_8k_generations", "verify_ms_1k_generations");
     report.put("total_s", started.elapsed().as_secs_f64(), "s");
 
     let sizes_json: BTreeMap<&str, Value> = BTreeMap::from([

@@ -13,6 +13,11 @@
 //! rerun on the same input snapshot, whose workers write their rows in another order, must
 //! reproduce every canonical digest (computed by the store from the rows, not the bytes).
 //!
+//! The store publishes views (`STORE_DIR/views`): after the publish, `views/daily_units/current`
+//! is a plain directory tree holding exactly the published files, one per partition, under
+//! `date=…/region=…` directories, with `_manifest.json`; any engine can read it (DuckDB:
+//! `read_csv('STORE_DIR/views/daily_units/current/**/*.csv', hive_partitioning = true)`).
+//!
 //! Exits non-zero if any total differs from the input's.
 //!
 //! ```text
@@ -29,7 +34,7 @@ use std::time::Duration;
 
 use manifestdb::{
     AttemptStatus, AttemptTicket, Candidate, DataFormat, EffectKey, FileCheck, Grain, PublishOptions, PublishOutcome, RunSpec, Store,
-    TaskKey, TaskSpec, describe_file,
+    StoreOptions, TaskKey, TaskSpec, ViewOptions, describe_file,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -328,7 +333,8 @@ fn naive_directory_total(root: &Path) -> i64 {
 }
 
 fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
-    let store = Arc::new(Store::open(dir.join("store.redb"), dir.join("staging"))?);
+    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views"))), ..StoreOptions::default() };
+    let store = Arc::new(Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options)?);
     let input = Arc::new(generate_input());
     println!("store {}; input snapshot {}", dir.display(), input.snapshot);
     let run = "daily-2026-11-29";
@@ -406,6 +412,11 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     let published_total: i64 = read.values().map(|(_, u)| u).sum();
     let naive = naive_directory_total(&store.staging_root().join(DATASET).join(run));
     println!("\nall partitions: published {published_total}, input {truth_total}; a reader listing every staging file would count {naive}");
+    // A reader that lists the published view instead sees exactly the generation.
+    let view = dir.join("views").join(DATASET).join("current");
+    let view_total = naive_directory_total(&view);
+    println!("a reader listing every file under {} counts {view_total}", view.display());
+    all_ok &= view_total == truth_total;
 
     // Determinism: a rerun on the same input snapshot must reproduce every digest.
     let rerun = "daily-2026-11-29-rerun";

@@ -42,7 +42,7 @@ pub enum Error {
 
     /// A stored value or key failed its checks: bad frame, CRC mismatch, undecodable payload or
     /// a record that contradicts itself. Nothing is repaired silently.
-    #[error("corrupted record in table {table}, key {key}: {detail}")]
+    #[error("{}", corrupted_message(table, key, detail))]
     Corrupted {
         /// The table holding the record.
         table: &'static str,
@@ -356,6 +356,30 @@ pub enum Corruption {
         /// What contradicts what.
         message: String,
     },
+    /// The storage engine (redb) panicked on what it read: one of its "cannot happen for a
+    /// file redb wrote" checks failed, so the file was altered underneath it. The panic was
+    /// contained; the handle refuses writes until reopened.
+    EnginePanic {
+        /// What manifestdb was doing.
+        operation: &'static str,
+        /// The panic's message.
+        message: String,
+    },
+    /// An earlier call on this handle found the store damaged (redb panicked on it); the handle
+    /// refuses every write until the store is reopened, so nothing is written over the damage.
+    FoundEarlier {
+        /// What that call found.
+        cause: String,
+    },
+}
+
+/// `Error::Corrupted`'s message: a record's table and key, or the store file as a whole.
+fn corrupted_message(table: &str, key: &str, detail: &Corruption) -> String {
+    if key.is_empty() {
+        format!("corrupted store file ({table}): {detail}")
+    } else {
+        format!("corrupted record in table {table}, key {key}: {detail}")
+    }
 }
 
 impl fmt::Display for Corruption {
@@ -368,6 +392,12 @@ impl fmt::Display for Corruption {
             }
             Corruption::Undecodable { message } => write!(f, "payload does not decode: {message}"),
             Corruption::Inconsistent { message } => write!(f, "inconsistent record: {message}"),
+            Corruption::EnginePanic { operation, message } => {
+                write!(f, "the storage engine panicked while {operation} ({message}); the file is damaged, run verify")
+            }
+            Corruption::FoundEarlier { cause } => {
+                write!(f, "this handle refuses writes: the store was found damaged earlier ({cause})")
+            }
         }
     }
 }
@@ -389,11 +419,30 @@ impl Error {
     }
 
     /// True when the error says the stored data is damaged (as opposed to a caller mistake or a
-    /// transient I/O failure).
+    /// transient I/O failure): a record failing its checks, a panic inside redb (contained), or
+    /// a redb error that only a damaged file gives. manifestdb creates every table with the
+    /// same types when it creates a store, so a table that is missing or has other types, a
+    /// file that is not a redb database (bad magic number) or is cut short, or redb's own
+    /// corruption report all mean the file was damaged; so does redb's poisoned state after a
+    /// contained panic.
     pub fn is_corruption(&self) -> bool {
         match self {
             Error::Corrupted { .. } => true,
-            Error::Storage { source, .. } => matches!(source, redb::Error::Corrupted(_)),
+            Error::Storage { source, .. } => {
+                matches!(
+                    source,
+                    redb::Error::Corrupted(_)
+                        | redb::Error::TableTypeMismatch { .. }
+                        | redb::Error::TableIsMultimap(_)
+                        | redb::Error::TableIsNotMultimap(_)
+                        | redb::Error::TypeDefinitionChanged { .. }
+                        | redb::Error::TableDoesNotExist(_)
+                        | redb::Error::UpgradeRequired(_)
+                        | redb::Error::ValueTooLarge(_)
+                        | redb::Error::LockPoisoned(_)
+                        | redb::Error::TransactionPoisoned
+                ) || matches!(source, redb::Error::Io(io) if matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof))
+            }
             _ => false,
         }
     }

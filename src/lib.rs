@@ -22,6 +22,11 @@
 //!   ([`Store::rollback`]), and staging files nobody can need are deleted by a persisted plan
 //!   that is re-checked path by path when applied ([`Store::plan_cleanup`],
 //!   [`Store::apply_cleanup`]); every destructive call defaults to a dry run.
+//! - engines that list directories read a published **view** ([`StoreOptions::views`]):
+//!   after every publish and rollback, `<views>/<dataset>/current` names a plain directory tree
+//!   of the current generation (hard links to the accepted files, and a `_manifest.json`,
+//!   [`ViewManifest`]), moved by one atomic rename and never naming an incomplete view
+//!   ([`Store::sync_view`]).
 //!
 //! ```
 //! use manifestdb::{

@@ -9,9 +9,14 @@ use serde::{Deserialize, Serialize};
 use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
 use crate::model::{AttemptKey, Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
+use crate::schema::{self, Def};
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {
+    /// The table records of this type are stored in: its name is part of every frame's
+    /// checksum (see `codec.rs`).
+    const TABLE: Def;
+
     /// `Err(message)` when the record contradicts itself.
     fn check(&self) -> Result<(), String> {
         Ok(())
@@ -31,6 +36,7 @@ pub(crate) struct MetaRecord {
     pub(crate) staging_identity: String,
 }
 impl Checked for MetaRecord {
+    const TABLE: Def = schema::META;
     fn check(&self) -> Result<(), String> {
         if self.staging_identity.is_empty() || !self.staging_identity.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(format!("staging identity {:?} is not a hex string", self.staging_identity));
@@ -49,6 +55,7 @@ pub(crate) struct ViewsRecord {
     pub(crate) copy: bool,
 }
 impl Checked for ViewsRecord {
+    const TABLE: Def = schema::META;
     fn check(&self) -> Result<(), String> {
         if self.root.starts_with('/') { Ok(()) } else { Err(format!("view root {:?} is not absolute", self.root)) }
     }
@@ -64,6 +71,7 @@ pub(crate) struct RunRecord {
     pub(crate) grain: Option<Grain>,
 }
 impl Checked for RunRecord {
+    const TABLE: Def = schema::RUNS;
     fn check(&self) -> Result<(), String> {
         if self.task_count == 0 {
             return Err("run declares no task".into());
@@ -87,6 +95,7 @@ pub(crate) struct TaskRecord {
     pub(crate) next_attempt: u32,
 }
 impl Checked for TaskRecord {
+    const TABLE: Def = schema::TASKS;
     fn check(&self) -> Result<(), String> {
         if self.next_attempt == 0 { Err("next attempt number is 0".into()) } else { Ok(()) }
     }
@@ -106,6 +115,7 @@ pub(crate) struct AttemptRecord {
     pub(crate) reconciliation: Option<Reconciliation>,
 }
 impl Checked for AttemptRecord {
+    const TABLE: Def = schema::ATTEMPTS;
     fn check(&self) -> Result<(), String> {
         if self.verdict.is_some() && self.candidate.is_none() {
             return Err("attempt has a verdict but no candidate".into());
@@ -131,6 +141,7 @@ pub(crate) struct AcceptedRecord {
     pub(crate) attempt: u32,
 }
 impl Checked for AcceptedRecord {
+    const TABLE: Def = schema::ACCEPTED;
     fn check(&self) -> Result<(), String> {
         if self.attempt == 0 { Err("accepted attempt 0".into()) } else { Ok(()) }
     }
@@ -142,7 +153,9 @@ impl Checked for AcceptedRecord {
 pub(crate) struct PartitionVersionRecord {
     pub(crate) entry: Option<PartitionEntryRecord>,
 }
-impl Checked for PartitionVersionRecord {}
+impl Checked for PartitionVersionRecord {
+    const TABLE: Def = schema::VERSIONS;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PartitionEntryRecord {
@@ -166,13 +179,16 @@ pub(crate) struct GenerationRecord {
     pub(crate) nondeterminism_accepted: Option<NondeterminismOverride>,
     pub(crate) kind: GenerationKind,
 }
-impl Checked for GenerationRecord {}
+impl Checked for GenerationRecord {
+    const TABLE: Def = schema::GENERATIONS;
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PointerRecord {
     pub(crate) generation: u64,
 }
 impl Checked for PointerRecord {
+    const TABLE: Def = schema::POINTERS;
     fn check(&self) -> Result<(), String> {
         if self.generation == 0 { Err("pointer names generation 0".into()) } else { Ok(()) }
     }
@@ -184,7 +200,9 @@ pub(crate) struct DigestRecord {
     pub(crate) run: String,
     pub(crate) generation: u64,
 }
-impl Checked for DigestRecord {}
+impl Checked for DigestRecord {
+    const TABLE: Def = schema::DIGESTS;
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct EffectRecord {
@@ -192,7 +210,9 @@ pub(crate) struct EffectRecord {
     pub(crate) recorded_at_ms: u64,
     pub(crate) status: EffectStatus,
 }
-impl Checked for EffectRecord {}
+impl Checked for EffectRecord {
+    const TABLE: Def = schema::EFFECTS;
+}
 
 /// A persisted cleanup plan (see `rules::cleanup`): everything it considered deleting, kept so
 /// that an apply can be audited and re-checked against it.
@@ -208,6 +228,7 @@ pub(crate) struct CleanupPlanRecord {
     pub(crate) unconsidered: Vec<String>,
 }
 impl Checked for CleanupPlanRecord {
+    const TABLE: Def = schema::CLEANUP_PLANS;
     fn check(&self) -> Result<(), String> {
         if !self.forced && self.age_threshold_ms <= self.attempt_lifetime_max_ms {
             return Err("plan's age threshold does not exceed the attempt lifetime, yet it was not forced".into());
@@ -231,4 +252,6 @@ pub(crate) struct CleanupBatchRecord {
     pub(crate) skipped: Vec<(String, SkipReason)>,
     pub(crate) attempt_records_removed: Vec<AttemptKey>,
 }
-impl Checked for CleanupBatchRecord {}
+impl Checked for CleanupBatchRecord {
+    const TABLE: Def = schema::CLEANUP_BATCHES;
+}

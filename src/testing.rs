@@ -464,6 +464,10 @@ impl StorageBackend for FaultyBackend {
     }
 }
 
+/// The key the sample records of [`encode_sample_records`] are framed under, and that
+/// [`decode_any_record`] decodes under.
+pub const SAMPLE_KEY: &[u8] = b"fuzz";
+
 /// One sync the store made of staging data, a new store file or a directory, as reported to
 /// [`observe_syncs`] just before it runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -514,6 +518,11 @@ pub(crate) fn before_sync(path: &Path, directory: bool) -> io::Result<()> {
 /// Decodes `bytes` as a value of every table (through the codec and each record's own check)
 /// and returns, per table, whether it decoded. Never panics, whatever the bytes.
 pub fn decode_any_record(bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)> {
+    decode_any_record_under(SAMPLE_KEY, bytes)
+}
+
+/// As [`decode_any_record`], for a value stored under `key`.
+pub fn decode_any_record_under(key: &[u8], bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)> {
     use crate::records::{
         AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord,
         RunRecord, TaskRecord,
@@ -527,7 +536,6 @@ pub fn decode_any_record(bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)>
             detail: crate::Corruption::Inconsistent { message },
         })
     }
-    let key = b"fuzz";
     vec![
         (META.name, d::<MetaRecord>(META, key, bytes)),
         (RUNS.name, d::<RunRecord>(RUNS, key, bytes)),
@@ -542,21 +550,36 @@ pub fn decode_any_record(bytes: &[u8]) -> Vec<(&'static str, crate::Result<()>)>
     ]
 }
 
-/// A few valid framed records of several tables, as the store writes them, so that the decode
-/// fuzzer and its seed corpus start from real frames.
+/// A few valid framed records of several tables, as the store writes them under
+/// [`SAMPLE_KEY`], so that the decode fuzzer and its seed corpus start from real frames.
 pub fn encode_sample_records() -> Vec<Vec<u8>> {
-    use crate::codec::encode;
+    use crate::records::Checked;
+    fn encode<R: Checked>(record: &R) -> Vec<u8> {
+        crate::codec::encode(R::TABLE.name, SAMPLE_KEY, record)
+    }
+    let s = samples();
+    vec![encode(&s.0), encode(&s.1), encode(&s.2), encode(&s.3), encode(&s.4)]
+}
+
+type Samples = (
+    crate::records::RunRecord,
+    crate::records::AttemptRecord,
+    crate::records::PartitionVersionRecord,
+    crate::records::GenerationRecord,
+    crate::records::EffectRecord,
+);
+
+fn samples() -> Samples {
     use crate::records::{AttemptRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord, RunRecord};
-    vec![
-        encode(&RunRecord { snapshot: "sales@1".into(), task_count: 2, declared_at_ms: 1, published_generation: Some(3), grain: None }),
-        encode(&RunRecord {
-            snapshot: "sales@2".into(),
-            task_count: 1,
+    (
+        RunRecord {
+            snapshot: "sales@1".into(),
+            task_count: 2,
             declared_at_ms: 1,
-            published_generation: None,
+            published_generation: Some(3),
             grain: Some(crate::Grain::new(crate::DataFormat::Csv, &["store", "item"], "units")),
-        }),
-        encode(&AttemptRecord {
+        },
+        AttemptRecord {
             started_at_ms: 1,
             heartbeat_at_ms: 2,
             abandoned_at_ms: None,
@@ -587,8 +610,8 @@ pub fn encode_sample_records() -> Vec<Vec<u8>> {
                 files_read: 1,
                 bytes_read: 10,
             }),
-        }),
-        encode(&PartitionVersionRecord {
+        },
+        PartitionVersionRecord {
             entry: Some(PartitionEntryRecord {
                 run: "r".into(),
                 attempt: 1,
@@ -599,8 +622,8 @@ pub fn encode_sample_records() -> Vec<Vec<u8>> {
                 staging_rel: "x".into(),
                 files: vec![],
             }),
-        }),
-        encode(&GenerationRecord {
+        },
+        GenerationRecord {
             parent: 1,
             run: "r".into(),
             snapshot: "s".into(),
@@ -608,9 +631,98 @@ pub fn encode_sample_records() -> Vec<Vec<u8>> {
             partitions_replaced: 1,
             nondeterminism_accepted: None,
             kind: crate::GenerationKind::Rollback { restored: 1, actor: "a".into(), reason: "b".into() },
-        }),
-        encode(&EffectRecord { payload: vec![1, 2, 3], recorded_at_ms: 9, status: crate::EffectStatus::Ready { generation: 2 } }),
-    ]
+        },
+        EffectRecord { payload: vec![1, 2, 3], recorded_at_ms: 9, status: crate::EffectStatus::Ready { generation: 2 } },
+    )
+}
+
+/// The codec's contract, checked on one fuzz input (the `decode_record` target):
+///
+/// 1. the input read as a stored value of every table either fails as [`Error::Corrupted`] or
+///    decodes to a record that re-encodes and decodes to itself, and that, framed for one key
+///    and table, fails its checksum under any other key or table;
+/// 2. a sample record's frame (picked by the first byte) damaged as the rest says (3 bytes per
+///    change: offset u16 little-endian modulo the frame length, then a nonzero xor mask, or a
+///    cut of the frame when the mask is 0) decodes to the same record or fails as
+///    [`Error::Corrupted`].
+///
+/// Never panics itself; a panic inside the codec is what the fuzzer looks for.
+///
+/// # Errors
+/// A message naming the broken part of the contract.
+pub fn decode_contract_check(data: &[u8]) -> Result<(), String> {
+    use crate::records::{
+        AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord,
+        RunRecord, TaskRecord,
+    };
+    raw::<MetaRecord>(data)?;
+    raw::<RunRecord>(data)?;
+    raw::<TaskRecord>(data)?;
+    raw::<AttemptRecord>(data)?;
+    raw::<AcceptedRecord>(data)?;
+    raw::<PartitionVersionRecord>(data)?;
+    raw::<GenerationRecord>(data)?;
+    raw::<PointerRecord>(data)?;
+    raw::<DigestRecord>(data)?;
+    raw::<EffectRecord>(data)?;
+    let Some((&pick, changes)) = data.split_first() else { return Ok(()) };
+    let s = samples();
+    match pick % 5 {
+        0 => mutated(&s.0, changes),
+        1 => mutated(&s.1, changes),
+        2 => mutated(&s.2, changes),
+        3 => mutated(&s.3, changes),
+        _ => mutated(&s.4, changes),
+    }
+}
+
+fn is_corrupted<T>(result: &crate::Result<T>) -> bool {
+    matches!(result, Err(Error::Corrupted { .. }))
+}
+
+fn raw<R: crate::records::Checked + PartialEq + fmt::Debug>(data: &[u8]) -> Result<(), String> {
+    use crate::codec::{decode, encode};
+    let table = R::TABLE.name;
+    let decoded = decode::<R>(table, SAMPLE_KEY, data);
+    let record = match decoded {
+        Ok(record) => record,
+        Err(Error::Corrupted { .. }) => return Ok(()),
+        Err(other) => return Err(format!("{table}: decoding failed with a non-corruption error: {other}")),
+    };
+    let frame = encode(table, SAMPLE_KEY, &record);
+    match decode::<R>(table, SAMPLE_KEY, &frame) {
+        Ok(again) if again == record => {}
+        other => return Err(format!("{table}: {record:?} re-encoded decodes as {other:?}")),
+    }
+    let other_key = [SAMPLE_KEY, b"\0"].concat();
+    let other_table = if table == crate::schema::RUNS.name { crate::schema::TASKS.name } else { crate::schema::RUNS.name };
+    if !is_corrupted(&decode::<R>(table, &other_key, &frame)) || !is_corrupted(&decode::<R>(other_table, SAMPLE_KEY, &frame)) {
+        return Err(format!("{table}: a frame decodes under another key or table"));
+    }
+    Ok(())
+}
+
+fn mutated<R: crate::records::Checked + PartialEq + fmt::Debug>(record: &R, changes: &[u8]) -> Result<(), String> {
+    use crate::codec::{decode, encode};
+    let table = R::TABLE.name;
+    let mut frame = encode(table, SAMPLE_KEY, record);
+    for change in changes.chunks(3) {
+        if frame.is_empty() {
+            break;
+        }
+        let byte = |i: usize| change.get(i).copied().unwrap_or(0);
+        let at = usize::from(u16::from_le_bytes([byte(0), byte(1)])) % frame.len();
+        match byte(2) {
+            0 => frame.truncate(at),
+            mask => frame[at] ^= mask,
+        }
+    }
+    match decode::<R>(table, SAMPLE_KEY, &frame) {
+        Ok(decoded) if decoded == *record => Ok(()),
+        Ok(decoded) => Err(format!("{table}: a damaged frame decoded as another record: {decoded:?}")),
+        Err(Error::Corrupted { .. }) => Ok(()),
+        Err(other) => Err(format!("{table}: a damaged frame failed with a non-corruption error: {other}")),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1266,4 +1378,62 @@ pub fn crash_recovery_check(bytes: &[u8]) -> Result<(), String> {
     let k = 1 + u64::from(crash_at) % (reference.storage_ops + 1);
     let crashed = reference.crash_run(k)?;
     reference.recover(&crashed, crashed.backend.crash_image(tear)).map(|_| ()).map_err(|e| format!("crash point {k}, {tear:?}: {e}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `damaged_store` fuzz target: a valid store image, damaged, driven through the public API.
+// ---------------------------------------------------------------------------------------------
+
+/// The most damage operations a `damaged_store` input is decoded into.
+pub const DAMAGE_OPS_MAX: usize = 16;
+
+/// Applies a `damaged_store` fuzz input to a copy of `good`: one damage operation per 5 bytes
+/// `[kind, offset (3 bytes little-endian, modulo the image length), value]`, kind modulo 4:
+/// xor the byte with `value` (at least 1), set it to `value`, cut the image at the offset, or
+/// copy the 64 bytes at the offset from page `value` (modulo the pages) to the offset (a
+/// misdirected or stale write).
+pub fn damage_image(good: &[u8], input: &[u8]) -> Vec<u8> {
+    const PAGE_BYTES: usize = 4096;
+    let mut image = good.to_vec();
+    for chunk in input.chunks(5).take(DAMAGE_OPS_MAX) {
+        let byte = |i: usize| chunk.get(i).copied().unwrap_or(0);
+        if image.is_empty() {
+            break;
+        }
+        let offset = usize::from(byte(1)) | usize::from(byte(2)) << 8 | usize::from(byte(3)) << 16;
+        let at = offset % image.len();
+        let value = byte(4);
+        match byte(0) % 4 {
+            0 => image[at] ^= value.max(1),
+            1 => image[at] = value,
+            2 => image.truncate(at),
+            _ => {
+                let pages = image.len().div_ceil(PAGE_BYTES);
+                let from = ((usize::from(value) % pages) * PAGE_BYTES + at % PAGE_BYTES).min(image.len());
+                let len = 64.min(image.len() - at).min(image.len() - from);
+                let copied = image[from..from + len].to_vec();
+                image[at..at + len].copy_from_slice(&copied);
+            }
+        }
+    }
+    image
+}
+
+/// Everything the `damaged_store` fuzz target does with one damaged image, on a store opened on
+/// it through [`Store::open_with_backend`] with `staging` as its staging root: a full read,
+/// a verify with redb's integrity check, a few writes, and a full read after them. Returns how
+/// many of those steps succeeded. Every outcome is acceptable except a panic escaping the
+/// public API, which the fuzzer reports.
+pub fn damaged_store_run(image: Vec<u8>, staging: &Path) -> usize {
+    let mut ok = 0;
+    let Ok(mut store) = Store::open_with_backend(FaultyBackend::from_image(image), staging, &harness_options()) else {
+        return ok;
+    };
+    ok += usize::from(store.snapshot().and_then(|s| dump(&s)).is_ok());
+    ok += usize::from(store.verify(&VerifyOptions::default()).is_ok_and(|r| r.is_clean()));
+    for op in [Op::Declare { run: 2 }, Op::Begin { run: 2, part: 0 }, Op::Publish { run: 1 }, Op::Rollback { to: 2 }, Op::PlanCleanup] {
+        ok += usize::from(apply(&store, op).is_ok());
+    }
+    ok += usize::from(store.snapshot().and_then(|s| dump(&s)).is_ok());
+    ok
 }

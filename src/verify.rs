@@ -14,7 +14,7 @@
 //! Invariant: verify never writes (except redb's own repair inside `check_integrity`, which it
 //! reports) and never panics on what it reads; every problem becomes a [`Finding`].
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -114,6 +114,17 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
+    /// The report for a store whose records cannot be walked at all.
+    fn unreadable(err: &Error) -> VerifyReport {
+        VerifyReport {
+            integrity: IntegrityCheck::Skipped { reason: "the records could not be read".into() },
+            records: Vec::new(),
+            files_checked: 0,
+            findings: vec![Finding { table: crate::store::ENGINE, key: String::new(), message: err.to_string() }],
+            notes: Vec::new(),
+        }
+    }
+
     /// True when there is no finding and redb's check did not fail or need a repair.
     pub fn is_clean(&self) -> bool {
         self.findings.is_empty() && matches!(self.integrity, IntegrityCheck::Passed | IntegrityCheck::Skipped { .. })
@@ -160,30 +171,28 @@ impl Store {
     /// # Errors
     /// Storage errors that stop the walk itself. Damage is reported, not returned.
     pub fn verify(&mut self, options: &VerifyOptions) -> Result<VerifyReport> {
+        let poison = self.poison().clone();
         let integrity = if options.integrity_check {
-            match self.database_mut().check_integrity() {
-                Ok(true) => IntegrityCheck::Passed,
-                Ok(false) => IntegrityCheck::Repaired,
-                Err(DatabaseError::TransactionInProgress) => {
+            let checked = poison.contain("checking the store's integrity", || Ok(self.database_mut().check_integrity()));
+            match checked {
+                Ok(Ok(true)) => IntegrityCheck::Passed,
+                Ok(Ok(false)) => IntegrityCheck::Repaired,
+                Ok(Err(DatabaseError::TransactionInProgress)) => {
                     IntegrityCheck::Skipped { reason: "a snapshot or transaction of this handle is alive".into() }
                 }
-                Err(DatabaseError::Storage(StorageError::Corrupted(message))) => IntegrityCheck::Failed { message },
-                Err(err) => return Err(Error::storage("checking the store's integrity", err)),
+                Ok(Err(DatabaseError::Storage(StorageError::Corrupted(message)))) => IntegrityCheck::Failed { message },
+                Ok(Err(err)) => return Err(Error::storage("checking the store's integrity", err)),
+                // redb panicked on what it read: that is damage, reported like the rest.
+                Err(panic) => IntegrityCheck::Failed { message: panic.to_string() },
             }
         } else {
             IntegrityCheck::Skipped { reason: "not requested".into() }
         };
         let failed = matches!(integrity, IntegrityCheck::Failed { .. });
         let mut report = match self.snapshot() {
-            Ok(snapshot) => snapshot.walk(options),
+            Ok(snapshot) => snapshot.walk_contained(options),
             // After a failed integrity check the file may not even open a read; report that.
-            Err(err) if failed => VerifyReport {
-                integrity: IntegrityCheck::Skipped { reason: String::new() },
-                records: Vec::new(),
-                files_checked: 0,
-                findings: vec![Finding { table: "redb", key: String::new(), message: err.to_string() }],
-                notes: Vec::new(),
-            },
+            Err(err) if failed || err.is_corruption() => VerifyReport::unreadable(&err),
             Err(err) => return Err(err),
         };
         report.integrity = integrity;
@@ -198,7 +207,11 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors that stop the walk itself.
     pub fn verify(&self, options: &VerifyOptions) -> Result<VerifyReport> {
-        Ok(self.snapshot()?.verify(options))
+        match self.snapshot() {
+            Ok(snapshot) => Ok(snapshot.verify(options)),
+            Err(err) if err.is_corruption() => Ok(VerifyReport::unreadable(&err)),
+            Err(err) => Err(err),
+        }
     }
 }
 
@@ -207,11 +220,19 @@ impl Snapshot {
     /// integrity check needs the writable handle exclusively and is skipped here (use
     /// [`Store::verify`] for it); the report says so.
     pub fn verify(&self, options: &VerifyOptions) -> VerifyReport {
-        let mut report = self.walk(options);
+        let mut report = self.walk_contained(options);
         if options.integrity_check {
             report.integrity = IntegrityCheck::Skipped { reason: "a read snapshot cannot run redb's check; use Store::verify".into() };
         }
         report
+    }
+
+    /// The walk, at the boundary with redb: a panic inside it is reported as a finding.
+    fn walk_contained(&self, options: &VerifyOptions) -> VerifyReport {
+        match self.contain("verifying the records", || Ok(self.walk(options))) {
+            Ok(report) => report,
+            Err(err) => VerifyReport::unreadable(&err),
+        }
     }
 
     fn walk(&self, options: &VerifyOptions) -> VerifyReport {
@@ -611,6 +632,12 @@ impl Walk {
     }
 
     fn check_generations_and_pointers(&mut self, t: &Tables) {
+        // Version entries written per (dataset, generation), counted in one pass: comparing
+        // each generation with every version entry would be O(generations x versions).
+        let mut written_by: HashMap<(&str, u64), u64> = HashMap::new();
+        for (d, _, g) in t.versions.keys() {
+            *written_by.entry((d.as_str(), *g)).or_default() += 1;
+        }
         for ((d, g), generation) in &t.generations {
             let key = format!("{d}/{g}");
             if generation.parent >= *g {
@@ -621,14 +648,14 @@ impl Walk {
                 Some(pointer) => self.find(GENERATIONS.name, &key, format!("generation is newer than the pointer's {pointer}")),
                 None => self.find(GENERATIONS.name, &key, "generation of a dataset without a pointer"),
             }
-            let written = t.versions.range((d.clone(), String::new(), 0)..).filter(|((vd, _, vg), _)| vd == d && vg == g).count();
+            let written = written_by.get(&(d.as_str(), *g)).copied().unwrap_or(0);
             // A publish writes one version entry per task, a rollback one per partition it
             // restores or removes. Expiry drops the removal markers of the oldest retained
             // generation (they hide nothing once every older version is gone), so there fewer
             // entries may remain.
             let oldest = t.oldest_generation(d) == Some(*g);
             let expected = generation.partitions_replaced;
-            if (!oldest && written as u64 != expected) || (oldest && written as u64 > expected) {
+            if (!oldest && written != expected) || (oldest && written > expected) {
                 self.find(
                     GENERATIONS.name,
                     &key,
@@ -747,25 +774,27 @@ impl Walk {
     }
 
     /// Checks every file referenced by a retained generation once.
+    ///
+    /// A version entry (p, v) is visible in generation g when v <= g and the partition's next
+    /// version is above g; so it is referenced by a retained generation when some stored
+    /// generation lies in [v, next version). One pass over the versions, each with one range
+    /// lookup in the dataset's generations: O(V log G), not O(G x V).
     fn check_files(&mut self, t: &Tables, root: &Path, check: FileCheck) {
         let mut referenced: BTreeSet<(String, String, u64, u32)> = BTreeSet::new();
-        for (d, g) in t.generations.keys() {
-            // The entry of each partition visible in generation g: its newest version at or
-            // below g.
-            let mut visible: BTreeMap<&str, &PartitionVersionRecord> = BTreeMap::new();
-            for ((vd, p, vg), version) in t.versions.range((d.clone(), String::new(), 0)..) {
-                if vd != d {
-                    break;
-                }
-                if vg <= g {
-                    visible.insert(p.as_str(), version);
-                }
+        let mut versions = t.versions.iter().peekable();
+        while let Some(((d, p, v), version)) = versions.next() {
+            let next = match versions.peek() {
+                Some(((nd, np, nv), _)) if nd == d && np == p => *nv,
+                _ => u64::MAX,
+            };
+            let visible = t.generations.range((d.clone(), *v)..(d.clone(), next)).next().is_some()
+                || (next == u64::MAX && t.generations.contains_key(&(d.clone(), u64::MAX)));
+            if !visible {
+                continue;
             }
-            for version in visible.values() {
-                if let Some(entry) = &version.entry {
-                    for file in &entry.files {
-                        referenced.insert((entry.staging_rel.clone(), file.path.clone(), file.size_bytes, file.crc32));
-                    }
+            if let Some(entry) = &version.entry {
+                for file in &entry.files {
+                    referenced.insert((entry.staging_rel.clone(), file.path.clone(), file.size_bytes, file.crc32));
                 }
             }
         }

@@ -17,7 +17,7 @@ task (each gets a private staging directory), writes the output there, finishes 
 (the candidate), validates it, and publishes the run once every task has a valid attempt: the
 dataset's next generation holds, per partition, the lowest-numbered valid attempt.
 
-Read-only verbs (show, log, diff, run show, effects list, stats, verify) open the store
+Read-only verbs (show, log, diff, run show, effects list, stats, verify, view) open the store
 read-only and work while a scheduler process holds it open for writing.";
 
 const AFTER_HELP: &str = "\
@@ -109,6 +109,43 @@ pub enum Command {
     /// cleanup of staging files. Dry runs unless --execute.
     #[command(subcommand)]
     Gc(GcCommand),
+
+    /// The published view of a dataset: `view DATASET` prints the path of its current view
+    /// (`<views>/<dataset>/current`, a plain directory tree any engine can read) and its
+    /// manifest (read-only); `view sync [DATASET]` brings views up to date with the store
+    /// (after a crash between a publish and its view swap). The view root is the one recorded
+    /// in the store (set by the first `--views DIR`).
+    #[command(after_long_help = VIEW_JSON)]
+    View(ViewArgs),
+
+    /// Recover a store whose writer crashed (killed, power loss), so that readers read it
+    /// again: opens it for writing, which repairs it, and closes it. Needs only --store (or
+    /// --dir) and write access. Read verbs do this themselves when they may write the file;
+    /// a store closed cleanly or held by a live writer is left alone.
+    #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
+    Recover,
+}
+
+/// `view` flags and its `sync` sub-verb.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ViewArgs {
+    /// `sync`: bring views up to date.
+    #[command(subcommand)]
+    pub command: Option<ViewCommand>,
+    /// Dataset name.
+    pub dataset: Option<String>,
+}
+
+/// `view` sub-verbs.
+#[derive(Debug, Subcommand)]
+pub enum ViewCommand {
+    /// Build the current generation's view if missing, move `current` to it, remove leftovers
+    /// and the views of expired generations. Opens the store for writing.
+    Sync {
+        /// Dataset name (default: every dataset).
+        dataset: Option<String>,
+    },
 }
 
 /// `verify` flags.
@@ -624,12 +661,23 @@ REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"
        | {\"partition\", \"reason\": \"nondeterministic\", \"attempt\", \"digest\", \"published_digest\",
           \"published_run\", \"published_generation\"}";
 
+const VIEW_JSON: &str = "\
+JSON of `view DATASET`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
+                        \"path\": PATH (the v<N> directory current names)|null, \"view_generation\": N|null,
+                        \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
+VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 1 (see the README,
+               \"Reading published data\").
+JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
+                                  \"removed\": [N]}]}
+Exit 4 if the store has no view root or the dataset no view.";
+
 const SHOW_JSON: &str = "\
 JSON with --dataset: {\"generation\": GENERATION, \"current\": BOOL, \"partitions\": [PARTITION],
                       \"totals\": {\"partitions\", \"rows\", \"total\": N|null, \"files\", \"bytes\"}}
 PARTITION: {\"partition\", \"since_generation\", \"run\", \"attempt\", \"snapshot\", \"rows\", \"total\",
             \"digest\", \"staging_rel\", \"staging_dir\": PATH|null (null without a staging root),
-            \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}
+            \"files\": [{\"path\", \"size_bytes\", \"crc32\", \"absolute_path\": PATH|null}]}
+            Paths are absolute whatever the form of --dir (null only without a staging root).
 JSON without --dataset: {\"datasets\": [{\"dataset\", \"current_generation\", \"run\", \"published_at_ms\"}]}
 GENERATION: see `manifestdb log --help`. Exit 4 if the dataset has no such generation.";
 

@@ -143,7 +143,9 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         | E::AttemptState { .. }
         | E::EffectNotReady { .. }
         | E::AttemptAbandoned { .. }
-        | E::GenerationExpired { .. } => Exit::Conflict,
+        | E::GenerationExpired { .. }
+        | E::ViewRefused { .. } => Exit::Conflict,
+        E::ViewRoot { .. } => Exit::Usage,
         E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
         // redb reports a file that is not a redb database (bad magic number, garbage) as an
         // I/O error of kind InvalidData, and a file cut short as UnexpectedEof; for an operator

@@ -179,6 +179,7 @@ pub fn generation(g: &Generation) -> Value {
 /// "staging_rel", "staging_dir", "files": [file]}`; `staging_dir` is absolute when the staging
 /// root is known, else null.
 pub fn partition(p: &PartitionEntry, staging_root: Option<&std::path::Path>) -> Value {
+    let dir = p.staging_dir.clone().or_else(|| staging_root.map(|root| root.join(&p.staging_rel)));
     json!({
         "partition": p.partition,
         "since_generation": p.since_generation,
@@ -189,8 +190,12 @@ pub fn partition(p: &PartitionEntry, staging_root: Option<&std::path::Path>) -> 
         "total": p.total,
         "digest": p.digest,
         "staging_rel": p.staging_rel,
-        "staging_dir": staging_root.map(|root| root.join(&p.staging_rel)),
-        "files": p.files.iter().map(file).collect::<Vec<_>>(),
+        "staging_dir": dir,
+        "files": p.files.iter().map(|f| {
+            let mut doc = file(f);
+            doc["absolute_path"] = json!(dir.as_ref().map(|d| d.join(&f.path)));
+            doc
+        }).collect::<Vec<_>>(),
     })
 }
 

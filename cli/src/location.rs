@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use manifestdb::{ReadOnlyStore, Store, StoreOptions};
+use manifestdb::{ReadOnlyStore, Store, StoreOptions, ViewMode, ViewOptions};
 
 use crate::exit::{not_found, usage};
 
@@ -36,6 +36,27 @@ pub struct LocationArgs {
     /// for a new one) and never shrinks; without this flag the recorded lease is used.
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
     pub attempt_lifetime: Option<std::time::Duration>,
+
+    /// Publish views under DIR: after every publish and rollback, `DIR/<dataset>/current`
+    /// names a plain directory tree of the current generation (hard links to the accepted
+    /// files, and `_manifest.json`). Recorded in the store: later invocations keep the views
+    /// without repeating the flag. Must be on the staging root's file system unless
+    /// --view-mode copy.
+    #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_VIEWS")]
+    pub views: Option<PathBuf>,
+
+    /// How views hold files: hard links (default; no copy) or copies (any file system).
+    #[arg(long, global = true, value_enum, default_value = "hard-link", env = "MANIFESTDB_VIEW_MODE")]
+    pub view_mode: ViewModeArg,
+}
+
+/// `--view-mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ViewModeArg {
+    /// Hard links to the staging files (same file system).
+    HardLink,
+    /// Copies, checked against the recorded CRC32.
+    Copy,
 }
 
 impl LocationArgs {
@@ -74,7 +95,15 @@ impl LocationArgs {
     }
 
     fn options(&self) -> StoreOptions {
-        StoreOptions { attempt_lifetime_max: self.attempt_lifetime, ..StoreOptions::default() }
+        let mode = match self.view_mode {
+            ViewModeArg::HardLink => ViewMode::HardLink,
+            ViewModeArg::Copy => ViewMode::Copy,
+        };
+        StoreOptions {
+            attempt_lifetime_max: self.attempt_lifetime,
+            views: self.views.as_ref().map(|root| ViewOptions { root: root.clone(), mode }),
+            ..StoreOptions::default()
+        }
     }
 
     /// Opens an existing store for writing. A missing store is an error rather than created,
@@ -90,8 +119,26 @@ impl LocationArgs {
     pub fn open_reader(&self) -> anyhow::Result<ReadOnlyStore> {
         let path = self.store_path()?;
         require_existing(&path)?;
-        ReadOnlyStore::open(&path).with_context(|| format!("opening store {} read-only", path.display()))
+        let store = ReadOnlyStore::open(&path).with_context(|| format!("opening store {} read-only", path.display()))?;
+        // Absolute file paths in every export, whatever the form of --dir.
+        match self.staging_root() {
+            Some(root) => Ok(store.with_staging_root(&root).with_context(|| format!("resolving staging root {}", root.display()))?),
+            None => Ok(store),
+        }
     }
+}
+
+/// Closes a writing handle before the verb reports anything: redb's close syncs the store, and
+/// a failure there is the verb's failure (what the verb committed before is durable), never a
+/// success followed by a dropped error. Closing also releases the writer lock before the output
+/// is written, so a slow reader of stdout never blocks writers.
+pub fn close_writer(store: Store) -> anyhow::Result<()> {
+    store.close().context("closing the store (what this command committed is durable; the next open recovers the store)")
+}
+
+/// Closes a read-only handle before the verb writes its output (releasing the store's file).
+pub fn close_reader(store: ReadOnlyStore) -> anyhow::Result<()> {
+    store.close().context("closing the store")
 }
 
 fn require_existing(path: &Path) -> anyhow::Result<()> {

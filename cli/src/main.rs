@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    quiet_contained_panics();
     let cli = args::Cli::parse();
     let mut out = output::Out::new(cli.json);
     match commands::run(&cli, &mut out) {
@@ -38,4 +39,22 @@ fn main() -> ExitCode {
             ExitCode::from(exit.code())
         }
     }
+}
+
+/// redb panics on some damaged files (its "cannot happen" checks); the library contains those
+/// panics at its boundary and reports the store as corrupt, which this tool prints as one
+/// error line and exit code 7. The default panic hook would first print redb's message and
+/// source location as if the tool had crashed, so panics raised inside redb's source are not
+/// printed; any other panic is, as usual.
+fn quiet_contained_panics() {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let in_redb = info.location().is_some_and(|l| {
+            let file = l.file().replace('\\', "/");
+            file.contains("/redb-") || file.contains("/redb/src/")
+        });
+        if !in_redb {
+            default_hook(info);
+        }
+    }));
 }

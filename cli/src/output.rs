@@ -10,32 +10,37 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 /// Where results go.
+///
+/// A result is rendered whole in memory, then written straight to file descriptor 1 (a
+/// duplicate of it, bypassing std's stdout buffer): a write that fails leaves nothing buffered
+/// anywhere, so no success document can reach stdout later (at exit, say) after the command
+/// reported its failure. Commands write only after they closed the store, so a slow reader of
+/// the output never keeps the store locked.
 pub struct Out {
     json: bool,
-    stdout: io::BufWriter<io::Stdout>,
 }
 
 impl Out {
     /// Results as JSON (`--json`) or for humans.
     pub fn new(json: bool) -> Out {
-        Out { json, stdout: io::BufWriter::new(io::stdout()) }
+        Out { json }
     }
 
-    /// Writes `doc` (with `--json`) or what `human` writes, then flushes.
+    /// Writes `doc` (with `--json`) or what `human` writes.
     pub fn emit(&mut self, doc: &Value, human: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+        let mut rendered = Vec::new();
         if self.json {
-            serde_json::to_writer_pretty(&mut self.stdout, doc).map_err(io::Error::from)?;
-            writeln!(self.stdout)?;
+            serde_json::to_writer_pretty(&mut rendered, doc).map_err(io::Error::from)?;
+            writeln!(rendered)?;
         } else {
-            human(&mut self.stdout)?;
+            human(&mut rendered)?;
         }
-        self.stdout.flush()
+        write_stdout(&rendered)
     }
 
-    /// Writes raw text (for `attempt begin --env`), then flushes.
+    /// Writes raw text (for `attempt begin --env`).
     pub fn raw(&mut self, text: &str) -> io::Result<()> {
-        self.stdout.write_all(text.as_bytes())?;
-        self.stdout.flush()
+        write_stdout(text.as_bytes())
     }
 
     /// A progress bar over `len` steps: drawn on stderr only when stderr is a terminal and the
@@ -65,6 +70,13 @@ impl Out {
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
         spinner
     }
+}
+
+/// Writes all of `bytes` to stdout's file descriptor, unbuffered.
+fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsFd;
+    let mut stdout = std::fs::File::from(io::stdout().as_fd().try_clone_to_owned()?);
+    stdout.write_all(bytes)
 }
 
 /// A plain text table: a header row and left-aligned columns separated by two spaces.

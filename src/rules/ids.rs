@@ -219,6 +219,38 @@ pub(crate) fn staging_parent_rel(dataset: &str, run: &str, partition: &str) -> R
     Ok(rel)
 }
 
+/// The attempt whose staging directory is `rel`, if any attempt's could be: the inverse of
+/// [`staging_rel`] (percent-decoded components, then re-encoded and compared, so only the
+/// exact encoding of a key is accepted). Lets cleanup look the owner of a path up by key.
+pub(crate) fn parse_staging_rel(rel: &str) -> Option<crate::model::AttemptKey> {
+    let (parent, leaf) = rel.rsplit_once('/')?;
+    let attempt: u32 = leaf.strip_prefix(ATTEMPT_DIR_PREFIX)?.parse().ok()?;
+    let mut names = parent.split('/').map(decode_component);
+    let dataset = names.next()??;
+    let run = names.next()??;
+    let partition = names.collect::<Option<Vec<String>>>()?.join("/");
+    let key = crate::model::TaskKey::new(&dataset, &run, &partition).attempt(attempt);
+    (staging_rel(&dataset, &run, &partition, attempt).ok()? == rel).then_some(key)
+}
+
+/// Decodes one component made by [`encode_component`].
+fn decode_component(component: &str) -> Option<String> {
+    let bytes = component.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
 /// The name of attempt `attempt`'s own directory inside its task's directory.
 pub(crate) fn attempt_dir_name(attempt: u32) -> String {
     format!("{ATTEMPT_DIR_PREFIX}{attempt}")
@@ -256,6 +288,17 @@ mod tests {
         assert!(!b.starts_with(&format!("{a}/")));
         // `%` is encoded too, so an already-encoded name stays distinct from its decoding.
         assert_ne!(staging_rel("d", "r", "a%2Fb", 1).unwrap(), staging_rel("d", "r", "a/b", 1).unwrap());
+    }
+
+    #[test]
+    fn staging_paths_parse_back_to_their_attempt_and_nothing_else_does() {
+        for (d, r, p, n) in [("daily_units", "r1", "date=2026-11-29/region=eu", 1), ("d s", "r%1", "a/@attempt-1/b\u{e9}", 7)] {
+            let rel = staging_rel(d, r, p, n).unwrap();
+            assert_eq!(parse_staging_rel(&rel), Some(crate::model::TaskKey::new(d, r, p).attempt(n)), "{rel}");
+        }
+        for not_one in ["d/r/p", "d/r/@attempt-1", "d/r/p/@attempt-x", "d/r/p%2f/@attempt-1", "d/r/p/@attempt-01", "d/r/%zz/@attempt-1"] {
+            assert_eq!(parse_staging_rel(not_one), None, "{not_one}");
+        }
     }
 
     #[test]

@@ -131,3 +131,59 @@ impl Store {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Stored numbers that would overflow when the store counts on: `Corrupted`, never a wrap
+    //! or a panic.
+
+    use super::*;
+    use crate::lifecycle::CleanupOptions;
+    use crate::model::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, TaskKey, TaskSpec};
+    use crate::records::{CleanupPlanRecord, PointerRecord};
+    use crate::schema::{CLEANUP_PLANS, POINTERS};
+
+    fn publish_one(store: &Store, run: &str) -> Result<PublishOutcome> {
+        let spec = RunSpec {
+            dataset: "ds".into(),
+            run: run.into(),
+            snapshot: run.into(),
+            tasks: vec![TaskSpec { partition: "p".into(), expected_rows: 0, expected_total: None }],
+            grain: None,
+        };
+        store.declare_run(&spec)?;
+        let ticket = store.begin_attempt(&TaskKey::new("ds", run, "p"))?;
+        let candidate = Candidate { snapshot: run.into(), rows: Some(0), total: None, digest: Some("d".into()), files: vec![] };
+        store.finish_attempt(&ticket.key, &candidate)?;
+        assert!(store.validate_attempt(&ticket.key, FileCheck::Size)?.is_valid());
+        store.publish("ds", run, &PublishOptions::default())
+    }
+
+    #[test]
+    fn counting_on_from_the_largest_stored_numbers_is_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).unwrap();
+        assert!(matches!(publish_one(&store, "r1").unwrap(), PublishOutcome::Published(_)));
+        store
+            .write("damaging the store", |txn| {
+                put(&mut open(txn, POINTERS)?, &key(&["ds"]), &PointerRecord { generation: u64::MAX })?;
+                let plan = CleanupPlanRecord {
+                    created_at_ms: 0,
+                    age_threshold_ms: u64::MAX,
+                    attempt_lifetime_max_ms: 1,
+                    forced: false,
+                    candidates: vec![],
+                    unknown: vec![],
+                    kept: vec![],
+                    unconsidered: vec![],
+                };
+                put(&mut open(txn, CLEANUP_PLANS)?, &u64::MAX.to_be_bytes(), &plan)?;
+                Ok(TxnEnd::Commit(()))
+            })
+            .unwrap();
+        let corrupted = |result: Result<()>| matches!(result, Err(Error::Corrupted { .. }));
+        assert!(corrupted(publish_one(&store, "r2").map(|_| ())), "next generation after u64::MAX");
+        assert!(corrupted(store.rollback("ds", 1, "alice", "test").map(|_| ())), "rollback after u64::MAX");
+        assert!(corrupted(store.plan_cleanup(&CleanupOptions::default()).map(|_| ())), "plan id after u64::MAX");
+    }
+}

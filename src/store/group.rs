@@ -25,7 +25,7 @@
 //! poisoned as after any storage failure.
 
 use std::any::Any;
-use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -111,7 +111,8 @@ enum Ran<T> {
     Returned(Result<TxnEnd<T>>),
     /// The body was not run: the batch had already failed.
     Skipped,
-    /// The body panicked; the panic resumes on the caller's thread once the batch settles.
+    /// The body panicked (redb, on a damaged file); the caller gets it as
+    /// [`Error::Corrupted`] once the batch settles.
     Panicked(Box<dyn Any + Send>),
 }
 
@@ -120,9 +121,7 @@ impl Store {
     /// once for all of them. Returns `body`'s own result once that commit is durable. See the
     /// module documentation for the guarantees.
     pub(super) fn write_grouped<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
-        if let Some(cause) = self.poisoned.lock().clone() {
-            return Err(Error::Poisoned { cause });
-        }
+        self.poison.check()?;
         let group = &self.group;
         let (batch, leader) = {
             let mut queue = group.queue.lock();
@@ -158,7 +157,11 @@ impl Store {
             }
         };
         match (ran, outcome) {
-            (Ran::Panicked(payload), _) => resume_unwind(payload),
+            (Ran::Panicked(payload), _) => {
+                let err = super::contain::panic_error(context, payload.as_ref());
+                self.poison.set_damaged(&err);
+                Err(err)
+            }
             (Ran::Returned(Ok(TxnEnd::Commit(value) | TxnEnd::Abort(value))), Ok(())) => Ok(value),
             (Ran::Returned(Err(err)), Ok(())) => Err(err),
             (Ran::Returned(Err(err @ Error::Storage { .. })), Err(_)) => Err(err),
@@ -179,10 +182,10 @@ impl Store {
             queue.in_flight = true;
             queue.forming = None;
         }
-        let opened = match self.poisoned.lock().clone() {
-            Some(cause) => Err(Error::Poisoned { cause }),
-            None => self.db.begin_write().map_err(|e| Error::storage(context, e)),
-        };
+        let opened = self
+            .poison
+            .check()
+            .and_then(|()| self.poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
         let mut state = batch.state.lock();
         let result = match opened {
             Ok(txn) => {
@@ -217,32 +220,27 @@ impl Store {
                 drop(txn);
                 Err((cause, None))
             }
-            (None, Some(txn)) if wrote => match self.record_lease(&txn) {
-                Ok(()) => match txn.commit() {
-                    Ok(()) => {
+            (None, Some(txn)) => self
+                .poison
+                .contain("committing a group of writes", || {
+                    if wrote {
+                        self.record_lease(&txn)?;
+                        txn.commit().map_err(|e| Error::storage("committing a group of writes", e))?;
                         self.lease_recorded();
                         Ok(())
+                    } else {
+                        txn.abort().map_err(|e| Error::storage("committing a group of writes", e))
                     }
-                    Err(e) => {
-                        let err = Error::storage("committing a group of writes", e);
-                        Err((err.to_string(), Some(err)))
-                    }
-                },
-                Err(err) => Err((err.to_string(), Some(err))),
-            },
-            (None, Some(txn)) => txn.abort().map_err(|e| {
-                let err = Error::storage("committing a group of writes", e);
-                (err.to_string(), Some(err))
-            }),
+                })
+                .map_err(|err| (err.to_string(), Some(err))),
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
             Ok(()) => (Ok(()), None),
             Err((cause, own_error)) => {
-                let mut poisoned = self.poisoned.lock();
-                if poisoned.is_none() {
-                    tracing::error!(error = %cause, "grouped write failed; the store handle refuses writes until reopened");
-                    *poisoned = Some(cause.clone());
+                match &own_error {
+                    Some(err) if err.is_corruption() => self.poison.set_damaged(err),
+                    _ => self.poison.set(&cause),
                 }
                 (Err(cause), own_error)
             }
@@ -459,16 +457,21 @@ mod tests {
                 Err::<TxnEnd<()>, _>(Error::invalid("test", "ghost", "refused after writing"))
             })
         };
-        let outcome = std::panic::catch_unwind(AssertUnwindSafe(faulty));
+        // A panic in a body is contained at the store's boundary like any other (`contain.rs`):
+        // the caller gets it as an error carrying the assertion's message.
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(faulty)).expect("no panic crosses the boundary");
         if cfg!(debug_assertions) {
-            let payload = outcome.expect_err("the debug assertion fires");
-            let message = payload.downcast_ref::<&str>().copied().unwrap_or_default();
-            assert!(message.contains("wrote and then refused"), "{message}");
+            match &outcome {
+                Err(Error::Corrupted { detail: crate::Corruption::EnginePanic { message, .. }, .. }) => {
+                    assert!(message.contains("wrote and then refused"), "{message}")
+                }
+                other => panic!("the debug assertion fires: {other:?}"),
+            }
         } else {
-            assert!(matches!(outcome, Ok(Err(Error::Poisoned { .. }))), "{outcome:?}");
+            assert!(matches!(outcome, Err(Error::Poisoned { .. })), "{outcome:?}");
         }
         // Nothing of the batch was committed, and the handle refuses further writes.
-        assert!(matches!(store.begin_attempt(&task("a")), Err(Error::Poisoned { .. })));
+        assert!(matches!(store.begin_attempt(&task("a")), Err(Error::Poisoned { .. } | Error::Corrupted { .. })));
         drop(store);
         let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
         assert!(store.snapshot().unwrap().run("ds", "ghost").unwrap().is_none());

@@ -184,6 +184,21 @@ pub(crate) fn is_empty_except(dir: BorrowedFd<'_>, except: &[&str]) -> io::Resul
     Ok(true)
 }
 
+/// Whether the root holds nothing but its marker, or a marker's temporary file left by a
+/// writer killed while writing it (see [`write_marker`]).
+pub(crate) fn is_empty_but_marker(root: BorrowedFd<'_>) -> io::Result<bool> {
+    let tmp_prefix = format!("{MARKER_NAME}.tmp-");
+    for entry in rustix::fs::Dir::read_from(root)? {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." || name == MARKER_NAME.as_bytes() || name.starts_with(tmp_prefix.as_bytes()) {
+            continue;
+        }
+        return Ok(false);
+    }
+    Ok(true)
+}
+
 /// What the root's marker file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Marker {

@@ -5,6 +5,7 @@
 //! on a write path the handle refuses further writes until reopened.
 
 mod attempts;
+mod contain;
 mod files;
 mod group;
 mod handles;
@@ -20,9 +21,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::Mutex;
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
 
+use contain::{DropContained, contain_open};
+pub(crate) use contain::{ENGINE, Poison};
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
 /// For the view root's creation.
@@ -97,11 +99,12 @@ impl Default for StoreOptions {
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
 /// behind an `Arc`.
 pub struct Store {
-    db: Database,
+    db: DropContained<Database>,
     db_path: Option<PathBuf>,
     staging_root: PathBuf,
-    /// Set by the first storage failure on a write path; see [`Error::Poisoned`].
-    poisoned: Mutex<Option<String>>,
+    /// Set by the first storage failure on a write path or panic inside redb; see
+    /// [`Error::Poisoned`] and `contain.rs`.
+    poison: Poison,
     /// The attempt lease in force: the recorded one, or this handle's if longer.
     attempt_lifetime_max_ms: u64,
     /// This handle's lease when it is longer than the recorded one and not recorded yet (0:
@@ -196,8 +199,7 @@ fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
         Ok(handles::Marker::Damaged(why)) => MarkerSeen::Damaged(why),
         Err(e) => return Err(Error::io(format!("reading the staging-root marker in {}", path.display()), e)),
     };
-    let empty = handles::is_empty_except(fd.as_fd(), &[handles::MARKER_NAME])
-        .map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
+    let empty = handles::is_empty_but_marker(fd.as_fd()).map_err(|e| Error::io(format!("listing staging root {}", path.display()), e))?;
     Ok((marker, empty))
 }
 
@@ -306,11 +308,13 @@ impl Store {
         let db_path = db_path.as_ref();
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
-        if !db_path.exists() {
-            create_file(db_path, options, lease_ms, &root)?;
-        }
-        let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-        Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options)
+        contain_open("opening the store", || {
+            if !db_path.exists() {
+                create_file(db_path, options, lease_ms, &root)?;
+            }
+            let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options)
+        })
     }
 
     /// Opens (or creates) a store on a custom redb storage backend, for example the
@@ -325,11 +329,15 @@ impl Store {
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
-        let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        Store::finish_open(db, None, root, lease_ms, options)
+        contain_open("opening the store", || {
+            let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+            Store::finish_open(db, None, root, lease_ms, options)
+        })
     }
 
     fn finish_open(db: Database, db_path: Option<PathBuf>, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
+        // Owned at the boundary from here on, so that dropping it on a failed open is contained.
+        let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let init = initialize(&txn, lease_ms, &root, None)?;
         let (views, configured) = configure_views(&txn, options, &root.path)?;
@@ -351,7 +359,7 @@ impl Store {
             db,
             db_path,
             staging_root: root.path,
-            poisoned: Mutex::new(None),
+            poison: Poison::default(),
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
             staging_identity: init.staging_identity,
@@ -505,7 +513,8 @@ impl Store {
     /// A storage error if the close's writes or syncs failed (the store then needs the recovery
     /// the next open performs; every acknowledged commit is intact).
     pub fn close(self) -> Result<()> {
-        self.db.close().map_err(|e| Error::storage("closing the store", e))
+        let db = self.db.into_inner();
+        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
     }
 
     /// Recovers a store whose writer crashed, without a staging root: opens it for writing
@@ -549,37 +558,41 @@ impl Store {
     /// [`Error::Poisoned`] once a write failed on this handle (open a [`ReadOnlyStore`] or
     /// reopen the store to read on); storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        if let Some(cause) = self.poisoned.lock().clone() {
-            return Err(Error::Poisoned { cause });
-        }
-        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-        Ok(Snapshot::new(txn, Some(self.staging_root.clone())))
+        self.poison.check()?;
+        self.poison.contain("beginning a read", || {
+            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+            Ok(Snapshot::new(txn, Some(self.staging_root.clone()), self.poison.clone()))
+        })
+    }
+
+    /// The handle's poison flag, for entry points outside this module (`verify`).
+    pub(crate) fn poison(&self) -> &Poison {
+        &self.poison
     }
 
     /// Runs `body` in one write transaction and commits it if `body` says so. A storage
     /// failure anywhere in it poisons the handle.
     fn write<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
-        if let Some(cause) = self.poisoned.lock().clone() {
-            return Err(Error::Poisoned { cause });
-        }
-        let result = self.db.begin_write().map_err(|e| Error::storage(context, e)).and_then(|txn| match body(&txn)? {
-            TxnEnd::Commit(value) => {
-                self.record_lease(&txn)?;
-                txn.commit().map_err(|e| Error::storage(context, e))?;
-                self.lease_recorded();
-                Ok(value)
-            }
-            TxnEnd::Abort(value) => {
-                txn.abort().map_err(|e| Error::storage(context, e))?;
-                Ok(value)
+        self.poison.check()?;
+        let result = self.poison.contain(context, || {
+            let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
+            match body(&txn)? {
+                TxnEnd::Commit(value) => {
+                    self.record_lease(&txn)?;
+                    txn.commit().map_err(|e| Error::storage(context, e))?;
+                    self.lease_recorded();
+                    Ok(value)
+                }
+                TxnEnd::Abort(value) => {
+                    txn.abort().map_err(|e| Error::storage(context, e))?;
+                    Ok(value)
+                }
             }
         });
         if let Err(err @ Error::Storage { .. }) = &result {
-            let mut poisoned = self.poisoned.lock();
-            if poisoned.is_none() {
-                tracing::error!(error = %err, "write failed; the store handle refuses writes until reopened");
-                *poisoned = Some(err.to_string());
-            }
+            // A storage error that only a damaged file gives makes later writes refuse as
+            // corruption too, so a damaged store reads as damaged whatever verb comes next.
+            if err.is_corruption() { self.poison.set_damaged(err) } else { self.poison.set(err) }
         }
         result
     }
@@ -707,7 +720,9 @@ fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
-    db: redb::ReadOnlyDatabase,
+    db: DropContained<redb::ReadOnlyDatabase>,
+    /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
+    poison: Poison,
     staging_root: Option<PathBuf>,
 }
 
@@ -746,17 +761,19 @@ impl ReadOnlyStore {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
             ));
         }
-        let db = match builder(options).open_read_only(db_path) {
-            Ok(db) => db,
-            Err(DatabaseError::RepairAborted) => {
-                recover_unheld(db_path, options)?;
-                builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?
-            }
-            Err(e) => return Err(open_error(db_path, e)),
-        };
-        let store = ReadOnlyStore { db, staging_root: None };
-        store.snapshot()?.check_format()?;
-        Ok(store)
+        contain_open("opening the store read-only", || {
+            let db = match builder(options).open_read_only(db_path) {
+                Ok(db) => db,
+                Err(DatabaseError::RepairAborted) => {
+                    recover_unheld(db_path, options)?;
+                    builder(options).open_read_only(db_path).map_err(|e| open_error(db_path, e))?
+                }
+                Err(e) => return Err(open_error(db_path, e)),
+            };
+            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
+            store.snapshot()?.check_format()?;
+            Ok(store)
+        })
     }
 
     /// Opens a store on a custom redb storage backend for reading, as [`ReadOnlyStore::open`]
@@ -766,10 +783,12 @@ impl ReadOnlyStore {
     /// # Errors
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
-        let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-        let store = ReadOnlyStore { db, staging_root: None };
-        store.snapshot()?.check_format()?;
-        Ok(store)
+        contain_open("opening the store read-only", || {
+            let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
+            store.snapshot()?.check_format()?;
+            Ok(store)
+        })
     }
 
     /// A consistent read view as of now.
@@ -777,8 +796,10 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-        Ok(Snapshot::new(txn, self.staging_root.clone()))
+        self.poison.contain("beginning a read", || {
+            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
+            Ok(Snapshot::new(txn, self.staging_root.clone(), self.poison.clone()))
+        })
     }
 
     /// Tells the handle where the staging root is, so that its snapshots give absolute file
@@ -803,6 +824,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// A storage error if releasing the file failed.
     pub fn close(self) -> Result<()> {
-        self.db.close().map_err(|e| Error::storage("closing the store", e))
+        let db = self.db.into_inner();
+        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
     }
 }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use redb::{ReadTransaction, ReadableTableMetadata};
 
+use super::contain::Poison;
 use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
 use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
@@ -29,6 +30,8 @@ use crate::schema::{
 pub struct Snapshot {
     txn: ReadTransaction,
     staging_root: Option<PathBuf>,
+    /// The poison flag of the handle it came from (see `contain.rs`).
+    poison: Poison,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -83,7 +86,7 @@ pub(crate) fn partitions_at(versions: &impl Readable, dataset: &str, generation:
     let dataset_end = prefix_end(&dataset_prefix);
     let mut cursor = dataset_prefix.clone();
     let mut out = Vec::new();
-    while let Some(found) = first_key(versions, &cursor, &dataset_end)? {
+    while let Some(found) = first_key(versions, VERSIONS, &cursor, &dataset_end)? {
         let rest = &found[dataset_prefix.len()..];
         let (partition, _) = schema::split_text_u64(rest).ok_or_else(|| tables::corrupted(VERSIONS, &found, "malformed version key"))?;
         let partition = partition.to_owned();
@@ -104,8 +107,13 @@ pub(crate) fn read_pointer(pointers: &impl Readable, dataset: &str) -> Result<Op
 }
 
 impl Snapshot {
-    pub(crate) fn new(txn: ReadTransaction, staging_root: Option<PathBuf>) -> Snapshot {
-        Snapshot { txn, staging_root }
+    pub(crate) fn new(txn: ReadTransaction, staging_root: Option<PathBuf>, poison: Poison) -> Snapshot {
+        Snapshot { txn, staging_root, poison }
+    }
+
+    /// Runs `body` at the boundary with redb (see `contain.rs`).
+    pub(crate) fn contain<T>(&self, operation: &'static str, body: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.poison.contain(operation, body)
     }
 
     pub(crate) fn txn(&self) -> &ReadTransaction {
@@ -132,17 +140,19 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn datasets(&self) -> Result<Vec<String>> {
-        let pointers = open_ro(&self.txn, POINTERS)?;
-        let mut out = Vec::new();
-        scan::<PointerRecord>(&pointers, POINTERS, &[], &[0xff], |pointer_key, _| {
-            out.push(
-                schema::text_after(pointer_key, &[])
-                    .ok_or_else(|| tables::corrupted(POINTERS, pointer_key, "malformed dataset key"))?
-                    .to_owned(),
-            );
-            Ok(true)
-        })?;
-        Ok(out)
+        self.poison.contain("reading datasets", || {
+            let pointers = open_ro(&self.txn, POINTERS)?;
+            let mut out = Vec::new();
+            scan::<PointerRecord>(&pointers, POINTERS, &[], &[0xff], |pointer_key, _| {
+                out.push(
+                    schema::text_after(pointer_key, &[])
+                        .ok_or_else(|| tables::corrupted(POINTERS, pointer_key, "malformed dataset key"))?
+                        .to_owned(),
+                );
+                Ok(true)
+            })?;
+            Ok(out)
+        })
     }
 
     /// The dataset's current generation, or `None` if nothing was published.
@@ -150,13 +160,15 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors (including a pointer to a missing generation).
     pub fn current(&self, dataset: &str) -> Result<Option<Generation>> {
-        let pointers = open_ro(&self.txn, POINTERS)?;
-        let Some(number) = read_pointer(&pointers, dataset)? else {
-            return Ok(None);
-        };
-        let generations = open_ro(&self.txn, GENERATIONS)?;
-        read_generation(&generations, dataset, number)?.map(Some).ok_or_else(|| {
-            tables::corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {number}, which does not exist"))
+        self.poison.contain("reading current", || {
+            let pointers = open_ro(&self.txn, POINTERS)?;
+            let Some(number) = read_pointer(&pointers, dataset)? else {
+                return Ok(None);
+            };
+            let generations = open_ro(&self.txn, GENERATIONS)?;
+            read_generation(&generations, dataset, number)?.map(Some).ok_or_else(|| {
+                tables::corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {number}, which does not exist"))
+            })
         })
     }
 
@@ -165,8 +177,10 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn generation(&self, dataset: &str, number: u64) -> Result<Option<Generation>> {
-        let generations = open_ro(&self.txn, GENERATIONS)?;
-        read_generation(&generations, dataset, number)
+        self.poison.contain("reading generation", || {
+            let generations = open_ro(&self.txn, GENERATIONS)?;
+            read_generation(&generations, dataset, number)
+        })
     }
 
     /// The manifest of generation `number` (the current one if `None`): every partition with
@@ -175,19 +189,21 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>> {
-        let generation = match number {
-            None => self.current(dataset)?,
-            Some(number) => self.generation(dataset, number)?,
-        };
-        let Some(generation) = generation else {
-            return Ok(None);
-        };
-        let versions = open_ro(&self.txn, VERSIONS)?;
-        let mut partitions = partitions_at(&versions, dataset, generation.number)?;
-        for entry in &mut partitions {
-            self.locate(entry);
-        }
-        Ok(Some(Manifest { generation, partitions }))
+        self.poison.contain("reading manifest", || {
+            let generation = match number {
+                None => self.current(dataset)?,
+                Some(number) => self.generation(dataset, number)?,
+            };
+            let Some(generation) = generation else {
+                return Ok(None);
+            };
+            let versions = open_ro(&self.txn, VERSIONS)?;
+            let mut partitions = partitions_at(&versions, dataset, generation.number)?;
+            for entry in &mut partitions {
+                self.locate(entry);
+            }
+            Ok(Some(Manifest { generation, partitions }))
+        })
     }
 
     /// One partition as generation `number` (the current one if `None`) holds it.
@@ -195,18 +211,20 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn partition(&self, dataset: &str, partition: &str, number: Option<u64>) -> Result<Option<PartitionEntry>> {
-        let number = match number {
-            Some(number) => number,
-            None => match read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)? {
+        self.poison.contain("reading partition", || {
+            let number = match number {
                 Some(number) => number,
-                None => return Ok(None),
-            },
-        };
-        let mut entry = partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)?;
-        if let Some(entry) = &mut entry {
-            self.locate(entry);
-        }
-        Ok(entry)
+                None => match read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)? {
+                    Some(number) => number,
+                    None => return Ok(None),
+                },
+            };
+            let mut entry = partition_at(&open_ro(&self.txn, VERSIONS)?, dataset, partition, number)?;
+            if let Some(entry) = &mut entry {
+                self.locate(entry);
+            }
+            Ok(entry)
+        })
     }
 
     fn locate(&self, entry: &mut PartitionEntry) {
@@ -219,11 +237,13 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn views(&self) -> Result<Option<crate::ViewOptions>> {
-        let meta = open_ro(&self.txn, META)?;
-        Ok(get::<crate::records::ViewsRecord>(&meta, META, crate::schema::META_VIEWS_KEY)?.map(|r| crate::ViewOptions {
-            root: PathBuf::from(r.root),
-            mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
-        }))
+        self.poison.contain("reading views", || {
+            let meta = open_ro(&self.txn, META)?;
+            Ok(get::<crate::records::ViewsRecord>(&meta, META, crate::schema::META_VIEWS_KEY)?.map(|r| crate::ViewOptions {
+                root: PathBuf::from(r.root),
+                mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
+            }))
+        })
     }
 
     /// Every retained generation of the dataset, oldest first.
@@ -231,23 +251,25 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn history(&self, dataset: &str) -> Result<Vec<Generation>> {
-        let generations = open_ro(&self.txn, GENERATIONS)?;
-        let generation_prefix = prefix(&[dataset]);
-        let mut out = Vec::new();
-        scan::<GenerationRecord>(
-            &generations,
-            GENERATIONS,
-            &generation_prefix,
-            &prefix_end(&generation_prefix),
-            |generation_key, record| {
-                let number = schema::trailing_u64(generation_key)
-                    .filter(|_| generation_key.len() == generation_prefix.len() + 8)
-                    .ok_or_else(|| tables::corrupted(GENERATIONS, generation_key, "malformed generation key"))?;
-                out.push(generation_from(dataset, number, record));
-                Ok(true)
-            },
-        )?;
-        Ok(out)
+        self.poison.contain("reading history", || {
+            let generations = open_ro(&self.txn, GENERATIONS)?;
+            let generation_prefix = prefix(&[dataset]);
+            let mut out = Vec::new();
+            scan::<GenerationRecord>(
+                &generations,
+                GENERATIONS,
+                &generation_prefix,
+                &prefix_end(&generation_prefix),
+                |generation_key, record| {
+                    let number = schema::trailing_u64(generation_key)
+                        .filter(|_| generation_key.len() == generation_prefix.len() + 8)
+                        .ok_or_else(|| tables::corrupted(GENERATIONS, generation_key, "malformed generation key"))?;
+                    out.push(generation_from(dataset, number, record));
+                    Ok(true)
+                },
+            )?;
+            Ok(out)
+        })
     }
 
     /// A declared run with its tasks.
@@ -255,32 +277,34 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn run(&self, dataset: &str, run: &str) -> Result<Option<RunInfo>> {
-        let runs = open_ro(&self.txn, RUNS)?;
-        let Some(record) = get::<RunRecord>(&runs, RUNS, &key(&[dataset, run]))? else {
-            return Ok(None);
-        };
-        let tasks = open_ro(&self.txn, TASKS)?;
-        let task_prefix = prefix(&[dataset, run]);
-        let mut specs = Vec::new();
-        scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
-            let partition =
-                schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?;
-            specs.push(TaskSpec {
-                partition: partition.to_owned(),
-                expected_rows: task.expected_rows,
-                expected_total: task.expected_total,
-            });
-            Ok(true)
-        })?;
-        Ok(Some(RunInfo {
-            dataset: dataset.to_owned(),
-            run: run.to_owned(),
-            snapshot: record.snapshot,
-            declared_at_ms: record.declared_at_ms,
-            published_generation: record.published_generation,
-            tasks: specs,
-            grain: record.grain,
-        }))
+        self.poison.contain("reading run", || {
+            let runs = open_ro(&self.txn, RUNS)?;
+            let Some(record) = get::<RunRecord>(&runs, RUNS, &key(&[dataset, run]))? else {
+                return Ok(None);
+            };
+            let tasks = open_ro(&self.txn, TASKS)?;
+            let task_prefix = prefix(&[dataset, run]);
+            let mut specs = Vec::new();
+            scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
+                let partition =
+                    schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?;
+                specs.push(TaskSpec {
+                    partition: partition.to_owned(),
+                    expected_rows: task.expected_rows,
+                    expected_total: task.expected_total,
+                });
+                Ok(true)
+            })?;
+            Ok(Some(RunInfo {
+                dataset: dataset.to_owned(),
+                run: run.to_owned(),
+                snapshot: record.snapshot,
+                declared_at_ms: record.declared_at_ms,
+                published_generation: record.published_generation,
+                tasks: specs,
+                grain: record.grain,
+            }))
+        })
     }
 
     /// One attempt.
@@ -288,11 +312,13 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn attempt(&self, attempt: &AttemptKey) -> Result<Option<AttemptInfo>> {
-        let attempts = open_ro(&self.txn, ATTEMPTS)?;
-        let task = &attempt.task;
-        let record: Option<AttemptRecord> =
-            get(&attempts, ATTEMPTS, &key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt))?;
-        Ok(record.map(|r| attempt_info(attempt.clone(), r)))
+        self.poison.contain("reading attempt", || {
+            let attempts = open_ro(&self.txn, ATTEMPTS)?;
+            let task = &attempt.task;
+            let record: Option<AttemptRecord> =
+                get(&attempts, ATTEMPTS, &key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt))?;
+            Ok(record.map(|r| attempt_info(attempt.clone(), r)))
+        })
     }
 
     /// Every attempt of a task, in attempt order.
@@ -300,16 +326,18 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn attempts(&self, task: &TaskKey) -> Result<Vec<AttemptInfo>> {
-        let attempts = open_ro(&self.txn, ATTEMPTS)?;
-        let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
-        let mut out = Vec::new();
-        scan::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
-            let number =
-                schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
-            out.push(attempt_info(task.attempt(number), record));
-            Ok(true)
-        })?;
-        Ok(out)
+        self.poison.contain("reading attempts", || {
+            let attempts = open_ro(&self.txn, ATTEMPTS)?;
+            let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
+            let mut out = Vec::new();
+            scan::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
+                let number =
+                    schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
+                out.push(attempt_info(task.attempt(number), record));
+                Ok(true)
+            })?;
+            Ok(out)
+        })
     }
 
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
@@ -318,8 +346,10 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn accepted(&self, task: &TaskKey) -> Result<Option<u32>> {
-        let accepted = open_ro(&self.txn, ACCEPTED)?;
-        Ok(get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt))
+        self.poison.contain("reading accepted", || {
+            let accepted = open_ro(&self.txn, ACCEPTED)?;
+            Ok(get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt))
+        })
     }
 
     /// Every side effect recorded for a run, in key order.
@@ -327,7 +357,7 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn effects(&self, dataset: &str, run: &str) -> Result<Vec<Effect>> {
-        self.effects_in(&prefix(&[dataset, run]), |_| true)
+        self.poison.contain("reading effects", || self.effects_in(&prefix(&[dataset, run]), |_| true))
     }
 
     /// Every side effect of the dataset that is ready to emit (its run is published, it is not
@@ -336,7 +366,9 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn ready_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
-        self.effects_in(&prefix(&[dataset]), |status| matches!(status, EffectStatus::Ready { .. }))
+        self.poison.contain("reading ready effects", || {
+            self.effects_in(&prefix(&[dataset]), |status| matches!(status, EffectStatus::Ready { .. }))
+        })
     }
 
     /// Every side effect recorded for the dataset, across its runs, in key order.
@@ -344,7 +376,7 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn dataset_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
-        self.effects_in(&prefix(&[dataset]), |_| true)
+        self.poison.contain("reading dataset effects", || self.effects_in(&prefix(&[dataset]), |_| true))
     }
 
     /// How many entries each table of the store holds, as `(table name, entries)` in schema
@@ -353,14 +385,16 @@ impl Snapshot {
     /// # Errors
     /// Storage errors.
     pub fn table_entries(&self) -> Result<Vec<(&'static str, u64)>> {
-        ALL_TABLES
-            .iter()
-            .map(|def| {
-                let table = open_ro(&self.txn, *def)?;
-                let entries = table.len().map_err(|e| Error::storage("counting a table's entries", e))?;
-                Ok((def.name, entries))
-            })
-            .collect()
+        self.poison.contain("reading table entries", || {
+            ALL_TABLES
+                .iter()
+                .map(|def| {
+                    let table = open_ro(&self.txn, *def)?;
+                    let entries = table.len().map_err(|e| Error::storage("counting a table's entries", e))?;
+                    Ok((def.name, entries))
+                })
+                .collect()
+        })
     }
 
     fn effects_in(&self, effect_prefix: &[u8], keep: impl Fn(&EffectStatus) -> bool) -> Result<Vec<Effect>> {

@@ -11,7 +11,7 @@
 //! root; and it deletes only paths that were planned, persisted and logged first, each
 //! re-checked against the live state just before deletion.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
@@ -92,7 +92,7 @@ pub(crate) fn refuse_if_abandoned(attempt: &AttemptKey, record: &AttemptRecord) 
 /// history now starts after it, corruption otherwise.
 pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
     let generation_prefix = prefix(&[dataset]);
-    let oldest = match tables::first_key(generations, &generation_prefix, &prefix_end(&generation_prefix)) {
+    let oldest = match tables::first_key(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix)) {
         Ok(found) => found.and_then(|k| schema::trailing_u64(&k)),
         Err(err) => return err,
     };
@@ -172,6 +172,74 @@ fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
         Ok(true)
     })?;
     Ok(facts)
+}
+
+/// What cleanup needs to know about the attempt directories of `paths` only, read by key from
+/// one consistent view, for the apply-time re-check of one batch: for each path's attempt
+/// directory, the attempt its name encodes (`ids::parse_staging_rel`), that attempt's record,
+/// its run's publication and its task's accepted attempt, and whether a version entry holds
+/// the directory. O(batch log n), never a scan of the whole store.
+///
+/// Only the accepted attempt of a published run can be held by a version entry (a publish
+/// writes the run's accepted attempts; a rollback copies existing entries), so only for those
+/// is the partition's history read, from the run's generation on.
+fn facts_for(txn: &ReadTransaction, paths: &[&PlannedPath]) -> Result<Facts> {
+    let mut facts = Facts::default();
+    let attempts = open_ro(txn, ATTEMPTS)?;
+    let runs = open_ro(txn, RUNS)?;
+    let accepted = open_ro(txn, ACCEPTED)?;
+    let versions = open_ro(txn, VERSIONS)?;
+    let mut seen: HashSet<&str> = HashSet::new();
+    for planned in paths {
+        let Some(dir) = cleanup::attempt_dir_of(&planned.path) else { continue };
+        if !seen.insert(dir) {
+            continue;
+        }
+        // A directory whose name encodes no attempt belongs to none.
+        let Some(attempt) = ids::parse_staging_rel(dir) else { continue };
+        let task = &attempt.task;
+        let attempt_key = attempt_key_bytes(&attempt);
+        let run = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?;
+        let accepted_attempt =
+            get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt);
+        let record = get::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_key)?;
+        let published = run.as_ref().and_then(|r| r.published_generation);
+        if let Some(generation) = published
+            && (accepted_attempt == Some(attempt.attempt) || record.is_none())
+            && referenced_since(&versions, &attempt, dir, generation)?
+        {
+            facts.referenced.insert(dir.to_owned());
+        }
+        let Some(record) = record else { continue };
+        if record.staging_rel != dir {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, format!("staging directory {:?} is not {dir:?}", record.staging_rel)));
+        }
+        if run.is_none() {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt of an undeclared run"));
+        }
+        let state =
+            AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published.is_some());
+        facts.attempts.insert(dir.to_owned(), AttemptFact { accepted: accepted_attempt == Some(attempt.attempt), key: attempt, state });
+    }
+    Ok(facts)
+}
+
+/// Whether a version entry of the attempt's partition from generation `since` on holds its
+/// staging directory.
+fn referenced_since(versions: &impl Readable, attempt: &AttemptKey, staging_rel: &str, since: u64) -> Result<bool> {
+    let partition_prefix = prefix(&[&attempt.task.dataset, &attempt.task.partition]);
+    let mut found = false;
+    scan::<PartitionVersionRecord>(
+        versions,
+        VERSIONS,
+        &key_u64(&[&attempt.task.dataset, &attempt.task.partition], since),
+        &prefix_end(&partition_prefix),
+        |_, record| {
+            found = record.entry.is_some_and(|e| e.staging_rel == staging_rel);
+            Ok(!found)
+        },
+    )?;
+    Ok(found)
 }
 
 pub(crate) fn check_rollback_text(what: &'static str, value: &str) -> Result<()> {
@@ -516,71 +584,75 @@ impl Store {
     /// [`Error::CleanupThresholdTooShort`] if the threshold does not exceed the attempt
     /// lifetime and is not forced; I/O errors listing the staging root; storage errors.
     pub fn plan_cleanup(&self, options: &CleanupOptions) -> Result<CleanupPlan> {
-        let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
-        let lifetime_ms = self.attempt_lifetime_max_ms;
-        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
-            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-        }
-        // Views of generations the store no longer holds (an expiry by an older build, a crash
-        // inside one) go before the plan, so no view links a file the plan may list.
-        if self.views().is_some()
-            && let Err(err) = self.sync_views()
-        {
-            tracing::warn!(error = %err, "views not synced before planning cleanup");
-        }
-        // Walk first, read the state second: every reference made before a file was seen is
-        // then visible to the decision.
-        let root = self.checked_staging_root()?;
-        let walked = walk::walk(root.as_fd(), &self.staging_root)?;
-        let facts = gather_facts(self.snapshot()?.txn())?;
-        let now = now_ms();
-        let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
-        let record = CleanupPlanRecord {
-            created_at_ms: now,
-            age_threshold_ms,
-            attempt_lifetime_max_ms: lifetime_ms,
-            forced: options.force_short_threshold,
-            candidates: draft.candidates,
-            unknown: draft.unknown,
-            kept: draft.kept,
-            unconsidered: walked.unconsidered,
-        };
-        let id = self.write("storing a cleanup plan", |txn| {
-            let mut plans = open(txn, CLEANUP_PLANS)?;
-            let mut batches = open(txn, CLEANUP_BATCHES)?;
-            let last_key = plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
-            let id = match last_key {
-                None => 1,
-                Some(k) => {
-                    let raw: [u8; 8] = k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
-                    u64::from_be_bytes(raw).checked_add(1).ok_or_else(|| tables::corrupted(CLEANUP_PLANS, &k, "plan id overflows"))?
-                }
-            };
-            put(&mut plans, &plan_key(id), &record)?;
-            if id > CLEANUP_PLANS_KEPT {
-                let first_kept = id - CLEANUP_PLANS_KEPT + 1;
-                plans
-                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                    .map_err(|e| Error::storage("pruning old plans", e))?;
-                batches
-                    .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                    .map_err(|e| Error::storage("pruning old plan batches", e))?;
+        self.poison.contain("plan cleanup", || {
+            let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
+            let lifetime_ms = self.attempt_lifetime_max_ms;
+            if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
+                return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
             }
-            Ok(TxnEnd::Commit(id))
-        })?;
-        for path in record.candidates.iter().chain(&record.unknown) {
-            tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
-        }
-        tracing::info!(
-            plan = id,
-            candidates = record.candidates.len(),
-            unknown = record.unknown.len(),
-            kept = ?record.kept,
-            unconsidered = record.unconsidered.len(),
-            age_threshold_ms,
-            "cleanup planned"
-        );
-        Ok(plan_from(id, record))
+            // Views of generations the store no longer holds (an expiry by an older build, a crash
+            // inside one) go before the plan, so no view links a file the plan may list.
+            if self.views().is_some()
+                && let Err(err) = self.sync_views()
+            {
+                tracing::warn!(error = %err, "views not synced before planning cleanup");
+            }
+            // Walk first, read the state second: every reference made before a file was seen is
+            // then visible to the decision.
+            let root = self.checked_staging_root()?;
+            let walked = walk::walk(root.as_fd(), &self.staging_root)?;
+            let facts = gather_facts(self.snapshot()?.txn())?;
+            let now = now_ms();
+            let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
+            let record = CleanupPlanRecord {
+                created_at_ms: now,
+                age_threshold_ms,
+                attempt_lifetime_max_ms: lifetime_ms,
+                forced: options.force_short_threshold,
+                candidates: draft.candidates,
+                unknown: draft.unknown,
+                kept: draft.kept,
+                unconsidered: walked.unconsidered,
+            };
+            let id = self.write("storing a cleanup plan", |txn| {
+                let mut plans = open(txn, CLEANUP_PLANS)?;
+                let mut batches = open(txn, CLEANUP_BATCHES)?;
+                let last_key =
+                    plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
+                let id = match last_key {
+                    None => 1,
+                    Some(k) => {
+                        let raw: [u8; 8] =
+                            k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
+                        u64::from_be_bytes(raw).checked_add(1).ok_or_else(|| tables::corrupted(CLEANUP_PLANS, &k, "plan id overflows"))?
+                    }
+                };
+                put(&mut plans, &plan_key(id), &record)?;
+                if id > CLEANUP_PLANS_KEPT {
+                    let first_kept = id - CLEANUP_PLANS_KEPT + 1;
+                    plans
+                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                        .map_err(|e| Error::storage("pruning old plans", e))?;
+                    batches
+                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
+                        .map_err(|e| Error::storage("pruning old plan batches", e))?;
+                }
+                Ok(TxnEnd::Commit(id))
+            })?;
+            for path in record.candidates.iter().chain(&record.unknown) {
+                tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
+            }
+            tracing::info!(
+                plan = id,
+                candidates = record.candidates.len(),
+                unknown = record.unknown.len(),
+                kept = ?record.kept,
+                unconsidered = record.unconsidered.len(),
+                age_threshold_ms,
+                "cleanup planned"
+            );
+            Ok(plan_from(id, record))
+        })
     }
 
     /// A stored cleanup plan.
@@ -588,9 +660,11 @@ impl Store {
     /// # Errors
     /// Storage and corruption errors.
     pub fn cleanup_plan(&self, id: u64) -> Result<Option<CleanupPlan>> {
-        let snapshot = self.snapshot()?;
-        let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-        Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+        self.poison.contain("cleanup plan", || {
+            let snapshot = self.snapshot()?;
+            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+            Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+        })
     }
 
     /// Applies a stored cleanup plan. In a dry run (the default of [`ApplyOptions`]) nothing is
@@ -614,83 +688,89 @@ impl Store {
     /// storage and corruption errors; [`Error::Io`] if a directory sync fails. A file that
     /// cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
-        let plan = {
-            let snapshot = self.snapshot()?;
-            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-            get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
-        };
-        let lifetime_ms = self.attempt_lifetime_max_ms;
-        if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
-            return Err(Error::CleanupThresholdTooShort { age_threshold_ms: plan.age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-        }
-        let execute = options.mode == RunMode::Execute;
-        // Every path is reached through this one handle of the root, checked to be this store's.
-        let root = self.checked_staging_root()?;
-        let mut applier = walk::Applier::new(root.as_fd());
-        let mut report = ApplyReport {
-            plan: id,
-            mode: options.mode,
-            deleted: Vec::new(),
-            bytes_deleted: 0,
-            skipped: Vec::new(),
-            directories_removed: 0,
-            attempt_records_removed: Vec::new(),
-        };
-        let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
-        for path in &plan.unknown {
-            if options.delete_unknown {
-                todo.push(path);
-            } else {
-                report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+        self.poison.contain("apply cleanup", || {
+            let plan = {
+                let snapshot = self.snapshot()?;
+                let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
+                get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
+            };
+            let lifetime_ms = self.attempt_lifetime_max_ms;
+            if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
+                return Err(Error::CleanupThresholdTooShort {
+                    age_threshold_ms: plan.age_threshold_ms,
+                    attempt_lifetime_max_ms: lifetime_ms,
+                });
             }
-        }
-        let mut next_batch = self.next_batch_number(id)?;
-        for chunk in todo.chunks(options.batch_size.max(1)) {
-            let facts = gather_facts(self.snapshot()?.txn())?;
-            let now = now_ms();
-            let mut batch = CleanupBatchRecord {
-                applied_at_ms: now,
+            let execute = options.mode == RunMode::Execute;
+            // Every path is reached through this one handle of the root, checked to be this store's.
+            let root = self.checked_staging_root()?;
+            let mut applier = walk::Applier::new(root.as_fd());
+            let mut report = ApplyReport {
+                plan: id,
+                mode: options.mode,
                 deleted: Vec::new(),
                 bytes_deleted: 0,
                 skipped: Vec::new(),
+                directories_removed: 0,
                 attempt_records_removed: Vec::new(),
             };
-            for planned in chunk {
-                match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
-                    Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
-                    Ok(()) if !execute => {
-                        batch.deleted.push(planned.path.clone());
-                        batch.bytes_deleted += planned.size_bytes;
-                    }
-                    Ok(()) => match applier.delete(&planned.path) {
-                        Ok(()) => {
-                            tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+            let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
+            for path in &plan.unknown {
+                if options.delete_unknown {
+                    todo.push(path);
+                } else {
+                    report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+                }
+            }
+            let mut next_batch = self.next_batch_number(id)?;
+            for chunk in todo.chunks(options.batch_size.max(1)) {
+                // Re-read by key, for this batch's paths only, from a fresh snapshot.
+                let facts = facts_for(self.snapshot()?.txn(), chunk)?;
+                let now = now_ms();
+                let mut batch = CleanupBatchRecord {
+                    applied_at_ms: now,
+                    deleted: Vec::new(),
+                    bytes_deleted: 0,
+                    skipped: Vec::new(),
+                    attempt_records_removed: Vec::new(),
+                };
+                for planned in chunk {
+                    match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
+                        Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
+                        Ok(()) if !execute => {
                             batch.deleted.push(planned.path.clone());
                             batch.bytes_deleted += planned.size_bytes;
                         }
-                        Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
-                    },
+                        Ok(()) => match applier.delete(&planned.path) {
+                            Ok(()) => {
+                                tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+                                batch.deleted.push(planned.path.clone());
+                                batch.bytes_deleted += planned.size_bytes;
+                            }
+                            Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
+                        },
+                    }
                 }
-            }
-            if execute {
-                for path in &batch.deleted {
-                    report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
+                if execute {
+                    for path in &batch.deleted {
+                        report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
+                    }
+                    applier.forget();
+                    // The removals are made durable before the batch records them as done.
+                    files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
+                    self.record_batch(id, next_batch, &batch)?;
+                    next_batch = next_batch.saturating_add(1);
+                    tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
                 }
-                applier.forget();
-                // The removals are made durable before the batch records them as done.
-                files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
-                self.record_batch(id, next_batch, &batch)?;
-                next_batch = next_batch.saturating_add(1);
-                tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
+                report.deleted.extend(batch.deleted);
+                report.bytes_deleted += batch.bytes_deleted;
+                report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
             }
-            report.deleted.extend(batch.deleted);
-            report.bytes_deleted += batch.bytes_deleted;
-            report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
-        }
-        let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
-        report.attempt_records_removed = removed;
-        report.directories_removed += dirs;
-        Ok(report)
+            let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
+            report.attempt_records_removed = removed;
+            report.directories_removed += dirs;
+            Ok(report)
+        })
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {

@@ -126,69 +126,71 @@ impl Store {
     /// takes no new attempts), [`Error::InvalidInput`] for bad names or a staging path that
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
-        check_task_key(task)?;
-        // The task's directory does not depend on the attempt number, so it is made (and
-        // checked for symlinks) before the write, outside the single writer's critical
-        // section; inside it there is one `mkdir`. A read first, so that no directory is
-        // made for a task that does not exist.
-        {
-            let snapshot = self.snapshot()?;
-            let txn = snapshot.txn();
-            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            read_run(&runs, &task.dataset, &task.run)?;
-            read_task(&tasks, task)?;
-        }
-        let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
-        // Nothing is created under a root that is not this store's (its marker checked).
-        drop(self.checked_staging_root()?);
-        let mut created = Vec::new();
-        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
-        let ticket = self.write_grouped("beginning an attempt", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut tasks = open(txn, TASKS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let run = read_run(&runs, &task.dataset, &task.run)?;
-            if let Some(generation) = run.published_generation {
-                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+        self.poison.contain("begin attempt", || {
+            check_task_key(task)?;
+            // The task's directory does not depend on the attempt number, so it is made (and
+            // checked for symlinks) before the write, outside the single writer's critical
+            // section; inside it there is one `mkdir`. A read first, so that no directory is
+            // made for a task that does not exist.
+            {
+                let snapshot = self.snapshot()?;
+                let txn = snapshot.txn();
+                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                read_run(&runs, &task.dataset, &task.run)?;
+                read_task(&tasks, task)?;
             }
-            let mut record = read_task(&tasks, task)?;
-            let attempt = record.next_attempt;
-            record.next_attempt =
-                attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
-            let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
-            let started_at_ms = now_ms();
-            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
-            if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
-                return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
-            }
-            // The directory is made before the commit: if the commit fails, the number is not
-            // taken and the next begin reuses the (empty, never handed out) directory.
-            let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
-                Some(dir) => dir,
-                None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
-            };
-            put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
-            put(
-                &mut attempts,
-                &attempt_key,
-                &AttemptRecord {
-                    started_at_ms,
-                    heartbeat_at_ms: started_at_ms,
-                    abandoned_at_ms: None,
-                    staging_rel,
-                    candidate: None,
-                    verdict: None,
-                    reconciliation: None,
-                },
-            )?;
-            Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
-        })?;
-        // Outside the write transaction (never inside the single writer's critical section),
-        // before the ticket is handed out. A failure here leaves a committed attempt nobody
-        // holds; its lease runs out and the task is begun again.
-        files::sync_created_dirs(&ticket.staging_dir, &created)?;
-        Ok(ticket)
+            let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+            // Nothing is created under a root that is not this store's (its marker checked).
+            drop(self.checked_staging_root()?);
+            let mut created = Vec::new();
+            let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
+            let ticket = self.write_grouped("beginning an attempt", |txn| {
+                let runs = open(txn, RUNS)?;
+                let mut tasks = open(txn, TASKS)?;
+                let mut attempts = open(txn, ATTEMPTS)?;
+                let run = read_run(&runs, &task.dataset, &task.run)?;
+                if let Some(generation) = run.published_generation {
+                    return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+                }
+                let mut record = read_task(&tasks, task)?;
+                let attempt = record.next_attempt;
+                record.next_attempt =
+                    attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+                let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
+                let started_at_ms = now_ms();
+                let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
+                if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
+                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
+                }
+                // The directory is made before the commit: if the commit fails, the number is not
+                // taken and the next begin reuses the (empty, never handed out) directory.
+                let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
+                    Some(dir) => dir,
+                    None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
+                };
+                put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
+                put(
+                    &mut attempts,
+                    &attempt_key,
+                    &AttemptRecord {
+                        started_at_ms,
+                        heartbeat_at_ms: started_at_ms,
+                        abandoned_at_ms: None,
+                        staging_rel,
+                        candidate: None,
+                        verdict: None,
+                        reconciliation: None,
+                    },
+                )?;
+                Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
+            })?;
+            // Outside the write transaction (never inside the single writer's critical section),
+            // before the ticket is handed out. A failure here leaves a committed attempt nobody
+            // holds; its lease runs out and the task is begun again.
+            files::sync_created_dirs(&ticket.staging_dir, &created)?;
+            Ok(ticket)
+        })
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -276,84 +278,86 @@ impl Store {
     /// directory of a valid candidate cannot be opened to sync it (nothing is stored: validate
     /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
-        check_task_key(&attempt.task)?;
-        let task = &attempt.task;
-        let task_key = key(&[&task.dataset, &task.run, &task.partition]);
-        let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-        // File checks happen outside the write transaction: they may read whole files.
-        let (spec, run, record) = {
-            let snapshot = self.snapshot()?;
-            let txn = snapshot.txn();
-            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let run = read_run(&runs, &task.dataset, &task.run)?;
-            let task_record = read_task(&tasks, task)?;
-            let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            let spec = TaskSpec {
-                partition: task.partition.clone(),
-                expected_rows: task_record.expected_rows,
-                expected_total: task_record.expected_total,
+        self.poison.contain("validate attempt", || {
+            check_task_key(&attempt.task)?;
+            let task = &attempt.task;
+            let task_key = key(&[&task.dataset, &task.run, &task.partition]);
+            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+            // File checks happen outside the write transaction: they may read whole files.
+            let (spec, run, record) = {
+                let snapshot = self.snapshot()?;
+                let txn = snapshot.txn();
+                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
+                let run = read_run(&runs, &task.dataset, &task.run)?;
+                let task_record = read_task(&tasks, task)?;
+                let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+                let spec = TaskSpec {
+                    partition: task.partition.clone(),
+                    expected_rows: task_record.expected_rows,
+                    expected_total: task_record.expected_total,
+                };
+                (spec, run, record)
             };
-            (spec, run, record)
-        };
-        if let Some(verdict) = record.verdict {
-            return Ok(verdict);
-        }
-        super::retention::refuse_if_abandoned(attempt, &record)?;
-        let Some(candidate) = record.candidate else {
-            return Err(Error::AttemptState {
-                partition: task.partition.clone(),
-                attempt: attempt.attempt,
-                state: "running",
-                operation: "validation",
-                needed: "a finished attempt",
-            });
-        };
-        let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
-        let computed = match &run.grain {
-            Some(grain) => Some((grain.format, self.read_candidate_data(grain, &record.staging_rel, &candidate, &observed)?)),
-            None => None,
-        };
-        let (verdict, reconciliation) =
-            rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
-        // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
-        // directory from the attempt's up to the staging root is durable. Synced here, outside
-        // the write transaction; a failed sync refuses the candidate.
-        let verdict = if verdict.is_valid() {
-            let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
-            rules::validate::after_sync(verdict, &failures)
-        } else {
-            verdict
-        };
-        self.write_grouped("storing a verdict", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let mut accepted = open(txn, ACCEPTED)?;
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            if let Some(stored) = record.verdict {
-                // Another validator got there first; its verdict stands.
-                return Ok(TxnEnd::Abort(stored));
+            if let Some(verdict) = record.verdict {
+                return Ok(verdict);
             }
-            if record.candidate.as_ref() != Some(&candidate) {
-                return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
-            }
-            // Every read that may fail comes before the first write: a grouped body that fails
-            // must have written nothing (see `group.rs`).
-            let run = read_run(&runs, &task.dataset, &task.run)?;
-            let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
-            record.verdict = Some(verdict.clone());
-            record.reconciliation = Some(reconciliation.clone());
-            put(&mut attempts, &attempt_key, &record)?;
-            if run.published_generation.is_none() {
-                let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
-                if next != current
-                    && let Some(attempt) = next
-                {
-                    put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
+            super::retention::refuse_if_abandoned(attempt, &record)?;
+            let Some(candidate) = record.candidate else {
+                return Err(Error::AttemptState {
+                    partition: task.partition.clone(),
+                    attempt: attempt.attempt,
+                    state: "running",
+                    operation: "validation",
+                    needed: "a finished attempt",
+                });
+            };
+            let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
+            let computed = match &run.grain {
+                Some(grain) => Some((grain.format, self.read_candidate_data(grain, &record.staging_rel, &candidate, &observed)?)),
+                None => None,
+            };
+            let (verdict, reconciliation) =
+                rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
+            // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
+            // directory from the attempt's up to the staging root is durable. Synced here, outside
+            // the write transaction; a failed sync refuses the candidate.
+            let verdict = if verdict.is_valid() {
+                let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
+                rules::validate::after_sync(verdict, &failures)
+            } else {
+                verdict
+            };
+            self.write_grouped("storing a verdict", |txn| {
+                let runs = open(txn, RUNS)?;
+                let mut attempts = open(txn, ATTEMPTS)?;
+                let mut accepted = open(txn, ACCEPTED)?;
+                let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+                if let Some(stored) = record.verdict {
+                    // Another validator got there first; its verdict stands.
+                    return Ok(TxnEnd::Abort(stored));
                 }
-            }
-            Ok(TxnEnd::Commit(verdict))
+                if record.candidate.as_ref() != Some(&candidate) {
+                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+                }
+                // Every read that may fail comes before the first write: a grouped body that fails
+                // must have written nothing (see `group.rs`).
+                let run = read_run(&runs, &task.dataset, &task.run)?;
+                let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
+                record.verdict = Some(verdict.clone());
+                record.reconciliation = Some(reconciliation.clone());
+                put(&mut attempts, &attempt_key, &record)?;
+                if run.published_generation.is_none() {
+                    let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
+                    if next != current
+                        && let Some(attempt) = next
+                    {
+                        put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
+                    }
+                }
+                Ok(TxnEnd::Commit(verdict))
+            })
         })
     }
 

@@ -38,14 +38,39 @@ fn committed_crash_recovery_inputs_pass() {
 }
 
 #[test]
-fn committed_decode_record_inputs_never_panic() {
+fn committed_decode_record_inputs_keep_the_codec_contract() {
     let inputs = inputs("decode_record");
     assert!(inputs.len() >= 5, "the seed corpus is committed under fuzz/corpus-seeds/decode_record");
     let mut decoded = 0;
-    for (_, bytes) in &inputs {
+    for (path, bytes) in &inputs {
+        if let Err(broken) = testing::decode_contract_check(bytes) {
+            panic!("{}: {broken}", path.display());
+        }
         decoded += testing::decode_any_record(bytes).iter().filter(|(_, r)| r.is_ok()).count();
     }
     assert!(decoded >= 5, "each valid sample decodes as its own record type at least");
+}
+
+#[test]
+fn the_decode_contract_catches_a_frame_moved_to_another_key() {
+    // A sample frame decodes under the key it was framed for, never under another one.
+    let frame = &testing::encode_sample_records()[0];
+    let under = |key: &[u8]| testing::decode_any_record_under(key, frame).iter().filter(|(_, r)| r.is_ok()).count();
+    assert_eq!(under(testing::SAMPLE_KEY), 1);
+    assert_eq!(under(b"fuzy"), 0);
+}
+
+#[test]
+fn committed_damaged_store_inputs_never_panic() {
+    let inputs = inputs("damaged_store");
+    assert!(inputs.len() >= 5, "the seed corpus is committed under fuzz/corpus-seeds/damaged_store");
+    let good = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/good.redb")).unwrap();
+    let staging = tempfile::tempdir().unwrap();
+    let mut succeeded = 0;
+    for (_, bytes) in &inputs {
+        succeeded += testing::damaged_store_run(testing::damage_image(&good, bytes), staging.path());
+    }
+    assert!(succeeded > 0, "some steps succeed on lightly damaged stores");
 }
 
 #[test]
@@ -87,6 +112,23 @@ fn write_fuzz_seeds() {
         std::fs::write(decode.join(format!("sample-{i}")), bytes).unwrap();
     }
     std::fs::write(decode.join("short"), [1u8, 2]).unwrap();
+    // Damage to the committed good fixture (see `testing::damage_image`): the type byte of a
+    // few pages, flipped bits, a cut, a stale 64-byte copy from another page.
+    let damaged = root.join("damaged_store");
+    std::fs::create_dir_all(&damaged).unwrap();
+    let op = |kind: u8, at: u32, value: u8| [kind, at as u8, (at >> 8) as u8, (at >> 16) as u8, value];
+    let seeds: [Vec<[u8; 5]>; 7] = [
+        vec![op(1, 2 * 4096, 0xff)],
+        vec![op(0, 5 * 4096, 0x01)],
+        vec![op(0, 20 * 4096 + 100, 0x04), op(0, 10 * 4096 + 300, 0x80)],
+        vec![op(2, 70_000, 0)],
+        vec![op(3, 15 * 4096 + 32, 21)],
+        vec![op(1, 4096, 0), op(1, 4097, 0)],
+        vec![],
+    ];
+    for (i, seed) in seeds.iter().enumerate() {
+        std::fs::write(damaged.join(format!("seed-{i}")), seed.concat()).unwrap();
+    }
 }
 
 /// Prints a crash_recovery input's ops, their reference outcomes and where the crash lands:

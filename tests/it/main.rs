@@ -3,6 +3,8 @@
 mod accepted_model;
 mod backend;
 mod crash;
+mod damage;
+mod duckdb;
 mod durability;
 mod effects;
 mod fixtures;

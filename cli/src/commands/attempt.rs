@@ -26,6 +26,7 @@ pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow
     let ticket = store.begin_attempt(&task_key(&args.task))?;
     if args.env {
         let staging = ticket.staging_dir.to_str().ok_or_else(|| usage("the staging directory's path is not UTF-8"))?;
+        crate::location::close_writer(store)?;
         out.raw(&format!("MANIFESTDB_ATTEMPT={}\nMANIFESTDB_STAGING_DIR={}\n", ticket.key.attempt, shell_quote(staging)))?;
         return Ok(Exit::Success);
     }
@@ -38,6 +39,7 @@ pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow
         "staging_dir": ticket.staging_dir,
         "started_at_ms": ticket.started_at_ms,
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["", ""]);
         table.row(vec!["task".into(), task.to_string()]);
@@ -166,6 +168,7 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
         "outcome": outcome_name,
         "candidate": json::candidate(&candidate),
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if outcome == FinishOutcome::Recorded { "recorded" } else { "already recorded (identical; nothing written)" };
         writeln!(
@@ -206,6 +209,7 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         "accepted_attempt": accepted,
         "reconciliation": reconciliation.as_ref().map(json::reconciliation),
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         writeln!(w, "attempt {key} is {verdict_name}; accepted attempt of the task: {}", opt(accepted))?;
         if let Some(r) = &reconciliation {
@@ -251,6 +255,7 @@ pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -
         "heartbeat_at_ms": lease.heartbeat_at_ms,
         "expires_at_ms": lease.expires_at_ms,
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| writeln!(w, "attempt {key}: lease renewed until {}", crate::output::utc(lease.expires_at_ms)))?;
     Ok(Exit::Success)
 }

@@ -49,6 +49,7 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &EffectsListArgs) -> a
     };
     drop(snapshot);
     let doc = json!({ "effects": effects.iter().map(json::effect).collect::<Vec<_>>() });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| effects_table(&effects, w))?;
     Ok(Exit::Success)
 }
@@ -63,6 +64,7 @@ pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -
     let store = location.open_writer()?;
     let recorded = store.record_effect(&effect_key(&args.key), &payload)?;
     let doc = json!({ "newly_recorded": recorded.newly_recorded, "effect": json::effect(&recorded.effect) });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         if !recorded.newly_recorded {
             writeln!(w, "already recorded under this key; nothing written (the first record stands)")?;
@@ -77,6 +79,7 @@ pub fn mark_emitted(location: &LocationArgs, out: &mut Out, args: &EffectKeyArgs
     let store = location.open_writer()?;
     let effect = store.mark_effect_emitted(&effect_key(args))?;
     let doc = json!({ "effect": json::effect(&effect) });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| effects_table(std::slice::from_ref(&effect), w))?;
     Ok(Exit::Success)
 }

@@ -76,10 +76,12 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> 
     let store = location.open_writer()?;
     let mode = mode(args.execute);
     let abandoned = store.abandon_expired_attempts(mode)?;
-    let doc = json!({ "mode": mode_name(mode), "attempt_lifetime_max_ms": store.attempt_lifetime_max_ms(), "abandoned": abandoned.iter().map(attempt_json).collect::<Vec<_>>() });
+    let lifetime_ms = store.attempt_lifetime_max_ms();
+    let doc = json!({ "mode": mode_name(mode), "attempt_lifetime_max_ms": lifetime_ms, "abandoned": abandoned.iter().map(attempt_json).collect::<Vec<_>>() });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if mode == RunMode::Execute { "abandoned" } else { "would abandon (dry run; --execute to record)" };
-        writeln!(w, "{verb} {} attempt(s) idle longer than {} ms", abandoned.len(), store.attempt_lifetime_max_ms())?;
+        writeln!(w, "{verb} {} attempt(s) idle longer than {} ms", abandoned.len(), lifetime_ms)?;
         for key in &abandoned {
             writeln!(w, "  {key}")?;
         }
@@ -105,6 +107,7 @@ pub fn expire(location: &LocationArgs, out: &mut Out, args: &GcExpireArgs) -> an
         "expired": report.expired,
         "versions_removed": report.versions_removed,
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if report.mode == RunMode::Execute { "expired" } else { "would expire (dry run; --execute to expire)" };
         writeln!(
@@ -136,6 +139,7 @@ pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow
     };
     spinner.finish_and_clear();
     let doc = plan_json(&plan);
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let bytes: u64 = plan.candidates.iter().map(|p| p.size_bytes).sum();
         writeln!(
@@ -198,6 +202,7 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
         "directories_removed": report.directories_removed,
         "attempt_records_removed": report.attempt_records_removed.iter().map(attempt_json).collect::<Vec<_>>(),
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if report.mode == RunMode::Execute { "deleted" } else { "would delete (dry run; --execute to delete)" };
         writeln!(w, "plan {}: {verb} {} file(s), {} bytes", report.plan, report.deleted.len(), report.bytes_deleted)?;

@@ -60,6 +60,8 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
         let doc = json!({ "datasets": rows.iter().map(|g| json!({
             "dataset": g.dataset, "current_generation": g.number, "run": g.run, "published_at_ms": g.published_at_ms,
         })).collect::<Vec<_>>() });
+        drop(snapshot);
+        crate::location::close_reader(store)?;
         out.emit(&doc, |w| {
             let mut table = Table::new(vec!["DATASET", "GENERATION", "RUN", "PUBLISHED"]);
             for g in &rows {
@@ -81,6 +83,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
         "partitions": manifest.partitions.iter().map(|p| json::partition(p, staging_root.as_deref())).collect::<Vec<_>>(),
         "totals": { "partitions": t.partitions, "rows": t.rows, "total": t.total, "files": t.files, "bytes": t.bytes },
     });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         let g = &manifest.generation;
         writeln!(
@@ -146,6 +149,7 @@ pub fn log(location: &LocationArgs, out: &mut Out, args: &LogArgs) -> anyhow::Re
         "current_generation": current,
         "generations": history.iter().map(json::generation).collect::<Vec<_>>(),
     })).collect::<Vec<_>>() });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["DATASET", "GEN", "PARENT", "KIND", "RUN", "SNAPSHOT", "PUBLISHED", "PARTITIONS", "NOTE"]);
         for (dataset, current, history) in &logs {
@@ -211,6 +215,7 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
         "replaced": replaced.iter().map(|(old, new)| json!({ "partition": old.partition, "from": part(old), "to": part(new) })).collect::<Vec<_>>(),
         "unchanged": unchanged,
     });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         writeln!(w, "{} generation {} -> {}", args.dataset, args.from, args.to)?;
         for p in &added {
@@ -274,6 +279,7 @@ pub fn stats(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
             "dataset": dataset, "current_generation": generation, "partitions": t.partitions, "rows": t.rows, "files": t.files, "bytes": t.bytes,
         })).collect::<Vec<_>>(),
     });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         write_store_summary(w, &path, file_bytes, &tables)?;
         if !per_dataset.is_empty() {

@@ -8,6 +8,7 @@ mod publish;
 mod rollback;
 mod run;
 mod verify;
+mod view;
 
 use std::io::Read;
 use std::path::Path;
@@ -46,13 +47,34 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),
         Command::Gc(GcCommand::Plan(args)) => gc::plan(location, out, args),
         Command::Gc(GcCommand::Apply(args)) => gc::apply(location, out, args),
+        Command::View(args) => view::view(location, out, args),
+        Command::Recover => recover(location, out),
     }
+}
+
+/// `recover`: exit 0 whether or not the store needed recovery.
+fn recover(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
+    let path = location.store_path()?;
+    if !path.exists() {
+        return Err(crate::exit::not_found(format!("no store at {}", path.display())));
+    }
+    let recovered = manifestdb::Store::recover(&path).with_context(|| format!("recovering store {}", path.display()))?;
+    let doc = json!({ "store": path, "recovered": recovered });
+    out.emit(&doc, |w| {
+        if recovered {
+            writeln!(w, "recovered {} (its writer had crashed); readers read it again", path.display())
+        } else {
+            writeln!(w, "{} needed no recovery", path.display())
+        }
+    })?;
+    Ok(Exit::Success)
 }
 
 fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let (store, path, created) = location.create()?;
     let staging = store.staging_root().to_path_buf();
     let doc = json!({ "store": path, "staging": staging, "created": created });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["", ""]);
         table.row(vec!["store".into(), format!("{}{}", path.display(), if created { " (created)" } else { " (exists)" })]);

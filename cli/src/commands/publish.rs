@@ -26,6 +26,7 @@ pub fn publish(location: &LocationArgs, out: &mut Out, args: &PublishArgs) -> an
         "generation": generation,
         "refused_tasks": refused,
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| match &outcome {
         PublishOutcome::Published(g) => writeln!(
             w,

@@ -33,6 +33,7 @@ pub fn rollback(location: &LocationArgs, out: &mut Out, args: &RollbackArgs) -> 
         RollbackOutcome::Refused(r) => ("refused", Value::Null, refusal_json(r), Exit::Refused),
     };
     let doc = json!({ "dataset": args.dataset, "to": args.to, "outcome": name, "generation": generation, "refusal": refusal });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| match &outcome {
         RollbackOutcome::RolledBack(g) => {
             writeln!(w, "{} rolled back: generation {} restores generation {} (parent {})", g.dataset, g.number, args.to, g.parent)

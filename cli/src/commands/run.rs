@@ -100,6 +100,7 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
         "grain": spec.grain.as_ref().map(json::grain),
         "tasks": spec.tasks.iter().map(task_json).collect::<Vec<_>>(),
     });
+    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if outcome == DeclareOutcome::Declared { "declared" } else { "already declared (identical; nothing written)" };
         writeln!(w, "run {} of {} {verb}: snapshot {}, {} tasks", spec.run, spec.dataset, spec.snapshot, spec.tasks.len())?;
@@ -140,6 +141,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
             task
         }).collect::<Vec<_>>(),
     });
+    crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         let published = info.published_generation.map_or_else(|| "not published".to_owned(), |g| format!("published as generation {g}"));
         writeln!(

@@ -43,9 +43,14 @@ pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyh
     let report = if args.integrity {
         // redb's own check needs the store exclusively: no other process may hold it.
         let mut store = location.open_writer()?;
-        store.verify(&options)?
+        let report = store.verify(&options)?;
+        crate::location::close_writer(store)?;
+        report
     } else {
-        location.open_reader()?.verify(&options)?
+        let store = location.open_reader()?;
+        let report = store.verify(&options)?;
+        crate::location::close_reader(store)?;
+        report
     };
     spinner.finish_and_clear();
     let doc = report_json(&report);

@@ -1,9 +1,12 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
+mod damage;
 mod grain;
 mod maintain;
 mod readonly;
 mod refusals;
 mod support;
+mod syncs;
 mod verbs;
+mod views;
 mod walkthrough;

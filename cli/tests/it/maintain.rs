@@ -168,3 +168,63 @@ fn gc_expire_and_abandon_are_dry_runs_unless_executed() {
     env.run(&["attempt", "finish", "-d", "daily", "-r", "r9", "-p", US, "-a", &n, "--snapshot", "s9", "--rows", "1", "--digest", "d"])
         .code(5);
 }
+
+#[test]
+fn a_lost_file_is_refused_by_name_and_invalidation_lets_the_retry_publish() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    let show = env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json();
+    let first = env.staging().join(show["tasks"][0]["attempts"][0]["staging_rel"].as_str().expect("staging_rel"));
+    std::fs::remove_file(first.join("part.csv")).expect("lose the file");
+    let refused = env.run(&["publish", "-d", "daily", "-r", "r1"]);
+    refused.code(3);
+    assert!(refused.stdout.contains("part.csv") || refused.stderr.contains("part.csv"), "{} {}", refused.stdout, refused.stderr);
+    let doc = env
+        .json(&["attempt", "invalidate", "-d", "daily", "-r", "r1", "-p", EU, "-a", "1", "--actor", "alice", "--reason", "disk wiped"])
+        .code(0)
+        .json();
+    assert_eq!(
+        (doc["outcome"].as_str(), doc["accepted_before"].as_u64(), doc["accepted_after"].as_u64()),
+        (Some("invalidated"), Some(1), Some(2))
+    );
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    env.run(&["attempt", "invalidate", "-d", "daily", "-r", "r1", "-p", EU, "-a", "2", "--actor", "a", "--reason", "r"]).code(5);
+}
+
+#[test]
+fn attempt_abandon_fences_one_attempt_at_once() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    let (attempt, _) = env.begin("r1", EU);
+    let n = attempt.to_string();
+    let doc = env.json(&["attempt", "abandon", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(0).json();
+    assert_eq!(doc["outcome"], "abandoned");
+    assert_eq!(
+        env.json(&["attempt", "abandon", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(0).json()["outcome"],
+        "already_abandoned"
+    );
+    env.run(&["attempt", "heartbeat", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(5);
+    let show = env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json();
+    assert_eq!(show["tasks"][0]["attempts"][0]["status"], "abandoned", "{show}");
+}
+
+#[test]
+fn a_wrong_staging_root_and_an_unbounded_lease_are_refused() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    let documents = env.dir().join("documents");
+    std::fs::create_dir_all(&documents).expect("mkdir");
+    std::fs::write(documents.join("thesis.txt"), "years of work").expect("write");
+    for staging in [env.dir(), documents.clone()] {
+        let run = finish(command().arg("--store").arg(env.db_path()).arg("--staging").arg(&staging).args(["gc", "plan"]));
+        let run = &run;
+        run.code(2);
+        assert!(run.stderr.contains("not this store's"), "{}", run.stderr);
+    }
+    assert!(documents.join("thesis.txt").exists());
+    env.run(&["--attempt-lifetime", "18446744073709551615ms", "gc", "abandon", "--execute"]).code(2);
+    let doc = env.json(&["gc", "abandon"]).code(0).json();
+    assert_eq!(doc["attempt_lifetime_max_ms"], 3_600_000, "a refused or dry-run verb never raises the lease");
+}

@@ -46,7 +46,7 @@ impl Run {
 pub fn command() -> Command {
     let mut cmd = Command::new(BIN);
     // COLUMNS would change how --help wraps; the tests compare help text with the README.
-    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "COLUMNS"] {
+    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "MANIFESTDB_VIEWS", "MANIFESTDB_VIEW_MODE", "COLUMNS"] {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());

@@ -1,0 +1,138 @@
+//! No swallowed fsync error, on the built binary under strace fault injection (skipped, with a
+//! message, where strace is not installed; `.ci/run` installs it):
+//!
+//! - `init` fails whenever any one of its `fsync`/`fdatasync` calls fails (redb's syncs of the
+//!   temporary store file and its close included) and then never reports `"created": true`;
+//! - `publish` fails whenever any one of its syncs fails, the close's included, and prints no
+//!   success document;
+//! - a failed write of the result to stdout leaves no success document to be flushed later.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{BIN, Env, Run, finish};
+
+fn strace_available() -> bool {
+    let found = Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success());
+    if !found {
+        eprintln!("skipped: strace is not installed");
+    }
+    found
+}
+
+/// Runs the binary under strace with `inject` (strace's `-e inject=` argument, if any), the
+/// trace of `syscalls` written to `trace`.
+fn under_strace(trace: &Path, syscalls: &str, inject: Option<String>, args: &[&str]) -> Run {
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-o"]).arg(trace).arg(format!("-etrace={syscalls}"));
+    if let Some(inject) = inject {
+        cmd.arg(format!("-einject={inject}"));
+    }
+    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING"] {
+        cmd.env_remove(var);
+    }
+    cmd.arg(BIN).args(args);
+    finish(&mut cmd)
+}
+
+/// How many calls of `syscall` the trace file shows.
+fn calls(trace: &Path, syscall: &str) -> usize {
+    std::fs::read_to_string(trace).unwrap().lines().filter(|l| l.contains(&format!("{syscall}("))).count()
+}
+
+#[test]
+fn init_fails_whenever_one_of_its_syncs_fails() {
+    if !strace_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let dir = tmp.path().join("clean").join("store");
+    let clean = under_strace(&trace, "fsync,fdatasync", None, &["--json", "--dir", dir.to_str().unwrap(), "init"]);
+    clean.code(0);
+    let mut injected = 0;
+    for syscall in ["fsync", "fdatasync"] {
+        let n = calls(&trace, syscall);
+        assert!(n > 0, "init makes {syscall} calls");
+        for k in 1..=n {
+            let dir = tmp.path().join(format!("{syscall}-{k}")).join("store");
+            let run = under_strace(
+                &tmp.path().join("trace-k"),
+                "fsync,fdatasync",
+                Some(format!("{syscall}:error=EIO:when={k}")),
+                &["--json", "--dir", dir.to_str().unwrap(), "init"],
+            );
+            assert_ne!(run.code, 0, "{syscall} #{k} failed with EIO, yet init exited 0: {}", run.stdout);
+            assert!(!run.stdout.contains("\"created\""), "no success document after a failed {syscall} #{k}: {}", run.stdout);
+            injected += 1;
+        }
+    }
+    println!("init: {injected} injected sync failures, each one an error");
+}
+
+/// A store with run r1 of `daily` ready to publish.
+fn ready_to_publish() -> Env {
+    let env = Env::new();
+    env.declare("r1", "s1", &[("p=a", 2, 10)]);
+    env.attempt("r1", "s1", "p=a", 2, 10).code(0);
+    env
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn publish_fails_whenever_one_of_its_syncs_fails_and_prints_no_success() {
+    if !strace_available() {
+        return;
+    }
+    let env = ready_to_publish();
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let probe = tmp.path().join("probe");
+    copy_dir(&env.dir(), &probe);
+    under_strace(&trace, "fsync,fdatasync", None, &["--json", "--dir", probe.to_str().unwrap(), "publish", "-d", "daily", "-r", "r1"])
+        .code(0);
+    let n = calls(&trace, "fdatasync");
+    assert!(n >= 3, "a publish commits (two syncs) and closes: {n}");
+    for k in 1..=n {
+        let dir = tmp.path().join(format!("k{k}"));
+        copy_dir(&env.dir(), &dir);
+        let run = under_strace(
+            &tmp.path().join("trace-k"),
+            "fsync,fdatasync",
+            Some(format!("fdatasync:error=EIO:when={k}")),
+            &["--json", "--dir", dir.to_str().unwrap(), "publish", "-d", "daily", "-r", "r1"],
+        );
+        assert_ne!(run.code, 0, "fdatasync #{k} of {n} failed with EIO, yet publish exited 0: {}", run.stdout);
+        assert!(run.stdout.is_empty(), "no success document after a failed fdatasync #{k}: {}", run.stdout);
+        // Whatever was committed is durable and the store opens again (recovered on open).
+        let after = finish(crate::support::command().arg("--json").arg("--dir").arg(&dir).args(["show", "-d", "daily"]));
+        assert!(after.code == 0 || after.code == 4, "the store reads after fdatasync #{k} failed: {after:?}");
+    }
+    println!("publish: {n} injected fdatasync failures, each one an error with no success document");
+}
+
+#[test]
+fn a_failed_write_of_the_result_leaves_no_success_document_behind() {
+    if !strace_available() {
+        return;
+    }
+    let env = ready_to_publish();
+    let tmp = tempfile::tempdir().unwrap();
+    // The first write(2) of the process is the result's; it fails once, and nothing may write
+    // the document again later (a buffer flushed at exit would).
+    let run = under_strace(
+        &tmp.path().join("trace"),
+        "write",
+        Some("write:error=EIO:when=1".to_owned()),
+        &["--json", "--dir", env.dir().to_str().unwrap(), "publish", "-d", "daily", "-r", "r1"],
+    );
+    assert_ne!(run.code, 0, "a failed write of the result is an error");
+    assert!(run.stdout.is_empty(), "the success document was written after all: {}", run.stdout);
+    // The publish itself committed before the output was written, and its retry says so.
+    let again = env.json(&["publish", "-d", "daily", "-r", "r1"]).code(0).json();
+    assert_eq!(again["outcome"], "already_published");
+}
