@@ -37,7 +37,7 @@ use manifestdb::{
     StoreOptions, TaskKey, TaskSpec, ViewOptions, describe_file,
 };
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::{RngExt, SeedableRng};
 
 const DATASET: &str = "daily_units";
 const DAYS: [&str; 3] = ["2026-11-27", "2026-11-28", "2026-11-29"];

@@ -96,8 +96,8 @@ pub use lifecycle::{
 pub use model::{
     AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus,
     FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest, NondeterminismOverride,
-    PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskKey, TaskRefusal,
-    TaskSpec, Verdict,
+    PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey,
+    TaskRefusal, TaskSpec, Verdict,
 };
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{

@@ -425,6 +425,11 @@ pub struct AttemptInfo {
     pub key: AttemptKey,
     /// When it began (ms since the Unix epoch).
     pub started_at_ms: u64,
+    /// Its last sign of life (the start, or the latest heartbeat; ms since the Unix epoch): an
+    /// unfinished attempt's lease runs from here.
+    pub heartbeat_at_ms: u64,
+    /// When it was recorded abandoned (its lease ran out unfinished), if it was.
+    pub abandoned_at_ms: Option<u64>,
     /// Its staging directory relative to the staging root.
     pub staging_rel: String,
     /// Its candidate once finished.
@@ -679,6 +684,26 @@ pub struct RecordedEffect {
     pub effect: Effect,
     /// False if an effect with this key already existed and nothing was written.
     pub newly_recorded: bool,
+}
+
+/// One run of a dataset as [`crate::Snapshot::runs`] lists it: its declaration and how far it
+/// got, without its tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunSummary {
+    /// The dataset.
+    pub dataset: String,
+    /// The run id.
+    pub run: String,
+    /// Its pinned input snapshot.
+    pub snapshot: String,
+    /// When it was declared (ms since the Unix epoch).
+    pub declared_at_ms: u64,
+    /// The generation that published it, if any.
+    pub published_generation: Option<u64>,
+    /// How many tasks it declared.
+    pub tasks: u64,
+    /// How many of them have an accepted attempt (all of them once it is publishable).
+    pub accepted_tasks: u64,
 }
 
 /// A dataset's run as declared.

@@ -62,11 +62,13 @@ pub(crate) const CLEANUP_BATCHES: Def = Def { name: "cleanup_batches_v1" };
 pub(crate) const ALL_TABLES: [Def; 12] =
     [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS, CLEANUP_PLANS, CLEANUP_BATCHES];
 
-/// The store format this build writes and reads. 2 (this session's one bump): every frame's
-/// checksum covers the table and the key it is stored under (`codec.rs`), the meta record
-/// holds the staging identity, a run records its declared grain, a candidate's rows and digest
-/// are optional, and a verdict is stored with its figures.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The store format this build writes and reads.
+/// - 2 (released): every frame's checksum covers the table and the key it is stored under
+///   (`codec.rs`), and the meta record holds the staging identity.
+/// - 3: a run records its declared grain, a candidate's rows and digest are optional, and a
+///   verdict is stored with its figures (`Reconciliation`). A version-2 store is refused with
+///   [`crate::Error::UnsupportedFormat`] (`tests/fixtures/format-v2.redb` guards it).
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// The key of the format record in `meta_v1`.
 pub(crate) const META_FORMAT_KEY: &[u8] = b"format";

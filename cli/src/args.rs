@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand};
 use manifestdb::TaskSpec;
 
 use crate::location::LocationArgs;
+use crate::logging::LogFormat;
 
 const ABOUT: &str = "Drive manifestdb's publish-exactly-once protocol and inspect a store.";
 
@@ -17,8 +18,8 @@ task (each gets a private staging directory), writes the output there, finishes 
 (the candidate), validates it, and publishes the run once every task has a valid attempt: the
 dataset's next generation holds, per partition, the lowest-numbered valid attempt.
 
-Read-only verbs (show, log, diff, run show, effects list, stats, verify, view) open the store
-read-only and work while a scheduler process holds it open for writing.";
+Read-only verbs (show, log, diff, run show, run list, attempt list, effects list, stats, verify,
+view) open the store read-only and work while a scheduler process holds it open for writing.";
 
 const AFTER_HELP: &str = "\
 Store location: --dir DIR (holding store.redb and staging/), or --store PATH and --staging DIR;
@@ -26,8 +27,15 @@ environment fallbacks MANIFESTDB_DIR, MANIFESTDB_STORE, MANIFESTDB_STAGING.
 
 Output: a table for humans by default; with --json one JSON document on stdout, whose shape
 each verb's --help describes. Errors go to stderr (with --json as
-{\"error\": {\"exit_code\", \"kind\", \"message\"}}). Progress bars appear only on a terminal
-and never with --json.
+{\"error\": {\"exit_code\", \"kind\", \"message\"}}, usage errors included). Progress bars appear
+only on a terminal and never with --json. Times are RFC 3339 in UTC, durations like 3d or 1h 30m;
+JSON keeps milliseconds.
+
+Log: the library's events (published, rolled back, cleanup planned and applied, attempts
+abandoned) go to stderr: warnings and errors by default, -v info, -vv debug (each path a
+cleanup plan proposes), -vvv trace, -q errors only, -qq nothing; without -v/-q, RUST_LOG
+(e.g. RUST_LOG=manifestdb=debug) sets the filter. --log-format json writes one JSON object
+per event.
 
 ";
 
@@ -42,6 +50,19 @@ pub struct Cli {
     /// Print one JSON document (see each verb's --help) instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// More log output on stderr: -v info (published, rolled back, cleanup planned and
+    /// applied), -vv debug (each path a cleanup plan proposes), -vvv trace.
+    #[arg(long, short = 'v', global = true, action = ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Less log output on stderr: -q errors only, -qq nothing (not with -v).
+    #[arg(long, short = 'q', global = true, action = ArgAction::Count)]
+    pub quiet: u8,
+
+    /// How log events are written on stderr: text lines, or one JSON object per event.
+    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 
     /// The verb.
     #[command(subcommand)]
@@ -101,7 +122,8 @@ pub enum Command {
     Verify(VerifyArgs),
 
     /// Make an earlier retained generation's content current again, as a new generation
-    /// recorded in the history. Exit 0 when rolled back, 3 when refused (nothing written).
+    /// recorded in the history. Exit 0 when rolled back, 3 when refused (nothing written), 4
+    /// when the dataset or the generation never existed.
     #[command(after_long_help = ROLLBACK_JSON)]
     Rollback(RollbackArgs),
 
@@ -124,6 +146,29 @@ pub enum Command {
     /// a store closed cleanly or held by a live writer is left alone.
     #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
     Recover,
+
+    /// Print a shell completion script for SHELL on stdout (e.g. `manifestdb completions bash
+    /// > /etc/bash_completion.d/manifestdb`).
+    Completions(CompletionsArgs),
+
+    /// Print the manual page (roff) on stdout: the tool's (`manifestdb man > manifestdb.1`) or a
+    /// verb's (`manifestdb man gc plan > manifestdb-gc-plan.1`).
+    Man(ManArgs),
+}
+
+/// `man` flags.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The verb (and sub-verb) whose page to print; none for the tool's own page.
+    pub verb: Vec<String>,
+}
+
+/// `completions` flags.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 /// `view` flags and its `sync` sub-verb.
@@ -255,20 +300,20 @@ pub struct GcApplyArgs {
     pub batch_size: Option<usize>,
 }
 
-/// Parses a duration: a number with a unit `ms`, `s`, `m`, `h` or `d` (`90s`, `30m`, `1h`, `7d`).
+/// Parses a duration the way an operator writes one (jiff's friendly format): `250ms`, `90s`,
+/// `30m`, `1h 30m`, `7d` (a day is 24 hours), or ISO 8601 (`PT1H30M`). A unit is required;
+/// negative durations, months and years are refused.
 pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
-    let split = value.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| format!("{value:?} needs a unit: ms, s, m, h or d"))?;
-    let (digits, unit) = value.split_at(split);
-    let n: u64 = digits.parse().map_err(|e| format!("{value:?}: {e}"))?;
-    let ms_per = match unit {
-        "ms" => 1,
-        "s" => 1000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(format!("{value:?}: unknown unit {unit:?} (use ms, s, m, h or d)")),
-    };
-    n.checked_mul(ms_per).map(std::time::Duration::from_millis).ok_or_else(|| format!("{value:?} is too long"))
+    if value.trim().bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value:?} needs a unit (e.g. 250ms, 90s, 30m, 1h 30m, 7d)"));
+    }
+    let span: jiff::Span = value.parse().map_err(|e| format!("{value:?} is not a duration (e.g. 250ms, 90s, 30m, 1h 30m, 7d): {e}"))?;
+    if span.is_negative() {
+        return Err(format!("{value:?} is negative"));
+    }
+    let exact =
+        span.to_duration(jiff::SpanRelativeTo::days_are_24_hours()).map_err(|e| format!("{value:?}: {e} (use days or smaller units)"))?;
+    std::time::Duration::try_from(exact).map_err(|e| format!("{value:?}: {e}"))
 }
 
 #[cfg(test)]
@@ -282,7 +327,10 @@ mod tests {
         assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        for bad in ["", "5", "s", "5w", "-1s", "99999999999999999999d"] {
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("3 days"), Ok(Duration::from_secs(3 * 86_400)));
+        for bad in ["", "5", "s", "5x", "-1s", "1s ago", "2mo", "1y", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
     }
@@ -300,6 +348,19 @@ pub enum RunCommand {
     /// Show a declared run: its tasks, each attempt's status and the accepted attempt.
     #[command(after_long_help = RUN_SHOW_JSON)]
     Show(RunShowArgs),
+
+    /// List a dataset's declared runs with their state: open (some task has no accepted
+    /// attempt yet), complete (every task has one: publishable) or published.
+    #[command(after_long_help = RUN_LIST_JSON)]
+    List(RunListArgs),
+}
+
+/// `run list` flags.
+#[derive(Debug, Args)]
+pub struct RunListArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
 }
 
 /// `run declare` flags.
@@ -396,6 +457,25 @@ pub enum AttemptCommand {
     /// lowest valid one left, or none, so another attempt can be accepted and the run publish.
     #[command(after_long_help = INVALIDATE_JSON)]
     Invalidate(InvalidateArgs),
+
+    /// List the attempts of a run (or, with --partition, of one task): status, age, and for a
+    /// running attempt the time left on its lease.
+    #[command(after_long_help = ATTEMPT_LIST_JSON)]
+    List(AttemptListArgs),
+}
+
+/// `attempt list` flags.
+#[derive(Debug, Args)]
+pub struct AttemptListArgs {
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+    /// Only this task's attempts (its partition key).
+    #[arg(long, short = 'p')]
+    pub partition: Option<String>,
 }
 
 /// `attempt invalidate` flags.
@@ -432,8 +512,8 @@ pub struct BeginArgs {
     /// The task.
     #[command(flatten)]
     pub task: TaskArgs,
-    /// Print shell assignments MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR='...' for
-    /// `eval "$(manifestdb attempt begin --env ...)"`.
+    /// Print shell assignments MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR=... (quoted) for
+    /// `eval "$(manifestdb attempt begin --env ...)"`; not with --json.
     #[arg(long, conflicts_with = "json")]
     pub env: bool,
 }
@@ -510,7 +590,7 @@ pub struct ShowArgs {
     /// Dataset name (omit to list datasets).
     #[arg(long, short = 'd')]
     pub dataset: Option<String>,
-    /// Generation number (default: the current one).
+    /// Generation number (default: the current one); needs --dataset.
     #[arg(long, short = 'g', requires = "dataset")]
     pub generation: Option<u64>,
 }
@@ -539,7 +619,7 @@ pub struct DiffArgs {
 #[derive(Debug, Subcommand)]
 pub enum EffectsCommand {
     /// List a dataset's side effects (of one run with --run; only those ready to emit with
-    /// --ready).
+    /// --ready; both together: the run's ready ones).
     #[command(after_long_help = EFFECTS_LIST_JSON)]
     List(EffectsListArgs),
     /// Record a side effect under its natural key; a repeat records nothing and returns the
@@ -558,9 +638,10 @@ pub struct EffectsListArgs {
     #[arg(long, short = 'd')]
     pub dataset: String,
     /// Only this run's effects.
-    #[arg(long, short = 'r', conflicts_with = "ready")]
+    #[arg(long, short = 'r')]
     pub run: Option<String>,
-    /// Only effects ready to emit (run published, not yet marked emitted).
+    /// Only effects ready to emit (run published, not yet marked emitted); with --run, only
+    /// that run's ready ones.
     #[arg(long)]
     pub ready: bool,
 }
@@ -639,7 +720,20 @@ FAILURE: {\"kind\", \"message\", ...}; kind is one of foreign_snapshot, rows_mis
 
 const BEGIN_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"staging_dir\", \"started_at_ms\"}
---env: MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR='PATH', one per line, shell-quoted.";
+--env: MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR=PATH, one per line, PATH shell-quoted.";
+
+const RUN_LIST_JSON: &str = "\
+JSON: {\"dataset\", \"runs\": [{\"run\", \"snapshot\", \"declared_at_ms\", \"state\": \"open\"|\"complete\"|\"published\",
+       \"tasks\", \"accepted_tasks\", \"published_generation\": N|null}]} in run-id order
+Exit 4 if the dataset is unknown (no run declared, nothing published).";
+
+const ATTEMPT_LIST_JSON: &str = "\
+JSON: {\"dataset\", \"run\", \"partition\": STR|null, \"attempt_lifetime_max_ms\", \"now_ms\",
+       \"attempts\": [{\"partition\", \"attempt\", \"status\": \"running\"|\"finished\"|\"valid\"|\"invalid\",
+                     \"accepted\", \"started_at_ms\", \"heartbeat_at_ms\", \"abandoned_at_ms\": N|null,
+                     \"lease_expires_at_ms\": N|null, \"staging_rel\"}]} in (partition, attempt) order
+lease_expires_at_ms is set for a running attempt not recorded abandoned (it may be in the past:
+`gc abandon` would abandon it). Exit 4 if the run or the task is unknown.";
 
 const FINISH_JSON: &str = "\
 Input (--from): {\"snapshot\", \"rows\"?, \"total\"?, \"digest\"? (rows and digest required without a grain),

@@ -19,7 +19,8 @@ pub enum Exit {
     /// A negative outcome, not a fault: a publish refused by a gate, a candidate validated
     /// invalid, a rollback refused.
     Refused = 3,
-    /// Something named does not exist: store, run, task, attempt, effect, generation, file.
+    /// Something named does not exist: store, dataset, run, task, attempt, effect, generation,
+    /// cleanup plan, file. The message names it.
     NotFound = 4,
     /// The store's state forbids the operation: a run declared differently, a run already
     /// published, an attempt finished with another candidate or not finished yet, a foreign
@@ -60,7 +61,8 @@ Exit codes:
   2  usage: bad flags or JSON input, invalid name or path (e.g. '..' in a partition key),
      no store location
   3  refused: publish refused by a gate, candidate validated invalid, rollback refused
-  4  not found: store, run, task, attempt, effect, generation or file does not exist
+  4  not found: store, dataset, run, task, attempt, effect, generation, cleanup plan or
+     file does not exist (the message names it)
   5  conflict: the store's state forbids it (run declared differently, run already
      published, attempt finished differently or not finished, attempt abandoned,
      foreign snapshot, effect not ready)
@@ -160,14 +162,63 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
 }
 
 /// The message for an error: its context layers and causes joined by `: `, stopping at the
-/// library's error, whose message already includes its own cause.
+/// library's error, whose message already includes its own cause. Times and durations the
+/// library gives in milliseconds are shown as RFC 3339 and `1h 30m`.
 pub fn message(err: &anyhow::Error) -> String {
     let mut parts = Vec::new();
     for cause in err.chain() {
-        parts.push(cause.to_string());
-        if cause.downcast_ref::<manifestdb::Error>().is_some() {
+        if let Some(lib) = cause.downcast_ref::<manifestdb::Error>() {
+            parts.push(library_message(lib));
             break;
         }
+        parts.push(cause.to_string());
     }
     parts.join(": ")
+}
+
+fn library_message(err: &manifestdb::Error) -> String {
+    use crate::output::{duration, escape, utc};
+    use manifestdb::Error as E;
+    match err {
+        E::AttemptAbandoned { dataset, run, partition, attempt, abandoned_at_ms } => format!(
+            "attempt {attempt} of task {}/{}/{} was abandoned at {} (its lease ran out); it cannot finish",
+            escape(dataset),
+            escape(run),
+            escape(partition),
+            utc(*abandoned_at_ms)
+        ),
+        E::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms } => format!(
+            "cleanup age threshold of {} must exceed the attempt lifetime of {} (force it explicitly to proceed)",
+            duration(*age_threshold_ms),
+            duration(*attempt_lifetime_max_ms)
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// The JSON error document: `{"error": {"exit_code", "kind", "message"}}`.
+pub fn error_document(exit: Exit, message: &str) -> serde_json::Value {
+    serde_json::json!({ "error": { "exit_code": exit.code(), "kind": exit.name(), "message": message } })
+}
+
+/// Reports a command line clap refused (exit 2, under `--json` as the JSON error document), or
+/// prints the help or version clap was asked for (exit 0).
+pub fn clap_error(err: &clap::Error, json: bool) -> std::process::ExitCode {
+    use std::io::Write;
+    if !err.use_stderr() || !json {
+        // Help and version to stdout, usage errors as clap renders them (with the usage line).
+        let _ = err.print();
+        return std::process::ExitCode::from(if err.use_stderr() { Exit::Usage.code() } else { Exit::Success.code() });
+    }
+    let rendered = err.render().to_string();
+    let usage_line = rendered.lines().find_map(|line| line.strip_prefix("Usage: ")).unwrap_or("manifestdb --help");
+    let message = if err.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        format!("a verb is missing; usage: {usage_line}")
+    } else {
+        let body = rendered.split("\n\nUsage:").next().unwrap_or(&rendered);
+        let body = body.trim().strip_prefix("error:").unwrap_or(body);
+        body.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let _ = writeln!(std::io::stderr().lock(), "{}", error_document(Exit::Usage, &message));
+    std::process::ExitCode::from(Exit::Usage.code())
 }

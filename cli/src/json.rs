@@ -256,6 +256,6 @@ pub fn effect(e: &Effect) -> Value {
         "recorded_at_ms": e.recorded_at_ms,
         "emitted_at_ms": emitted_at_ms,
         "payload": std::str::from_utf8(&e.payload).ok(),
-        "payload_hex": e.payload.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        "payload_hex": hex::encode(&e.payload),
     })
 }

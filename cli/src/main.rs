@@ -1,15 +1,17 @@
 //! `manifestdb`: the command-line tool over the manifestdb library.
 //!
 //! A thin shell, in the manner of ripgrep: clap parses the flags into settings (`args.rs`,
-//! `location.rs`), each verb calls the library and prints one result (`commands/`, through
-//! `output.rs` and the JSON shapes of `json.rs`), and the outcome becomes a documented exit
-//! code (`exit.rs`). A closed output pipe ends the program quietly with success.
+//! `location.rs`), the log goes to stderr (`logging.rs`), each verb calls the library and
+//! prints one result (`commands/`, through `output.rs` and the JSON shapes of `json.rs`), and
+//! the outcome becomes a documented exit code (`exit.rs`). A closed output pipe ends the
+//! program quietly with success.
 
 mod args;
 mod commands;
 mod exit;
 mod json;
 mod location;
+mod logging;
 mod output;
 
 use std::io::Write;
@@ -19,26 +21,40 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     quiet_contained_panics();
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return exit::clap_error(&err, json_requested()),
+    };
+    match logging::filter(cli.verbose, cli.quiet, std::env::var("RUST_LOG").ok().as_deref()) {
+        Ok(filter) => logging::install(filter, cli.log_format),
+        Err(message) => return report(&exit::usage(message), cli.json),
+    }
     let mut out = output::Out::new(cli.json);
     match commands::run(&cli, &mut out) {
         Ok(exit) => ExitCode::from(exit.code()),
         Err(err) if exit::is_broken_pipe(&err) => ExitCode::SUCCESS,
-        Err(err) => {
-            let exit = exit::classify(&err);
-            let mut stderr = std::io::stderr().lock();
-            // Nothing sensible is left to do if stderr itself is closed.
-            let _ = if cli.json {
-                let doc = serde_json::json!({
-                    "error": { "exit_code": exit.code(), "kind": exit.name(), "message": exit::message(&err) }
-                });
-                writeln!(stderr, "{doc}")
-            } else {
-                writeln!(stderr, "manifestdb: error: {}", exit::message(&err))
-            };
-            ExitCode::from(exit.code())
-        }
+        Err(err) => report(&err, cli.json),
     }
+}
+
+/// Writes the error to stderr (with `--json` as the JSON error document) and returns its exit
+/// code.
+fn report(err: &anyhow::Error, json: bool) -> ExitCode {
+    let exit = exit::classify(err);
+    let mut stderr = std::io::stderr().lock();
+    // Nothing sensible is left to do if stderr itself is closed.
+    let _ = if json {
+        writeln!(stderr, "{}", exit::error_document(exit, &exit::message(err)))
+    } else {
+        writeln!(stderr, "manifestdb: error: {}", exit::message(err))
+    };
+    ExitCode::from(exit.code())
+}
+
+/// Whether `--json` is on the command line (before a `--`), for errors found before the command
+/// line could be parsed.
+fn json_requested() -> bool {
+    std::env::args_os().skip(1).take_while(|arg| arg != "--").any(|arg| arg == "--json")
 }
 
 /// redb panics on some damaged files (its "cannot happen" checks); the library contains those

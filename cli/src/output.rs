@@ -1,12 +1,21 @@
 //! Writing results: one JSON document with `--json`, a human table otherwise; plus the small
-//! formatting helpers (aligned tables, UTC timestamps, shell quoting) and the progress bar.
+//! formatting helpers (tables through comfy-table, RFC 3339 times and friendly durations through
+//! jiff, shell quoting through shlex) and the progress bar.
 //!
 //! Every write returns its `io::Result`, so a closed pipe surfaces as an error that `main`
 //! recognises and treats as success, instead of a panic inside `println!`.
+//!
+//! Human output never prints a stored name raw: [`Table`] cells and [`escape`] make control
+//! characters visible (a partition key holding a newline cannot forge a line of output) and
+//! table cells longer than [`CELL_WIDTH_MAX`] are cut with a marker. `--json` prints every name
+//! exactly.
 
 use std::io::{self, IsTerminal, Write};
 
+use comfy_table::{Cell, ColumnConstraint, Row, Width};
 use indicatif::{ProgressBar, ProgressStyle};
+use jiff::fmt::friendly::{Designator, SpanPrinter};
+use jiff::{Span, SpanRound, Timestamp, Unit};
 use serde_json::Value;
 
 /// Where results go.
@@ -26,6 +35,11 @@ impl Out {
         Out { json }
     }
 
+    /// Whether results are JSON (`--json`).
+    pub fn is_json(&self) -> bool {
+        self.json
+    }
+
     /// Writes `doc` (with `--json`) or what `human` writes.
     pub fn emit(&mut self, doc: &Value, human: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
         let mut rendered = Vec::new();
@@ -38,7 +52,7 @@ impl Out {
         write_stdout(&rendered)
     }
 
-    /// Writes raw text (for `attempt begin --env`).
+    /// Writes raw text (for `attempt begin --env`, completions, the man page).
     pub fn raw(&mut self, text: &str) -> io::Result<()> {
         write_stdout(text.as_bytes())
     }
@@ -72,6 +86,13 @@ impl Out {
     }
 }
 
+/// The widest a table cell is printed, in terminal columns; a longer one is cut and ends in
+/// [`TRUNCATED`].
+pub const CELL_WIDTH_MAX: u16 = 64;
+
+/// The marker ending a cut table cell.
+pub const TRUNCATED: &str = "…";
+
 /// Writes all of `bytes` to stdout's file descriptor, unbuffered.
 fn write_stdout(bytes: &[u8]) -> io::Result<()> {
     use std::os::fd::AsFd;
@@ -79,7 +100,8 @@ fn write_stdout(bytes: &[u8]) -> io::Result<()> {
     stdout.write_all(bytes)
 }
 
-/// A plain text table: a header row and left-aligned columns separated by two spaces.
+/// A plain text table (comfy-table without borders): a header row and left-aligned columns
+/// separated by two spaces. Cells are escaped ([`escape`]) and cut at [`CELL_WIDTH_MAX`].
 pub struct Table {
     header: Vec<&'static str>,
     rows: Vec<Vec<String>>,
@@ -107,49 +129,82 @@ impl Table {
     }
 
     fn write_rows(&self, w: &mut dyn Write, with_header: bool) -> io::Result<()> {
-        let mut widths: Vec<usize> = self.header.iter().map(|h| if with_header { h.chars().count() } else { 0 }).collect();
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                if let Some(width) = widths.get_mut(i) {
-                    *width = (*width).max(cell.chars().count());
-                }
-            }
+        let mut table = comfy_table::Table::new();
+        table.load_style(comfy_table::presets::NOTHING).set_truncation_indicator(TRUNCATED);
+        if with_header {
+            table.set_header(Row::from(self.header.iter().map(|h| Cell::new(*h)).collect::<Vec<_>>()));
         }
-        let header: Vec<String> = self.header.iter().map(|h| (*h).to_owned()).collect();
-        let header_row = with_header.then_some(&header);
-        for row in header_row.into_iter().chain(&self.rows) {
-            let mut line = String::new();
-            for (i, cell) in row.iter().enumerate() {
-                if i + 1 == row.len() {
-                    line.push_str(cell);
-                } else {
-                    let pad = widths.get(i).copied().unwrap_or(0).saturating_sub(cell.chars().count());
-                    line.push_str(cell);
-                    line.push_str(&" ".repeat(pad + 2));
-                }
-            }
+        for cells in &self.rows {
+            let mut row = Row::from(cells.iter().map(|c| Cell::new(escape(c))).collect::<Vec<_>>());
+            // One line per row: a cell wider than its column is cut, never wrapped onto a line
+            // of its own that would read as another row.
+            row.max_height(1);
+            table.add_row(row);
+        }
+        let columns = self.header.len();
+        for (i, column) in table.column_iter_mut().enumerate() {
+            column.set_padding((0, if i + 1 == columns { 0 } else { 2 }));
+            column.set_constraint(ColumnConstraint::UpperBoundary(Width::Fixed(CELL_WIDTH_MAX)));
+        }
+        if self.rows.is_empty() && !with_header {
+            return Ok(());
+        }
+        for line in table.lines() {
             writeln!(w, "{}", line.trim_end())?;
         }
         Ok(())
     }
 }
 
-/// Milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+/// A stored name (or any text from the store or a caller) made safe to print on a line of its
+/// own: control characters and backslashes are escaped (`\n`, `\t`, `\u{1b}`, `\\`), anything
+/// else is kept as it is.
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(|c| c.is_control() || c == '\\') {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() || c == '\\' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Milliseconds since the Unix epoch as RFC 3339 in UTC, to the second
+/// (`2026-11-30T05:52:57Z`).
 pub fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's days-to-civil conversion.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    match i64::try_from(ms).ok().and_then(|ms| Timestamp::from_millisecond(ms).ok()) {
+        Some(ts) => ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        // Past the year 9999: not a time this tool wrote, shown as the number it is.
+        None => format!("{ms} ms after the epoch"),
+    }
+}
+
+/// A duration in milliseconds the way an operator writes one: `3d`, `1h 30m`, `250ms`.
+pub fn duration(ms: u64) -> String {
+    friendly(ms, Unit::Millisecond)
+}
+
+/// A duration in milliseconds to the second (`2h 5m 3s`; under a second `0s`), for ages and
+/// time left, where the milliseconds are noise.
+pub fn duration_s(ms: u64) -> String {
+    friendly(ms, Unit::Second)
+}
+
+fn friendly(ms: u64, smallest: Unit) -> String {
+    static PRINTER: SpanPrinter = SpanPrinter::new().designator(Designator::Compact);
+    let rounded = i64::try_from(ms)
+        .ok()
+        .and_then(|ms| Span::new().try_milliseconds(ms).ok())
+        .and_then(|span| span.round(SpanRound::new().largest(Unit::Day).smallest(smallest).days_are_24_hours()).ok());
+    match rounded {
+        Some(span) => PRINTER.span_to_string(&span),
+        None => format!("{ms}ms"),
+    }
 }
 
 /// An optional number, or `-`.
@@ -157,9 +212,10 @@ pub fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
-/// Quotes a value for a POSIX shell (single quotes, `'` as `'\''`).
-pub fn shell_quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', r"'\''"))
+/// Quotes a value for a POSIX shell's `eval` (shlex). A value holding a NUL byte cannot be
+/// quoted (no shell variable can hold one).
+pub fn shell_quote(value: &str) -> Result<String, shlex::QuoteError> {
+    shlex::try_quote(value).map(|quoted| quoted.into_owned())
 }
 
 #[cfg(test)]
@@ -170,21 +226,58 @@ mod tests {
     fn utc_formats_known_instants() {
         assert_eq!(utc(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00Z");
-        assert_eq!(utc(1_796_017_549_000), "2026-11-30T05:45:49Z");
+        assert_eq!(utc(1_796_017_549_999), "2026-11-30T05:45:49Z");
+        assert_eq!(utc(u64::MAX), format!("{} ms after the epoch", u64::MAX));
+    }
+
+    #[test]
+    fn durations_read_as_operators_write_them() {
+        assert_eq!(duration(259_200_000), "3d");
+        assert_eq!(duration(5_400_000), "1h 30m");
+        assert_eq!(duration(250), "250ms");
+        assert_eq!(duration(0), "0s");
+        assert_eq!(duration_s(90_061_500), "1d 1h 1m 2s");
+        assert_eq!(duration_s(400), "0s");
     }
 
     #[test]
     fn shell_quote_survives_single_quotes() {
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote("a b").unwrap(), "'a b'");
+        let quoted = shell_quote("it's").unwrap();
+        assert_eq!(shlex::split(&quoted).unwrap(), ["it's"]);
+        assert!(shell_quote("nul\0").is_err());
+    }
+
+    #[test]
+    fn escape_makes_control_characters_visible() {
+        assert_eq!(escape("date=2026-11-29/region=eu"), "date=2026-11-29/region=eu");
+        assert_eq!(escape("a\nb\tc\u{1b}[31m\\"), "a\\nb\\tc\\u{1b}[31m\\\\");
+        assert_eq!(escape("région"), "région");
+    }
+
+    fn render(table: &Table) -> String {
+        let mut buf = Vec::new();
+        table.write(&mut buf).unwrap();
+        String::from_utf8(buf).unwrap()
     }
 
     #[test]
     fn table_aligns_columns() {
         let mut table = Table::new(vec!["A", "LONG"]);
         table.row(vec!["xyz".into(), "1".into()]);
-        let mut buf = Vec::new();
-        table.write(&mut buf).unwrap();
-        assert_eq!(String::from_utf8(buf).unwrap(), "A    LONG\nxyz  1\n");
+        assert_eq!(render(&table), "A    LONG\nxyz  1\n");
+    }
+
+    #[test]
+    fn table_cells_are_escaped_and_cut_to_one_line() {
+        let mut table = Table::new(vec!["NAME", "N"]);
+        table.row(vec!["forged\nNAME  N".into(), "1".into()]);
+        table.row(vec!["x".repeat(1000), "2".into()]);
+        let text = render(&table);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[1].starts_with("forged\\nNAME  N"), "{text}");
+        assert!(lines[2].contains(TRUNCATED) && lines[2].ends_with('2'), "{text}");
+        assert!(lines[2].chars().count() < 80, "{text}");
     }
 }

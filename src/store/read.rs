@@ -13,7 +13,7 @@ use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
 use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, TaskKey, TaskSpec,
+    AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
 };
 use crate::records::{
     AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
@@ -307,6 +307,71 @@ impl Snapshot {
         })
     }
 
+    /// Every declared run of the dataset, in run-id order, with how many of its tasks have an
+    /// accepted attempt. Empty for a dataset that never declared a run.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn runs(&self, dataset: &str) -> Result<Vec<RunSummary>> {
+        self.poison.contain("reading runs", || self.runs_of(dataset))
+    }
+
+    fn runs_of(&self, dataset: &str) -> Result<Vec<RunSummary>> {
+        let runs = open_ro(&self.txn, RUNS)?;
+        let accepted = open_ro(&self.txn, ACCEPTED)?;
+        let run_prefix = prefix(&[dataset]);
+        let mut out = Vec::new();
+        scan::<RunRecord>(&runs, RUNS, &run_prefix, &prefix_end(&run_prefix), |run_key, record| {
+            let run = schema::text_after(run_key, &run_prefix).ok_or_else(|| tables::corrupted(RUNS, run_key, "malformed run key"))?;
+            let task_prefix = prefix(&[dataset, run]);
+            let mut accepted_tasks = 0u64;
+            scan::<AcceptedRecord>(&accepted, ACCEPTED, &task_prefix, &prefix_end(&task_prefix), |_, _| {
+                accepted_tasks += 1;
+                Ok(true)
+            })?;
+            out.push(RunSummary {
+                dataset: dataset.to_owned(),
+                run: run.to_owned(),
+                snapshot: record.snapshot,
+                declared_at_ms: record.declared_at_ms,
+                published_generation: record.published_generation,
+                tasks: record.task_count,
+                accepted_tasks,
+            });
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Whether the dataset is known to the store: it declared a run or has a generation.
+    ///
+    /// # Errors
+    /// Storage and corruption errors.
+    pub fn has_dataset(&self, dataset: &str) -> Result<bool> {
+        self.poison.contain("reading datasets", || {
+            let dataset_prefix = prefix(&[dataset]);
+            let end = prefix_end(&dataset_prefix);
+            if first_key(&open_ro(&self.txn, RUNS)?, RUNS, &dataset_prefix, &end)?.is_some() {
+                return Ok(true);
+            }
+            Ok(read_pointer(&open_ro(&self.txn, POINTERS)?, dataset)?.is_some())
+        })
+    }
+
+    /// The attempt lease recorded in the store (ms): how long an unfinished attempt may go
+    /// without a heartbeat before it may be recorded abandoned. Writers only ever raise it.
+    ///
+    /// # Errors
+    /// Storage and corruption errors (including a store without its format record).
+    pub fn attempt_lifetime_max_ms(&self) -> Result<u64> {
+        self.poison.contain("reading the attempt lease", || {
+            let meta = open_ro(&self.txn, META)?;
+            get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
+                .map(|record| record.attempt_lifetime_max_ms)
+                .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))
+        })
+    }
+
     /// One attempt.
     ///
     /// # Errors
@@ -416,6 +481,8 @@ fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
     AttemptInfo {
         key,
         started_at_ms: record.started_at_ms,
+        heartbeat_at_ms: record.heartbeat_at_ms,
+        abandoned_at_ms: record.abandoned_at_ms,
         staging_rel: record.staging_rel,
         candidate: record.candidate,
         status,

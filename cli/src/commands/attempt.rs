@@ -1,5 +1,5 @@
 //! `attempt begin`, `attempt finish`, `attempt validate`, `attempt heartbeat`, `attempt abandon`,
-//! `attempt invalidate`.
+//! `attempt invalidate`, `attempt list`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -9,12 +9,12 @@ use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome,
 use serde::Deserialize;
 use serde_json::json;
 
-use super::parse_json;
-use crate::args::{BeginArgs, FinishArgs, HeartbeatArgs, InvalidateArgs, TaskArgs, ValidateArgs};
-use crate::exit::{Exit, usage};
+use super::{parse_json, require_dataset};
+use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, InvalidateArgs, TaskArgs, ValidateArgs};
+use crate::exit::{Exit, not_found, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, opt, shell_quote};
+use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, utc};
 
 fn task_key(args: &TaskArgs) -> TaskKey {
     TaskKey::new(&args.dataset, &args.run, &args.partition)
@@ -22,12 +22,18 @@ fn task_key(args: &TaskArgs) -> TaskKey {
 
 /// `attempt begin`.
 pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow::Result<Exit> {
+    // clap cannot see the global --json conflict once it precedes the verb; refuse it here,
+    // before anything is written.
+    if args.env && out.is_json() {
+        return Err(usage("--env prints shell assignments and cannot be combined with --json"));
+    }
     let store = location.open_writer()?;
     let ticket = store.begin_attempt(&task_key(&args.task))?;
     if args.env {
         let staging = ticket.staging_dir.to_str().ok_or_else(|| usage("the staging directory's path is not UTF-8"))?;
         crate::location::close_writer(store)?;
-        out.raw(&format!("MANIFESTDB_ATTEMPT={}\nMANIFESTDB_STAGING_DIR={}\n", ticket.key.attempt, shell_quote(staging)))?;
+        let quoted = shell_quote(staging).map_err(|e| usage(format!("the staging directory's path cannot be shell-quoted: {e}")))?;
+        out.raw(&format!("MANIFESTDB_ATTEMPT={}\nMANIFESTDB_STAGING_DIR={quoted}\n", ticket.key.attempt))?;
         return Ok(Exit::Success);
     }
     let task = &ticket.key.task;
@@ -173,10 +179,11 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
         let verb = if outcome == FinishOutcome::Recorded { "recorded" } else { "already recorded (identical; nothing written)" };
         writeln!(
             w,
-            "candidate of attempt {key} {verb}: rows {}, total {}, digest {}",
+            "candidate of attempt {} {verb}: rows {}, total {}, digest {}",
+            escape(&key.to_string()),
             opt(candidate.rows),
             opt(candidate.total),
-            candidate.digest.as_deref().unwrap_or("-")
+            escape(candidate.digest.as_deref().unwrap_or("-"))
         )?;
         let mut table = Table::new(vec!["FILE", "BYTES", "CRC32"]);
         for f in &candidate.files {
@@ -211,7 +218,7 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
     });
     crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
-        writeln!(w, "attempt {key} is {verdict_name}; accepted attempt of the task: {}", opt(accepted))?;
+        writeln!(w, "attempt {} is {verdict_name}; accepted attempt of the task: {}", escape(&key.to_string()), opt(accepted))?;
         if let Some(r) = &reconciliation {
             let basis = match r.basis {
                 manifestdb::ReconcileBasis::Read { format } => {
@@ -234,7 +241,7 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         }
         if let manifestdb::Verdict::Invalid(failures) = &verdict {
             for failure in failures {
-                writeln!(w, "  {failure}")?;
+                writeln!(w, "  {}", escape(&failure.to_string()))?;
             }
         }
         Ok(())
@@ -256,8 +263,103 @@ pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -
         "expires_at_ms": lease.expires_at_ms,
     });
     crate::location::close_writer(store)?;
-    out.emit(&doc, |w| writeln!(w, "attempt {key}: lease renewed until {}", crate::output::utc(lease.expires_at_ms)))?;
+    out.emit(&doc, |w| {
+        writeln!(
+            w,
+            "attempt {}: lease renewed until {} ({} from now)",
+            escape(&key.to_string()),
+            utc(lease.expires_at_ms),
+            duration_s(lease.expires_at_ms.saturating_sub(lease.heartbeat_at_ms))
+        )
+    })?;
     Ok(Exit::Success)
+}
+
+/// `attempt list`: a run's (or one task's) attempts with status, age and lease.
+pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> anyhow::Result<Exit> {
+    let store = location.open_reader()?;
+    let snapshot = store.snapshot()?;
+    require_dataset(&snapshot, &args.dataset)?;
+    let Some(info) = snapshot.run(&args.dataset, &args.run)? else {
+        return Err(not_found(format!("unknown run {:?} of dataset {:?}", args.run, args.dataset)));
+    };
+    let partitions: Vec<&str> = match &args.partition {
+        Some(partition) => match info.tasks.iter().find(|t| &t.partition == partition) {
+            Some(task) => vec![task.partition.as_str()],
+            None => {
+                return Err(not_found(format!(
+                    "run {:?} of dataset {:?} declares no task for partition {partition:?}",
+                    args.run, args.dataset
+                )));
+            }
+        },
+        None => info.tasks.iter().map(|t| t.partition.as_str()).collect(),
+    };
+    let lease_ms = snapshot.attempt_lifetime_max_ms()?;
+    let mut rows = Vec::new();
+    for partition in partitions {
+        let task = TaskKey::new(&info.dataset, &info.run, partition);
+        let accepted = snapshot.accepted(&task)?;
+        for attempt in snapshot.attempts(&task)? {
+            rows.push((accepted == Some(attempt.key.attempt), attempt));
+        }
+    }
+    drop(snapshot);
+    let now_ms = now_ms();
+    // Only a running attempt not recorded abandoned holds a lease; it runs from the last sign of
+    // life for the store's recorded attempt lifetime.
+    let lease_expiry = |a: &manifestdb::AttemptInfo| {
+        (a.status == manifestdb::AttemptStatus::Running && a.abandoned_at_ms.is_none()).then(|| a.heartbeat_at_ms.saturating_add(lease_ms))
+    };
+    let doc = json!({
+        "dataset": info.dataset,
+        "run": info.run,
+        "partition": args.partition,
+        "attempt_lifetime_max_ms": lease_ms,
+        "now_ms": now_ms,
+        "attempts": rows.iter().map(|(accepted, a)| json!({
+            "partition": a.key.task.partition,
+            "attempt": a.key.attempt,
+            "status": json::status(&a.status).0,
+            "accepted": accepted,
+            "started_at_ms": a.started_at_ms,
+            "heartbeat_at_ms": a.heartbeat_at_ms,
+            "abandoned_at_ms": a.abandoned_at_ms,
+            "lease_expires_at_ms": lease_expiry(a),
+            "staging_rel": a.staging_rel,
+        })).collect::<Vec<_>>(),
+    });
+    out.emit(&doc, |w| {
+        let mut table = Table::new(vec!["PARTITION", "ATTEMPT", "STATUS", "ACCEPTED", "STARTED", "AGE", "LEASE LEFT"]);
+        for (accepted, a) in &rows {
+            let status = match a.abandoned_at_ms {
+                Some(at) => format!("{} (abandoned {})", json::status(&a.status).0, utc(at)),
+                None => json::status(&a.status).0.to_owned(),
+            };
+            let lease_left = match lease_expiry(a) {
+                Some(expiry) if expiry > now_ms => duration_s(expiry - now_ms),
+                Some(_) => "expired".to_owned(),
+                None => "-".to_owned(),
+            };
+            table.row(vec![
+                a.key.task.partition.clone(),
+                a.key.attempt.to_string(),
+                status,
+                if *accepted { "*".to_owned() } else { String::new() },
+                utc(a.started_at_ms),
+                duration_s(now_ms.saturating_sub(a.started_at_ms)),
+                lease_left,
+            ]);
+        }
+        table.write(w)?;
+        writeln!(w, "({} attempts; lease {})", rows.len(), crate::output::duration(lease_ms))
+    })?;
+    Ok(Exit::Success)
+}
+
+/// Now, in milliseconds since the Unix epoch (the clock the store's times use).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// `attempt abandon`.
@@ -265,7 +367,7 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> 
     let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
     let outcome = store.abandon_attempt(&key)?;
-    drop(store);
+    crate::location::close_writer(store)?;
     let (name, abandoned_at_ms) = match outcome {
         AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", abandoned_at_ms),
         AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", abandoned_at_ms),
@@ -278,7 +380,7 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> 
         "outcome": name,
         "abandoned_at_ms": abandoned_at_ms,
     });
-    out.emit(&doc, |w| writeln!(w, "attempt {key}: {} at {}", name.replace('_', " "), crate::output::utc(abandoned_at_ms)))?;
+    out.emit(&doc, |w| writeln!(w, "attempt {}: {} at {}", escape(&key.to_string()), name.replace('_', " "), utc(abandoned_at_ms)))?;
     Ok(Exit::Success)
 }
 
@@ -287,7 +389,7 @@ pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs)
     let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
     let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
-    drop(store);
+    crate::location::close_writer(store)?;
     let (name, before, after) = match outcome {
         InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", accepted_before, accepted_after),
         InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
@@ -302,7 +404,14 @@ pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs)
         "accepted_after": after,
     });
     out.emit(&doc, |w| {
-        writeln!(w, "attempt {key}: {}; accepted attempt of the task: {} -> {}", name.replace('_', " "), opt(before), opt(after))
+        writeln!(
+            w,
+            "attempt {}: {}; accepted attempt of the task: {} -> {}",
+            escape(&key.to_string()),
+            name.replace('_', " "),
+            opt(before),
+            opt(after)
+        )
     })?;
     Ok(Exit::Success)
 }

@@ -5,9 +5,9 @@ use std::io::Write;
 use manifestdb::{Effect, EffectKey};
 use serde_json::json;
 
-use super::read_input;
+use super::{read_input, require_dataset};
 use crate::args::{EffectKeyArgs, EffectRecordArgs, EffectsListArgs};
-use crate::exit::Exit;
+use crate::exit::{Exit, not_found};
 use crate::json;
 use crate::location::LocationArgs;
 use crate::output::{Out, Table, opt, utc};
@@ -20,9 +20,9 @@ fn effects_table(effects: &[Effect], w: &mut dyn Write) -> std::io::Result<()> {
     let mut table = Table::new(vec!["RUN", "EFFECT", "PARTITION", "STATUS", "GENERATION", "RECORDED", "PAYLOAD"]);
     for e in effects {
         let (status, generation, _) = json::effect_status(&e.status);
+        // The table escapes and cuts the text; the exact payload is in --json.
         let payload = match std::str::from_utf8(&e.payload) {
-            Ok(text) if text.chars().count() <= 40 => text.escape_debug().to_string(),
-            Ok(text) => format!("{}...", text.chars().take(40).collect::<String>().escape_debug()),
+            Ok(text) => text.to_owned(),
             Err(_) => format!("({} bytes, not UTF-8)", e.payload.len()),
         };
         table.row(vec![
@@ -42,8 +42,18 @@ fn effects_table(effects: &[Effect], w: &mut dyn Write) -> std::io::Result<()> {
 pub fn list(location: &LocationArgs, out: &mut Out, args: &EffectsListArgs) -> anyhow::Result<Exit> {
     let store = location.open_reader()?;
     let snapshot = store.snapshot()?;
+    require_dataset(&snapshot, &args.dataset)?;
     let effects = match (&args.run, args.ready) {
-        (Some(run), _) => snapshot.effects(&args.dataset, run)?,
+        (Some(run), ready) => {
+            if snapshot.run(&args.dataset, run)?.is_none() {
+                return Err(not_found(format!("unknown run {run:?} of dataset {:?}", args.dataset)));
+            }
+            let mut effects = snapshot.effects(&args.dataset, run)?;
+            if ready {
+                effects.retain(|e| matches!(e.status, manifestdb::EffectStatus::Ready { .. }));
+            }
+            effects
+        }
         (None, true) => snapshot.ready_effects(&args.dataset)?,
         (None, false) => snapshot.dataset_effects(&args.dataset)?,
     };

@@ -7,10 +7,11 @@ use manifestdb::{
 };
 use serde_json::{Value, json};
 
+use super::require_dataset;
 use crate::args::{GcAbandonArgs, GcApplyArgs, GcExpireArgs, GcPlanArgs};
 use crate::exit::Exit;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, utc};
+use crate::output::{Out, Table, duration, escape, utc};
 
 fn mode(execute: bool) -> RunMode {
     if execute { RunMode::Execute } else { RunMode::DryRun }
@@ -81,9 +82,9 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> 
     crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if mode == RunMode::Execute { "abandoned" } else { "would abandon (dry run; --execute to record)" };
-        writeln!(w, "{verb} {} attempt(s) idle longer than {} ms", abandoned.len(), lifetime_ms)?;
+        writeln!(w, "{verb} {} attempt(s) idle longer than {}", abandoned.len(), duration(lifetime_ms))?;
         for key in &abandoned {
-            writeln!(w, "  {key}")?;
+            writeln!(w, "  {}", escape(&key.to_string()))?;
         }
         Ok(())
     })?;
@@ -93,6 +94,7 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> 
 /// `gc expire`: expires the generations a retention policy does not keep.
 pub fn expire(location: &LocationArgs, out: &mut Out, args: &GcExpireArgs) -> anyhow::Result<Exit> {
     let store = location.open_writer()?;
+    require_dataset(&store.snapshot()?, &args.dataset)?;
     let defaults = RetentionPolicy::default();
     let policy = RetentionPolicy {
         keep_last: args.keep_last.unwrap_or(defaults.keep_last),
@@ -113,7 +115,7 @@ pub fn expire(location: &LocationArgs, out: &mut Out, args: &GcExpireArgs) -> an
         writeln!(
             w,
             "{}: current generation {}, oldest retained {}; {verb} {} generation(s) {:?}, {} partition version(s)",
-            report.dataset,
+            escape(&report.dataset),
             report.current,
             report.oldest_retained,
             report.expired.len(),
@@ -144,10 +146,10 @@ pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow
         let bytes: u64 = plan.candidates.iter().map(|p| p.size_bytes).sum();
         writeln!(
             w,
-            "cleanup plan {} (made {}, files older than {} ms): {} file(s), {bytes} bytes to delete; {} unknown file(s)",
+            "cleanup plan {} (made {}, files older than {}): {} file(s), {bytes} bytes to delete; {} unknown file(s)",
             plan.id,
             utc(plan.created_at_ms),
-            plan.age_threshold_ms,
+            duration(plan.age_threshold_ms),
             plan.candidates.len(),
             plan.unknown.len()
         )?;
@@ -160,7 +162,7 @@ pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow
             writeln!(w, "kept: {n} file(s) {}", keep_name(*reason).replace('_', " "))?;
         }
         for path in &plan.unconsidered {
-            writeln!(w, "not considered: {path}")?;
+            writeln!(w, "not considered: {}", escape(path))?;
         }
         writeln!(w, "apply with: manifestdb gc apply --plan {} --execute", plan.id)
     })?;
@@ -208,7 +210,13 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
         writeln!(w, "plan {}: {verb} {} file(s), {} bytes", report.plan, report.deleted.len(), report.bytes_deleted)?;
         for s in &report.skipped {
             let (reason, detail) = skip_json(&s.reason);
-            writeln!(w, "  skipped {}: {}{}", s.path, reason.replace('_', " "), detail.map(|d| format!(" ({d})")).unwrap_or_default())?;
+            writeln!(
+                w,
+                "  skipped {}: {}{}",
+                escape(&s.path),
+                reason.replace('_', " "),
+                detail.map(|d| format!(" ({})", escape(&d))).unwrap_or_default()
+            )?;
         }
         writeln!(
             w,

@@ -9,11 +9,12 @@ use anyhow::Context;
 use manifestdb::{Manifest, PartitionEntry, Snapshot};
 use serde_json::{Value, json};
 
+use super::require_dataset;
 use crate::args::{DiffArgs, LogArgs, ShowArgs};
 use crate::exit::{Exit, not_found};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, opt, utc};
+use crate::output::{Out, Table, escape, opt, utc};
 
 /// Sizes summed over a manifest's partitions.
 struct Totals {
@@ -71,6 +72,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
         })?;
         return Ok(Exit::Success);
     };
+    require_dataset(&snapshot, dataset)?;
     let manifest = manifest_or_not_found(&snapshot, dataset, args.generation)?;
     let current = snapshot.current(dataset)?.map(|g| g.number);
     drop(snapshot);
@@ -89,12 +91,12 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
         writeln!(
             w,
             "{} generation {}{}: {} of run {}, snapshot {}, at {}",
-            g.dataset,
+            escape(&g.dataset),
             g.number,
             if is_current { " (current)" } else { "" },
             json::kind_name(&g.kind),
-            g.run,
-            g.snapshot,
+            escape(&g.run),
+            escape(&g.snapshot),
             utc(g.published_at_ms)
         )?;
         let mut table = Table::new(vec!["PARTITION", "SINCE", "RUN", "ATTEMPT", "ROWS", "TOTAL", "FILES", "BYTES"]);
@@ -135,6 +137,7 @@ pub fn log(location: &LocationArgs, out: &mut Out, args: &LogArgs) -> anyhow::Re
     };
     let mut logs = Vec::with_capacity(datasets.len());
     for dataset in datasets {
+        require_dataset(&snapshot, &dataset)?;
         let current = snapshot.current(&dataset)?.map(|g| g.number);
         let mut history = snapshot.history(&dataset)?;
         if current.is_none() && history.is_empty() {
@@ -186,6 +189,7 @@ pub fn log(location: &LocationArgs, out: &mut Out, args: &LogArgs) -> anyhow::Re
 pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::Result<Exit> {
     let store = location.open_reader()?;
     let snapshot = store.snapshot()?;
+    require_dataset(&snapshot, &args.dataset)?;
     let from = manifest_or_not_found(&snapshot, &args.dataset, Some(args.from))?;
     let to = manifest_or_not_found(&snapshot, &args.dataset, Some(args.to))?;
     drop(snapshot);
@@ -217,18 +221,26 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
     });
     crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
-        writeln!(w, "{} generation {} -> {}", args.dataset, args.from, args.to)?;
+        writeln!(w, "{} generation {} -> {}", escape(&args.dataset), args.from, args.to)?;
         for p in &added {
-            writeln!(w, "+ {}  (run {} attempt {}, rows {}, total {})", p.partition, p.run, p.attempt, p.rows, opt(p.total))?;
+            writeln!(
+                w,
+                "+ {}  (run {} attempt {}, rows {}, total {})",
+                escape(&p.partition),
+                escape(&p.run),
+                p.attempt,
+                p.rows,
+                opt(p.total)
+            )?;
         }
         for (old, new) in &replaced {
             writeln!(
                 w,
                 "~ {}  (run {} attempt {} -> run {} attempt {}; rows {} -> {}, total {} -> {})",
-                old.partition,
-                old.run,
+                escape(&old.partition),
+                escape(&old.run),
                 old.attempt,
-                new.run,
+                escape(&new.run),
                 new.attempt,
                 old.rows,
                 new.rows,
@@ -237,7 +249,7 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
             )?;
         }
         for p in &removed {
-            writeln!(w, "- {}  (run {} attempt {})", p.partition, p.run, p.attempt)?;
+            writeln!(w, "- {}  (run {} attempt {})", escape(&p.partition), escape(&p.run), p.attempt)?;
         }
         writeln!(w, "{} added, {} replaced, {} removed, {unchanged} unchanged", added.len(), replaced.len(), removed.len())
     })?;

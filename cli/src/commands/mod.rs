@@ -17,7 +17,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, GcCommand, RunCommand};
-use crate::exit::Exit;
+use crate::exit::{Exit, not_found};
 use crate::output::{Out, Table};
 
 /// Runs the parsed command line.
@@ -47,6 +47,10 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Gc(GcCommand::Expire(args)) => gc::expire(location, out, args),
         Command::Gc(GcCommand::Plan(args)) => gc::plan(location, out, args),
         Command::Gc(GcCommand::Apply(args)) => gc::apply(location, out, args),
+        Command::Run(RunCommand::List(args)) => run::list(location, out, args),
+        Command::Attempt(AttemptCommand::List(args)) => attempt::list(location, out, args),
+        Command::Completions(args) => completions(out, args),
+        Command::Man(args) => man(out, args),
         Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
     }
@@ -81,6 +85,51 @@ fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Resu
         table.row(vec!["staging".into(), staging.display().to_string()]);
         table.write_body(w)
     })?;
+    Ok(Exit::Success)
+}
+
+/// Fails with exit 4, naming the dataset, unless the store knows it (a run was declared or a
+/// generation published).
+pub(crate) fn require_dataset(snapshot: &manifestdb::Snapshot, dataset: &str) -> anyhow::Result<()> {
+    if snapshot.has_dataset(dataset)? {
+        Ok(())
+    } else {
+        Err(not_found(format!("unknown dataset {dataset:?} (no run declared, nothing published)")))
+    }
+}
+
+/// `completions SHELL`: the completion script clap_complete generates from the command line's
+/// own definition.
+fn completions(out: &mut Out, args: &crate::args::CompletionsArgs) -> anyhow::Result<Exit> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "manifestdb", &mut script);
+    out.raw(&String::from_utf8(script).context("the completion script is not UTF-8")?)?;
+    Ok(Exit::Success)
+}
+
+/// `man [VERB...]`: the manual page (roff) clap_mangen renders from the command line's own
+/// definition: the tool's page, or with a verb (`man gc plan`) that verb's page
+/// (`manifestdb-gc-plan`), with its flags, the global ones included, and its JSON document.
+fn man(out: &mut Out, args: &crate::args::ManArgs) -> anyhow::Result<Exit> {
+    let mut command = <Cli as clap::CommandFactory>::command();
+    // Building propagates the global flags into every verb, so a verb's page lists them too.
+    command.build();
+    let mut name = command.get_name().to_owned();
+    for verb in &args.verb {
+        let Some(sub) = command.find_subcommand(verb).filter(|sub| sub.get_name() != "help").cloned() else {
+            return Err(crate::exit::usage(format!("{name} has no verb {verb:?} (see `{name} --help`)")));
+        };
+        name = format!("{name}-{}", sub.get_name());
+        command = sub;
+    }
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command)
+        .title(name)
+        .source(format!("manifestdb {}", env!("CARGO_PKG_VERSION")))
+        .render(&mut page)
+        .context("rendering the man page")?;
+    out.raw(&String::from_utf8(page).context("the man page is not UTF-8")?)?;
     Ok(Exit::Success)
 }
 

@@ -1,13 +1,13 @@
 //! `publish`.
 
-use manifestdb::{PublishOptions, PublishOutcome};
+use manifestdb::{PublishOptions, PublishOutcome, PublishRefusal};
 use serde_json::{Value, json};
 
 use crate::args::PublishArgs;
 use crate::exit::Exit;
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::Out;
+use crate::output::{Out, escape};
 
 /// `publish`: exit 0 when published or already published, 3 when refused.
 pub fn publish(location: &LocationArgs, out: &mut Out, args: &PublishArgs) -> anyhow::Result<Exit> {
@@ -31,12 +31,37 @@ pub fn publish(location: &LocationArgs, out: &mut Out, args: &PublishArgs) -> an
         PublishOutcome::Published(g) => writeln!(
             w,
             "published run {} of {} as generation {} (parent {}, {} partitions replaced)",
-            g.run, g.dataset, g.number, g.parent, g.partitions_replaced
+            escape(&g.run),
+            escape(&g.dataset),
+            g.number,
+            g.parent,
+            g.partitions_replaced
         ),
         PublishOutcome::AlreadyPublished(g) => {
-            writeln!(w, "run {} of {} was already published as generation {}; nothing written", g.run, g.dataset, g.number)
+            writeln!(
+                w,
+                "run {} of {} was already published as generation {}; nothing written",
+                escape(&g.run),
+                escape(&g.dataset),
+                g.number
+            )
         }
-        PublishOutcome::Refused(refusal) => writeln!(w, "{refusal}\nnothing was written; the generation pointer did not move"),
+        PublishOutcome::Refused(refusal) => {
+            writeln!(w, "{}\nnothing was written; the generation pointer did not move", refusal_text(refusal))
+        }
     })?;
     Ok(exit)
+}
+
+/// The refusal as the library words it, one line per failing task, with each partition key and
+/// reason escaped so that a key holding a newline cannot forge a line.
+fn refusal_text(refusal: &PublishRefusal) -> String {
+    let mut text = format!("publish of run {:?} of {:?} refused:", refusal.run, refusal.dataset);
+    for task in &refusal.tasks {
+        let alone = PublishRefusal { dataset: String::new(), run: String::new(), tasks: vec![task.clone()] }.to_string();
+        let lead = format!("\n  {}: ", task.partition);
+        let reason = alone.split_once(lead.as_str()).map_or(alone.as_str(), |(_, reason)| reason);
+        text.push_str(&format!("\n  {}: {}", escape(&task.partition), escape(reason)));
+    }
+    text
 }

@@ -1,15 +1,15 @@
-//! `run declare` and `run show`.
+//! `run declare`, `run show` and `run list`.
 
-use manifestdb::{DataFormat, DeclareOutcome, Grain, RunSpec, TaskKey, TaskSpec};
+use manifestdb::{DataFormat, DeclareOutcome, Grain, RunSpec, RunSummary, TaskKey, TaskSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::parse_json;
-use crate::args::{DeclareArgs, RunShowArgs};
+use super::{parse_json, require_dataset};
+use crate::args::{DeclareArgs, RunListArgs, RunShowArgs};
 use crate::exit::{Exit, not_found, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, opt, utc};
+use crate::output::{Out, Table, escape, opt, utc};
 
 /// The `--from` document of `run declare`.
 #[derive(Debug, Deserialize)]
@@ -103,8 +103,15 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
     crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let verb = if outcome == DeclareOutcome::Declared { "declared" } else { "already declared (identical; nothing written)" };
-        writeln!(w, "run {} of {} {verb}: snapshot {}, {} tasks", spec.run, spec.dataset, spec.snapshot, spec.tasks.len())?;
-        writeln!(w, "{}", json::grain_line(spec.grain.as_ref()))?;
+        writeln!(
+            w,
+            "run {} of {} {verb}: snapshot {}, {} tasks",
+            escape(&spec.run),
+            escape(&spec.dataset),
+            escape(&spec.snapshot),
+            spec.tasks.len()
+        )?;
+        writeln!(w, "{}", escape(&json::grain_line(spec.grain.as_ref())))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED ROWS", "EXPECTED TOTAL"]);
         for t in &spec.tasks {
             table.row(vec![t.partition.clone(), t.expected_rows.to_string(), opt(t.expected_total)]);
@@ -118,6 +125,7 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
 pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyhow::Result<Exit> {
     let store = location.open_reader()?;
     let snapshot = store.snapshot()?;
+    require_dataset(&snapshot, &args.dataset)?;
     let Some(info) = snapshot.run(&args.dataset, &args.run)? else {
         return Err(not_found(format!("unknown run {:?} of dataset {:?}", args.run, args.dataset)));
     };
@@ -147,12 +155,12 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
         writeln!(
             w,
             "run {} of {}: snapshot {}, declared {}, {published}",
-            info.run,
-            info.dataset,
-            info.snapshot,
+            escape(&info.run),
+            escape(&info.dataset),
+            escape(&info.snapshot),
             utc(info.declared_at_ms)
         )?;
-        writeln!(w, "{}", json::grain_line(info.grain.as_ref()))?;
+        writeln!(w, "{}", escape(&json::grain_line(info.grain.as_ref())))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED", "ATTEMPT", "STATUS", "ROWS", "TOTAL", "ACCEPTED", "NOTE"]);
         for (spec, accepted, attempts) in &tasks {
             let expected = format!("{} / {}", spec.expected_rows, opt(spec.expected_total));
@@ -189,6 +197,56 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
             }
         }
         table.write(w)
+    })?;
+    Ok(Exit::Success)
+}
+
+/// The state of a listed run: `published`, `complete` (every task has an accepted attempt, so a
+/// publish can go ahead unless a gate refuses) or `open`.
+fn run_state(run: &RunSummary) -> &'static str {
+    if run.published_generation.is_some() {
+        "published"
+    } else if run.accepted_tasks >= run.tasks {
+        "complete"
+    } else {
+        "open"
+    }
+}
+
+/// `run list`.
+pub fn list(location: &LocationArgs, out: &mut Out, args: &RunListArgs) -> anyhow::Result<Exit> {
+    let store = location.open_reader()?;
+    let snapshot = store.snapshot()?;
+    require_dataset(&snapshot, &args.dataset)?;
+    let runs = snapshot.runs(&args.dataset)?;
+    drop(snapshot);
+    let doc = json!({
+        "dataset": args.dataset,
+        "runs": runs.iter().map(|r| json!({
+            "run": r.run,
+            "snapshot": r.snapshot,
+            "declared_at_ms": r.declared_at_ms,
+            "state": run_state(r),
+            "tasks": r.tasks,
+            "accepted_tasks": r.accepted_tasks,
+            "published_generation": r.published_generation,
+        })).collect::<Vec<_>>(),
+    });
+    out.emit(&doc, |w| {
+        let mut table = Table::new(vec!["RUN", "SNAPSHOT", "DECLARED", "STATE", "TASKS", "ACCEPTED", "GENERATION"]);
+        for r in &runs {
+            table.row(vec![
+                r.run.clone(),
+                r.snapshot.clone(),
+                utc(r.declared_at_ms),
+                run_state(r).to_owned(),
+                r.tasks.to_string(),
+                r.accepted_tasks.to_string(),
+                opt(r.published_generation),
+            ]);
+        }
+        table.write(w)?;
+        writeln!(w, "({} runs)", runs.len())
     })?;
     Ok(Exit::Success)
 }

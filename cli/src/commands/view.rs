@@ -22,6 +22,7 @@ pub fn view(location: &LocationArgs, out: &mut Out, args: &ViewArgs) -> anyhow::
 fn show(location: &LocationArgs, out: &mut Out, dataset: &str) -> anyhow::Result<Exit> {
     let store = location.open_reader()?;
     let snapshot = store.snapshot()?;
+    super::require_dataset(&snapshot, dataset)?;
     let root = match (&location.views, snapshot.views()?) {
         (Some(given), _) => std::path::absolute(given).with_context(|| format!("resolving {}", given.display()))?,
         (None, Some(recorded)) => recorded.root,
@@ -103,6 +104,9 @@ fn status_json(s: &ViewStatus) -> Value {
 
 fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow::Result<Exit> {
     let store = location.open_writer()?;
+    if let Some(dataset) = dataset {
+        super::require_dataset(&store.snapshot()?, dataset)?;
+    }
     if store.view_root().is_none() {
         return Err(not_found("the store publishes no views (pass --views DIR once to set its view root)"));
     }

@@ -3,6 +3,7 @@
 mod damage;
 mod grain;
 mod maintain;
+mod operator;
 mod readonly;
 mod refusals;
 mod support;

@@ -81,7 +81,8 @@ fn rollback_makes_an_earlier_generation_current_or_is_refused() {
 
     let current = env.json(&["rollback", "-d", "daily", "--to", "3", "--actor", "ops", "--reason", "x"]).code(3).json();
     assert_eq!(current["refusal"]["kind"], "already_current");
-    let unknown = env.json(&["rollback", "-d", "daily", "--to", "9", "--actor", "ops", "--reason", "x"]).code(3).json();
+    // A generation that never existed is not found (exit 4); the refusal document says so.
+    let unknown = env.json(&["rollback", "-d", "daily", "--to", "9", "--actor", "ops", "--reason", "x"]).code(4).json();
     assert_eq!(unknown["refusal"]["kind"], "unknown");
     assert_eq!(env.json(&["log", "-d", "daily"]).code(0).json()["datasets"][0]["generations"].as_array().map(Vec::len), Some(3));
 }

@@ -52,6 +52,8 @@ fn read_only_verbs_work_while_another_process_holds_the_store_for_writing() {
     env.run(&["show"]).code(0);
     env.run(&["log", "-d", "daily"]).code(0);
     env.run(&["run", "show", "-d", "daily", "-r", "r1"]).code(0);
+    env.run(&["run", "list", "-d", "daily"]).code(0);
+    env.run(&["attempt", "list", "-d", "daily", "-r", "r1"]).code(0);
     env.run(&["stats"]).code(0);
     assert_eq!(env.json(&["effects", "list", "-d", "daily", "--ready"]).code(0).json()["effects"][0]["effect"], "notify");
 

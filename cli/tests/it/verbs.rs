@@ -74,9 +74,14 @@ fn attempt_begin_prints_number_and_private_staging_dir() {
     assert!(first.starts_with(std::fs::canonicalize(env.staging()).expect("canonical")));
 
     let env_out = env.run(&["attempt", "begin", "--env", "-d", "daily", "-r", "r1", "-p", EU]).code(0).stdout.clone();
-    let lines: Vec<&str> = env_out.lines().collect();
-    assert_eq!(lines[0], "MANIFESTDB_ATTEMPT=2");
-    let second = lines[1].strip_prefix("MANIFESTDB_STAGING_DIR='").and_then(|s| s.strip_suffix('\'')).expect("quoted path");
+    assert!(env_out.starts_with("MANIFESTDB_ATTEMPT=2\nMANIFESTDB_STAGING_DIR="), "{env_out}");
+    // A real shell's eval reads the assignments back exactly.
+    let probe = "eval \"$1\" && printf '%s\\n%s' \"$MANIFESTDB_ATTEMPT\" \"$MANIFESTDB_STAGING_DIR\"";
+    let shell = std::process::Command::new("sh").args(["-c", probe, "sh", &env_out]).output().expect("run sh");
+    assert!(shell.status.success(), "{}", String::from_utf8_lossy(&shell.stderr));
+    let evaluated = String::from_utf8(shell.stdout).expect("utf-8");
+    let (attempt, second) = evaluated.split_once('\n').expect("two values");
+    assert_eq!(attempt, "2");
     assert!(std::path::Path::new(second).is_dir());
     assert_ne!(std::path::Path::new(second), first);
 
