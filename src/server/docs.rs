@@ -1,10 +1,13 @@
 //! The JSON documents the server returns, built field by field from the library's types: the
 //! same shapes the command-line tool prints with `--json` (`cli/src/json.rs`), so a worker sees
-//! one document per outcome whether it calls the tool or the server.
+//! one document per outcome whether it calls the tool or the server. Each function here is the
+//! same text as its namesake there (the CLI's `json_shapes_match_the_server` test compares them),
+//! so the enums' catch-all arms, needed there, are unreachable here.
+#![allow(unreachable_patterns, reason = "the same text as cli/src/json.rs, where these enums are non_exhaustive")]
 
 use crate::{
-    AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, PartitionEntry,
-    PublishRefusal, RefusalReason, Verdict,
+    AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
+    PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
 };
 use serde_json::{Value, json};
 
@@ -47,9 +50,34 @@ pub(crate) fn failure(f: &GateFailure) -> Value {
         GateFailure::FileUnreadable { path, message: os } => {
             json!({ "kind": "file_unreadable", "message": message, "path": path, "error": os })
         }
+        GateFailure::ReportedMismatch { figure, reported, computed } => {
+            json!({ "kind": "reported_mismatch", "message": message, "figure": figure, "reported": reported, "computed": computed })
+        }
+        GateFailure::FigureNotReported { figure } => json!({ "kind": "figure_not_reported", "message": message, "figure": figure }),
+        GateFailure::DuplicateGrainKey { duplicates, key } => {
+            json!({ "kind": "duplicate_grain_key", "message": message, "duplicates": duplicates, "key": key })
+        }
+        GateFailure::MissingKey { path, location, column } => {
+            json!({ "kind": "missing_key", "message": message, "path": path, "location": location, "column": column })
+        }
+        GateFailure::UnparsableRow { path, location, message: detail } => {
+            json!({ "kind": "unparsable_row", "message": message, "path": path, "location": location, "detail": detail })
+        }
+        GateFailure::ColumnsMismatch { path, expected, got } => {
+            json!({ "kind": "columns_mismatch", "message": message, "path": path, "expected": expected, "got": got })
+        }
+        GateFailure::UnsupportedColumnType { path, column, data_type } => {
+            json!({ "kind": "unsupported_column_type", "message": message, "path": path, "column": column, "data_type": data_type })
+        }
+        GateFailure::MalformedFile { path, message: detail } => {
+            json!({ "kind": "malformed_file", "message": message, "path": path, "detail": detail })
+        }
+        GateFailure::TotalOverflow => json!({ "kind": "total_overflow", "message": message }),
+        GateFailure::MoreRejectedRows { count } => json!({ "kind": "more_rejected_rows", "message": message, "count": count }),
         GateFailure::Invalidated { actor, reason, invalidated_at_ms } => json!({
             "kind": "invalidated", "message": message, "actor": actor, "reason": reason, "invalidated_at_ms": invalidated_at_ms
         }),
+        _ => json!({ "kind": "other", "message": message }),
     }
 }
 
@@ -79,14 +107,39 @@ pub(crate) fn attempt(a: &AttemptInfo) -> Value {
         "started_at_ms": a.started_at_ms,
         "staging_rel": a.staging_rel,
         "candidate": a.candidate.as_ref().map(candidate),
+        "reconciliation": a.reconciliation.as_ref().map(reconciliation),
     })
 }
 
-/// The kind of a generation: `"publish"` or `"rollback"`.
+/// `{"format", "keys", "measure", "scale"}`: a declared grain.
+pub(crate) fn grain(g: &Grain) -> Value {
+    json!({ "format": g.format.name(), "keys": g.keys, "measure": g.measure, "scale": g.measure_scale })
+}
+
+/// The verdict's figures side by side: `{"basis", "expected", "reported", "computed", ...}`.
+pub(crate) fn reconciliation(r: &Reconciliation) -> Value {
+    let basis = match r.basis {
+        ReconcileBasis::Read { format } => format!("read_{}", format.name()),
+        _ => "reported".to_owned(),
+    };
+    json!({
+        "basis": basis,
+        "expected": { "rows": r.expected_rows, "total": r.expected_total },
+        "reported": { "rows": r.reported_rows, "total": r.reported_total, "digest": r.reported_digest },
+        "computed": { "rows": r.computed_rows, "total": r.computed_total, "digest": r.computed_digest },
+        "duplicate_keys": r.duplicate_keys,
+        "rejected_rows": r.rejected_rows,
+        "files_read": r.files_read,
+        "bytes_read": r.bytes_read,
+    })
+}
+
+/// The kind of a generation: `"publish"`, `"rollback"`, or `"other"`.
 pub(crate) fn kind_name(kind: &GenerationKind) -> &'static str {
     match kind {
         GenerationKind::Publish => "publish",
         GenerationKind::Rollback { .. } => "rollback",
+        _ => "other",
     }
 }
 

@@ -19,8 +19,8 @@ use serde_json::{Value, json};
 use super::ErrorKind;
 use super::docs;
 use crate::{
-    Candidate, DeclareOutcome, EffectKey, Error, FileCheck, FileEntry, FinishOutcome, Manifest, PartitionEntry, PublishOptions,
-    PublishOutcome, RunSpec, Snapshot, Store, TaskKey, TaskSpec, describe_file,
+    Candidate, DataFormat, DeclareOutcome, EffectKey, Error, FileCheck, FileEntry, FinishOutcome, Grain, Manifest, PartitionEntry,
+    PublishOptions, PublishOutcome, RunSpec, Snapshot, Store, TaskKey, TaskSpec, describe_file,
 };
 
 /// What every handler shares: the store.
@@ -234,6 +234,24 @@ struct DeclareBody {
     run: String,
     snapshot: String,
     tasks: Vec<TaskBody>,
+    #[serde(default)]
+    grain: Option<GrainBody>,
+}
+
+/// The `grain` object of a declaration, as `run declare --from` takes it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrainBody {
+    #[serde(default = "csv")]
+    format: String,
+    keys: Vec<String>,
+    measure: String,
+    #[serde(default)]
+    scale: u32,
+}
+
+fn csv() -> String {
+    "csv".to_owned()
 }
 
 #[derive(Deserialize)]
@@ -250,7 +268,17 @@ fn task_json(t: &TaskSpec) -> Value {
 }
 
 async fn declare(State(state): State<AppState>, Body(body): Body<DeclareBody>) -> Answer {
+    let grain = match body.grain {
+        Some(g) => {
+            let Some(format) = DataFormat::from_name(&g.format) else {
+                return Err(ApiError::new(ErrorKind::Usage, format!("unknown grain format {:?} (csv or parquet)", g.format)));
+            };
+            Some(Grain { format, keys: g.keys, measure: g.measure, measure_scale: g.scale })
+        }
+        None => None,
+    };
     let spec = RunSpec {
+        grain,
         dataset: body.dataset,
         run: body.run,
         snapshot: body.snapshot,
@@ -267,6 +295,7 @@ async fn declare(State(state): State<AppState>, Body(body): Body<DeclareBody>) -
             "run": spec.run,
             "snapshot": spec.snapshot,
             "outcome": if outcome == DeclareOutcome::Declared { "declared" } else { "already_declared" },
+            "grain": spec.grain.as_ref().map(docs::grain),
             "tasks": spec.tasks.iter().map(task_json).collect::<Vec<_>>(),
         })))
     })
@@ -336,10 +365,12 @@ struct FinishBody {
     partition: String,
     attempt: u32,
     snapshot: String,
-    rows: u64,
+    #[serde(default)]
+    rows: Option<u64>,
     #[serde(default)]
     total: Option<i64>,
-    digest: String,
+    #[serde(default)]
+    digest: Option<String>,
     /// Files as the worker describes them (size and CRC32 computed by the worker).
     #[serde(default)]
     files: Vec<FileBody>,
@@ -408,7 +439,10 @@ async fn validate(State(state): State<AppState>, Body(body): Body<ValidateBody>)
         let key = task.attempt(body.attempt);
         let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
         let verdict = store.validate_attempt(&key, check)?;
-        let accepted = store.snapshot()?.accepted(&task)?;
+        let snapshot = store.snapshot()?;
+        let accepted = snapshot.accepted(&task)?;
+        let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+        drop(snapshot);
         let (verdict_name, failures) = docs::verdict(&verdict);
         Ok(axum::Json(json!({
             "dataset": task.dataset,
@@ -418,6 +452,7 @@ async fn validate(State(state): State<AppState>, Body(body): Body<ValidateBody>)
             "verdict": verdict_name,
             "failures": failures,
             "accepted_attempt": accepted,
+            "reconciliation": reconciliation.as_ref().map(docs::reconciliation),
         })))
     })
     .await
@@ -543,6 +578,7 @@ async fn run_show(State(state): State<AppState>, Query(query): Query<RunQuery>) 
             "snapshot": info.snapshot,
             "declared_at_ms": info.declared_at_ms,
             "published_generation": info.published_generation,
+            "grain": info.grain.as_ref().map(docs::grain),
             "tasks": tasks,
         })))
     })

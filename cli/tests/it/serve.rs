@@ -361,3 +361,34 @@ fn a_second_server_of_the_same_store_is_refused_busy() {
     assert_eq!(second.error_json()["error"]["kind"], "busy");
     assert_eq!(serve.client().request("GET", "/v1/health", None).unwrap().status, 200, "the first server still serves");
 }
+
+/// The functions of a Rust source file by name: from `fn NAME` to the closing brace at the
+/// start of a line, with `pub(crate)`/`pub` and doc comments left out.
+fn functions(source: &str) -> std::collections::BTreeMap<String, String> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut rest = source;
+    while let Some(start) = rest.find("\npub") {
+        let text = &rest[start + 1..];
+        let Some(end) = text.find("\n}\n") else { break };
+        let item = &text[..end + 2];
+        if let Some(fn_at) = item.find("fn ") {
+            let name: String = item[fn_at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            found.insert(name, item[fn_at..].to_owned());
+        }
+        rest = &text[end..];
+    }
+    found
+}
+
+#[test]
+fn the_servers_json_shapes_are_the_clis_own() {
+    // The server builds its answers with a copy of the CLI's document functions (the library
+    // cannot depend on the binary); each must stay the same text as its namesake.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cli = functions(&std::fs::read_to_string(root.join("src/json.rs")).unwrap());
+    let server = functions(&std::fs::read_to_string(root.join("../src/server/docs.rs")).unwrap());
+    assert!(server.len() >= 10, "found only {:?}", server.keys());
+    for (name, body) in &server {
+        assert_eq!(Some(body), cli.get(name), "src/server/docs.rs `{name}` differs from cli/src/json.rs");
+    }
+}
