@@ -10,7 +10,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::rc::Rc;
 
-use super::{Sink, column_positions, grain_columns_sorted};
+use super::{Sink, column_positions, encode_key, grain_columns_sorted};
 use crate::error::{Error, Result};
 use crate::grain::Grain;
 use crate::model::GateFailure;
@@ -118,8 +118,8 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize
             sink.rejected_row(GateFailure::UnparsableRow { path: rel.to_owned(), location: location(), message });
             continue;
         }
-        match row_of(&record, grain, &key_positions, measure_position) {
-            Ok((keys, measure)) => sink.row(&keys, measure)?,
+        match row_of(&record, grain, &key_positions, measure_position, sink.start_row()) {
+            Ok(measure) => sink.end_row(measure)?,
             Err(RowProblem::MissingKey(column)) => {
                 sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column });
             }
@@ -135,25 +135,26 @@ enum RowProblem {
     Unparsable(String),
 }
 
-fn row_of<'r>(
-    record: &'r csv::ByteRecord,
+/// Encodes the record's keys into `keys` (grain key order) and returns its measure.
+fn row_of(
+    record: &csv::ByteRecord,
     grain: &Grain,
     key_positions: &[usize],
     measure_position: usize,
-) -> std::result::Result<(Vec<&'r str>, i64), RowProblem> {
-    let mut keys = Vec::with_capacity(key_positions.len());
+    keys: &mut Vec<u8>,
+) -> std::result::Result<i64, RowProblem> {
     for (&position, column) in key_positions.iter().zip(&grain.keys) {
         let bytes = record.get(position).unwrap_or_default();
         if bytes.is_empty() {
             return Err(RowProblem::MissingKey(column.clone()));
         }
-        let text = std::str::from_utf8(bytes).map_err(|e| RowProblem::Unparsable(format!("key column {column:?} is not UTF-8 ({e})")))?;
-        keys.push(text);
+        if let Err(e) = std::str::from_utf8(bytes) {
+            return Err(RowProblem::Unparsable(format!("key column {column:?} is not UTF-8 ({e})")));
+        }
+        encode_key(keys, bytes);
     }
     let bytes = record.get(measure_position).unwrap_or_default();
     let text =
         std::str::from_utf8(bytes).map_err(|e| RowProblem::Unparsable(format!("measure column {:?} is not UTF-8 ({e})", grain.measure)))?;
-    let measure =
-        parse_measure(text, grain.measure_scale).map_err(|e| RowProblem::Unparsable(format!("measure column {:?}: {e}", grain.measure)))?;
-    Ok((keys, measure))
+    parse_measure(text, grain.measure_scale).map_err(|e| RowProblem::Unparsable(format!("measure column {:?}: {e}", grain.measure)))
 }

@@ -1,36 +1,64 @@
 //! Duplicate grain-key detection with bounded memory.
 //!
-//! Method: keys go into an exact in-memory hash set until the set's estimated size reaches
-//! `key_bytes_in_memory_max`. Then the set is sorted and written as a *run* file into a
-//! private spill directory, and the set starts over. At the end, if anything was spilled, the
-//! last set is written as a run too and the runs are merged (a k-way merge of sorted files):
-//! equal keys from different runs are adjacent, so every repeat is counted exactly.
+//! Method: keys go into an exact in-memory set until the set's memory reaches
+//! `key_bytes_in_memory_max`. The set is an arena (every distinct key's bytes, length-prefixed,
+//! one after the other in one buffer) and a hash table of 8-byte `(hash tag, offset)` entries
+//! (`hashbrown::HashTable`, keys hashed with `foldhash` under a random per-set seed, the tag
+//! being 32 bits of that hash): no allocation per key, one hash and one probe per row, and a
+//! lookup reads the arena only when the tags are equal, so a new key is usually decided from
+//! the table alone. Equal hashes are
+//! always confirmed byte for byte: the set is exact. When the arena plus the table reach the
+//! limit, the set is sorted and written as a *run* file into a private spill directory, and the
+//! set starts over. At the end, if anything was spilled, the last set is written as a run too
+//! and the runs are merged (a k-way merge of sorted files): equal keys from different runs are
+//! adjacent, so every repeat is counted exactly.
 //!
-//! Limits: memory is the in-memory limit (plus the hash table's growth step) while reading,
-//! and one 64 KiB read buffer per run while merging (a 10 GiB key volume with the default
-//! 64 MiB limit is about 160 runs, 10 MiB of buffers). Disk: the spill holds every key once,
-//! length-prefixed, and is deleted when validation ends (also on error). The duplicate
-//! reported first is the first repeat in file order while nothing was spilled, and the
-//! smallest repeated key (in byte order) after a spill.
+//! Limits: memory is the in-memory limit (arena and table both counted; a table that would grow
+//! past the limit spills first) while reading, and one 64 KiB read buffer per run while merging
+//! (a 10 GiB key volume with the default 64 MiB limit is about 160 runs, 10 MiB of buffers).
+//! Disk: the spill holds every key once, length-prefixed, and is deleted when validation ends
+//! (also on error). The duplicate reported first is the first repeat in file order while
+//! nothing was spilled, and the smallest repeated key (in byte order) after a spill.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::BinaryHeap;
 use std::fs::File;
+use std::hash::BuildHasher;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
+use hashbrown::HashTable;
+
 use crate::error::{Error, Result};
 
-/// Estimated memory of one key in the set beyond its bytes: the boxed slice's pointer and
-/// length, the table's control byte and spare capacity, the allocator's rounding.
-const KEY_OVERHEAD_BYTES: usize = 48;
+/// Memory of one table slot: the entry (hash and arena offset) and its control byte.
+const SLOT_BYTES: usize = std::mem::size_of::<Entry>() + 1;
 /// Read buffer of each run during the merge.
 const RUN_READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Bytes of the length prefix of a key in the arena.
+const LEN_BYTES: usize = 4;
+
+/// One distinct key of the in-memory set: 32 bits of its hash, and where its bytes start in
+/// the arena (which therefore stays below 4 GiB; it spills first).
+#[derive(Clone, Copy)]
+struct Entry {
+    tag: u32,
+    offset: u32,
+}
+
+/// The table's hash of a tag: the tag spread over 64 bits (hashbrown takes its bucket from
+/// the low bits and its control byte from the top 7), so growing the table never reads the
+/// arena.
+fn table_hash(tag: u32) -> u64 {
+    u64::from(tag).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
 
 /// The set of grain keys seen so far, and the duplicates among them.
 pub(crate) struct KeySet {
-    memory: HashSet<Box<[u8]>>,
-    memory_bytes: usize,
+    table: HashTable<Entry>,
+    /// Every distinct key since the last spill: `u32 LE length, bytes`, one after the other.
+    arena: Vec<u8>,
+    hasher: foldhash::fast::RandomState,
     memory_bytes_max: usize,
     spill_parent: PathBuf,
     spill: Option<tempfile::TempDir>,
@@ -50,13 +78,27 @@ pub(crate) struct Duplicates {
     pub(crate) runs_spilled: usize,
 }
 
+/// Memory of a table that holds `capacity` entries: hashbrown keeps 1/8 of its slots free.
+fn table_bytes(capacity: usize) -> usize {
+    capacity.saturating_mul(SLOT_BYTES) / 7 * 8
+}
+
+/// The key stored at `offset` of `arena`.
+fn key_at(arena: &[u8], offset: usize) -> &[u8] {
+    let mut len = [0u8; LEN_BYTES];
+    len.copy_from_slice(&arena[offset..offset + LEN_BYTES]);
+    let start = offset + LEN_BYTES;
+    &arena[start..start + u32::from_le_bytes(len) as usize]
+}
+
 impl KeySet {
     /// An empty set that spills into a fresh directory under `spill_parent` when the keys
     /// exceed `memory_bytes_max`.
     pub(crate) fn new(memory_bytes_max: usize, spill_parent: &Path) -> KeySet {
         KeySet {
-            memory: HashSet::new(),
-            memory_bytes: 0,
+            table: HashTable::new(),
+            arena: Vec::new(),
+            hasher: foldhash::fast::RandomState::default(),
             memory_bytes_max,
             spill_parent: spill_parent.to_path_buf(),
             spill: None,
@@ -69,19 +111,40 @@ impl KeySet {
     /// Adds one row's encoded key.
     ///
     /// # Errors
-    /// [`Error::Io`] if a run cannot be written to the spill directory.
+    /// [`Error::Io`] if a run cannot be written to the spill directory, or
+    /// [`Error::InvalidInput`] for a key of 4 GiB or more (the readers' record limit is far
+    /// below).
     pub(crate) fn insert(&mut self, key: &[u8]) -> Result<()> {
-        if self.memory.contains(key) {
-            self.duplicates += 1;
-            if self.first_duplicate.is_none() {
-                self.first_duplicate = Some(key.into());
+        let len = u32::try_from(key.len()).map_err(|_| Error::invalid("grain key", "(a key)", "is 4 GiB or longer"))?;
+        // A table that must grow, or an arena that must reallocate (or pass 4 GiB), past the
+        // limit spills first, so the limit bounds what is allocated, not only what is used.
+        let table_full = self.table.len() == self.table.capacity();
+        let arena_needed = self.arena.len() + LEN_BYTES + key.len();
+        let arena_grows = arena_needed > self.arena.capacity();
+        if !self.table.is_empty() && (table_full || arena_grows) {
+            let next_table = if table_full { (self.table.capacity() * 2).max(4) } else { self.table.capacity() };
+            let next_arena = if arena_grows { (self.arena.capacity() * 2).max(arena_needed) } else { self.arena.capacity() };
+            if next_arena + table_bytes(next_table) > self.memory_bytes_max || u32::try_from(arena_needed).is_err() {
+                self.spill_run()?;
             }
-            return Ok(());
         }
-        self.memory_bytes += key.len() + KEY_OVERHEAD_BYTES;
-        self.memory.insert(key.into());
-        if self.memory_bytes >= self.memory_bytes_max {
-            self.spill_run()?;
+        let tag = (self.hasher.hash_one(key) >> 32) as u32;
+        let arena = &self.arena;
+        let entry = self.table.entry(table_hash(tag), |e| e.tag == tag && key_at(arena, e.offset as usize) == key, |e| table_hash(e.tag));
+        match entry {
+            hashbrown::hash_table::Entry::Occupied(_) => {
+                self.duplicates += 1;
+                if self.first_duplicate.is_none() {
+                    self.first_duplicate = Some(key.into());
+                }
+            }
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                // Below 4 GiB: checked above (an empty arena starts at 0).
+                let offset = u32::try_from(self.arena.len()).unwrap_or(u32::MAX);
+                vacant.insert(Entry { tag, offset });
+                self.arena.extend_from_slice(&len.to_le_bytes());
+                self.arena.extend_from_slice(key);
+            }
         }
         Ok(())
     }
@@ -96,23 +159,23 @@ impl KeySet {
         };
         let path = dir.path().join(format!("run-{}", self.runs.len()));
         self.spill = Some(dir);
-        let mut keys: Vec<Box<[u8]>> = self.memory.drain().collect();
-        keys.sort_unstable();
+        let arena = std::mem::take(&mut self.arena);
+        let mut offsets: Vec<usize> = self.table.drain().map(|e| e.offset as usize).collect();
+        // Give the table's memory back too: the next chunk starts small.
+        self.table = HashTable::new();
+        offsets.sort_unstable_by(|a, b| key_at(&arena, *a).cmp(key_at(&arena, *b)));
         let file = File::create(&path).map_err(|e| Error::io(format!("creating key spill run {}", path.display()), e))?;
         let mut out = BufWriter::with_capacity(RUN_READ_BUFFER_BYTES, file);
         let write = |out: &mut BufWriter<File>| -> io::Result<()> {
-            for key in &keys {
-                let len = u32::try_from(key.len()).map_err(|_| io::Error::other("key longer than 4 GiB"))?;
-                out.write_all(&len.to_le_bytes())?;
-                out.write_all(key)?;
+            for &offset in &offsets {
+                // The arena holds each key with its length prefix: the run's record as it is.
+                let key = key_at(&arena, offset);
+                out.write_all(&arena[offset..offset + LEN_BYTES + key.len()])?;
             }
             out.flush()
         };
         write(&mut out).map_err(|e| Error::io(format!("writing key spill run {}", path.display()), e))?;
         self.runs.push(path);
-        self.memory_bytes = 0;
-        // Give the table's memory back too: the next chunk starts small.
-        self.memory = HashSet::new();
         Ok(())
     }
 
@@ -124,7 +187,7 @@ impl KeySet {
         if self.runs.is_empty() {
             return Ok(Duplicates { count: self.duplicates, first: self.first_duplicate.map(Vec::from), runs_spilled: 0 });
         }
-        if !self.memory.is_empty() {
+        if !self.table.is_empty() {
             self.spill_run()?;
         }
         let mut readers = Vec::with_capacity(self.runs.len());
@@ -204,7 +267,7 @@ mod tests {
         let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let in_memory = run(&refs, 1 << 30);
         let spilled = run(&refs, 4096);
-        assert!(spilled.runs_spilled > 5, "the small limit must spill");
+        assert!(spilled.runs_spilled > 5, "the small limit must spill: {spilled:?}");
         assert_eq!(in_memory.count, 500);
         assert_eq!(spilled.count, 500);
         assert!(spilled.first.is_some());

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::grain::{DataFormat, Grain};
 use crate::model::{FileEntry, GateFailure};
 use crate::rules::digest::RowDigest;
+pub(crate) use crate::rules::digest::encode_key;
 
 /// Rows per Parquet batch.
 #[cfg_attr(not(feature = "parquet"), allow(dead_code, reason = "used by the parquet reader only"))]
@@ -74,19 +75,23 @@ impl Sink {
         }
     }
 
-    /// One readable row: its key texts (grain key order) and measure.
+    /// Starts a row: the cleared buffer the reader encodes the row's keys into, in the
+    /// grain's key order, each with [`encode_key`] (UTF-8 text only). Then [`Sink::end_row`]
+    /// adds the row, or [`Sink::rejected_row`] rejects it.
+    pub(crate) fn start_row(&mut self) -> &mut Vec<u8> {
+        self.key_buffer.clear();
+        &mut self.key_buffer
+    }
+
+    /// Adds the row whose keys [`Sink::start_row`]'s buffer holds, with its measure.
     ///
     /// # Errors
-    /// [`Error::Io`] if the key set cannot spill.
-    pub(crate) fn row(&mut self, keys: &[&str], measure: i64) -> Result<()> {
+    /// [`Error::Io`] if the key set cannot spill; [`Error::InvalidInput`] if the buffer does
+    /// not hold one key per grain key (a reader's bug).
+    pub(crate) fn end_row(&mut self, measure: i64) -> Result<()> {
         self.rows += 1;
-        self.key_buffer.clear();
-        for key in keys {
-            self.key_buffer.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
-            self.key_buffer.extend_from_slice(key.as_bytes());
-        }
         self.keys.insert(&self.key_buffer)?;
-        self.digest.add_row(keys, measure)?;
+        self.digest.add_encoded(&self.key_buffer, measure)?;
         // An i128 cannot overflow from adding fewer than 2^64 values of an i64.
         self.total += i128::from(measure);
         Ok(())
@@ -129,7 +134,7 @@ impl Sink {
     }
 }
 
-/// Splits an encoded key (`u32 LE length + bytes` per column) back into texts.
+/// Splits an encoded key ([`encode_key`] per column) back into texts.
 fn decode_key(mut encoded: &[u8]) -> Vec<String> {
     let mut out = Vec::new();
     while let Some((len, rest)) = encoded.split_first_chunk::<4>() {

@@ -7,7 +7,6 @@
 //! cannot decode is `UnparsableRow` at that row group; a footer that claims more rows than
 //! the data holds is `MalformedFile`.
 
-use std::fmt::Write as _;
 use std::fs::File;
 
 use arrow_array::cast::AsArray;
@@ -16,7 +15,7 @@ use arrow_array::{Array, ArrayRef};
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::{PARQUET_BATCH_ROWS, Sink, column_positions, grain_columns_sorted};
+use super::{PARQUET_BATCH_ROWS, Sink, column_positions, encode_key, grain_columns_sorted};
 use crate::error::Result;
 use crate::grain::Grain;
 use crate::model::GateFailure;
@@ -44,62 +43,122 @@ fn measure_type_supported(t: &DataType) -> bool {
     is_integer(t) || matches!(t, DataType::Decimal128(_, _))
 }
 
-/// The integer at `row` of an integer array (`None` for null).
-fn integer_at(array: &ArrayRef, row: usize) -> Option<i128> {
-    if array.is_null(row) {
-        return None;
+/// The values of an integer array widened to `i64` (signed types) or `u64` (unsigned types),
+/// once per batch; `None` for a non-integer type.
+enum Integers {
+    Signed(Vec<i64>),
+    Unsigned(Vec<u64>),
+}
+
+fn integers(array: &ArrayRef) -> Option<Integers> {
+    fn signed<T: arrow_array::ArrowPrimitiveType>(array: &ArrayRef) -> Integers
+    where
+        T::Native: Into<i64>,
+    {
+        Integers::Signed(array.as_primitive::<T>().values().iter().map(|&v| v.into()).collect())
+    }
+    fn unsigned<T: arrow_array::ArrowPrimitiveType>(array: &ArrayRef) -> Integers
+    where
+        T::Native: Into<u64>,
+    {
+        Integers::Unsigned(array.as_primitive::<T>().values().iter().map(|&v| v.into()).collect())
     }
     Some(match array.data_type() {
-        DataType::Int8 => i128::from(array.as_primitive::<Int8Type>().value(row)),
-        DataType::Int16 => i128::from(array.as_primitive::<Int16Type>().value(row)),
-        DataType::Int32 => i128::from(array.as_primitive::<Int32Type>().value(row)),
-        DataType::Int64 => i128::from(array.as_primitive::<Int64Type>().value(row)),
-        DataType::UInt8 => i128::from(array.as_primitive::<UInt8Type>().value(row)),
-        DataType::UInt16 => i128::from(array.as_primitive::<UInt16Type>().value(row)),
-        DataType::UInt32 => i128::from(array.as_primitive::<UInt32Type>().value(row)),
-        DataType::UInt64 => i128::from(array.as_primitive::<UInt64Type>().value(row)),
+        DataType::Int8 => signed::<Int8Type>(array),
+        DataType::Int16 => signed::<Int16Type>(array),
+        DataType::Int32 => signed::<Int32Type>(array),
+        DataType::Int64 => signed::<Int64Type>(array),
+        DataType::UInt8 => unsigned::<UInt8Type>(array),
+        DataType::UInt16 => unsigned::<UInt16Type>(array),
+        DataType::UInt32 => unsigned::<UInt32Type>(array),
+        DataType::UInt64 => unsigned::<UInt64Type>(array),
         _ => return None,
     })
 }
 
-/// Writes the key at `row` as canonical text into `out`; false for null.
-fn key_text(array: &ArrayRef, row: usize, out: &mut String) -> bool {
-    out.clear();
-    if array.is_null(row) {
-        return false;
-    }
-    match array.data_type() {
-        DataType::Utf8 => out.push_str(array.as_string::<i32>().value(row)),
-        DataType::LargeUtf8 => out.push_str(array.as_string::<i64>().value(row)),
-        DataType::Utf8View => out.push_str(array.as_string_view().value(row)),
-        _ => match integer_at(array, row) {
-            Some(value) => {
-                let _ = write!(out, "{value}");
-            }
-            None => return false,
-        },
-    }
-    true
+/// One key column of a batch, its type resolved once per batch.
+enum KeyValues<'a> {
+    Utf8(&'a arrow_array::StringArray),
+    LargeUtf8(&'a arrow_array::LargeStringArray),
+    View(&'a arrow_array::StringViewArray),
+    Integers(Integers),
 }
 
-/// The measure at `row` in `10^-scale` units: `Ok(None)` for null, `Err` if not representable.
-fn measure_at(array: &ArrayRef, row: usize, scale: u32) -> std::result::Result<Option<i64>, String> {
-    if array.is_null(row) {
-        return Ok(None);
+struct KeyColumn<'a> {
+    values: KeyValues<'a>,
+    nulls: Option<&'a arrow_buffer::NullBuffer>,
+}
+
+impl<'a> KeyColumn<'a> {
+    /// `None` for a type the schema check refused (not reached).
+    fn of(array: &'a ArrayRef) -> Option<KeyColumn<'a>> {
+        let values = match array.data_type() {
+            DataType::Utf8 => KeyValues::Utf8(array.as_string::<i32>()),
+            DataType::LargeUtf8 => KeyValues::LargeUtf8(array.as_string::<i64>()),
+            DataType::Utf8View => KeyValues::View(array.as_string_view()),
+            _ => KeyValues::Integers(integers(array)?),
+        };
+        Some(KeyColumn { values, nulls: array.nulls() })
     }
-    match array.data_type() {
-        DataType::Decimal128(_, from) => {
-            let unscaled = array.as_primitive::<Decimal128Type>().value(row);
-            rescale_decimal(unscaled, *from, scale)
-                .map(Some)
-                .ok_or_else(|| format!("decimal {unscaled}e-{from} is not exact at scale {scale} or does not fit a 64-bit integer"))
+
+    /// Encodes the key at `row` as canonical text into `out`; false for null.
+    fn encode(&self, row: usize, out: &mut Vec<u8>, digits: &mut itoa::Buffer) -> bool {
+        if self.nulls.is_some_and(|n| n.is_null(row)) {
+            return false;
         }
-        _ => match integer_at(array, row) {
-            Some(value) => {
-                scale_integer(value, scale).map(Some).ok_or_else(|| format!("{value} does not fit a 64-bit integer at scale {scale}"))
+        match &self.values {
+            KeyValues::Utf8(a) => encode_key(out, a.value(row).as_bytes()),
+            KeyValues::LargeUtf8(a) => encode_key(out, a.value(row).as_bytes()),
+            KeyValues::View(a) => encode_key(out, a.value(row).as_bytes()),
+            KeyValues::Integers(Integers::Signed(v)) => encode_key(out, digits.format(v[row]).as_bytes()),
+            KeyValues::Integers(Integers::Unsigned(v)) => encode_key(out, digits.format(v[row]).as_bytes()),
+        }
+        true
+    }
+}
+
+/// The measure column of a batch, its type resolved once per batch.
+enum MeasureValues<'a> {
+    Decimal(&'a [i128], i8),
+    Integers(Integers),
+}
+
+struct MeasureColumn<'a> {
+    values: MeasureValues<'a>,
+    nulls: Option<&'a arrow_buffer::NullBuffer>,
+    scale: u32,
+}
+
+impl<'a> MeasureColumn<'a> {
+    fn of(array: &'a ArrayRef, scale: u32) -> Option<MeasureColumn<'a>> {
+        let values = match array.data_type() {
+            DataType::Decimal128(_, from) => MeasureValues::Decimal(array.as_primitive::<Decimal128Type>().values(), *from),
+            _ => MeasureValues::Integers(integers(array)?),
+        };
+        Some(MeasureColumn { values, nulls: array.nulls(), scale })
+    }
+
+    /// The measure at `row` in `10^-scale` units: `Ok(None)` for null, `Err` if not
+    /// representable.
+    fn at(&self, row: usize) -> std::result::Result<Option<i64>, String> {
+        if self.nulls.is_some_and(|n| n.is_null(row)) {
+            return Ok(None);
+        }
+        let scale = self.scale;
+        let integer = |value: i128| {
+            scale_integer(value, scale).map(Some).ok_or_else(|| format!("{value} does not fit a 64-bit integer at scale {scale}"))
+        };
+        match &self.values {
+            MeasureValues::Decimal(values, from) => {
+                let unscaled = values[row];
+                rescale_decimal(unscaled, *from, scale)
+                    .map(Some)
+                    .ok_or_else(|| format!("decimal {unscaled}e-{from} is not exact at scale {scale} or does not fit a 64-bit integer"))
             }
-            None => Ok(None),
-        },
+            MeasureValues::Integers(Integers::Signed(v)) if scale == 0 => Ok(Some(v[row])),
+            MeasureValues::Integers(Integers::Signed(v)) => integer(i128::from(v[row])),
+            MeasureValues::Integers(Integers::Unsigned(v)) => integer(i128::from(v[row])),
+        }
     }
 }
 
@@ -160,7 +219,7 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
     let mut group = 0usize;
     let mut group_end = group_rows.first().copied().unwrap_or(0);
     let mut rows_read: i64 = 0;
-    let mut key_buffers: Vec<String> = vec![String::new(); key_positions.len()];
+    let mut digits = itoa::Buffer::new();
     for batch in reader {
         let batch = match batch {
             Ok(batch) => batch,
@@ -173,8 +232,14 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
                 return Ok(());
             }
         };
-        let key_columns: Vec<&ArrayRef> = key_positions.iter().map(|&p| batch.column(p)).collect();
-        let measure_column = batch.column(measure_position);
+        let key_columns: Option<Vec<KeyColumn<'_>>> = key_positions.iter().map(|&p| KeyColumn::of(batch.column(p))).collect();
+        let measure_column = MeasureColumn::of(batch.column(measure_position), grain.measure_scale);
+        let (Some(key_columns), Some(measure_column)) = (key_columns, measure_column) else {
+            // The schema check admitted only these types; a batch of another type is a file
+            // whose data contradicts its schema.
+            sink.file_failure(malformed("a batch's column types differ from the file's schema".to_owned()));
+            return Ok(());
+        };
         for row in 0..batch.num_rows() {
             while rows_read >= group_end && group + 1 < group_rows.len() {
                 group += 1;
@@ -183,21 +248,14 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
             let row_in_group = rows_read - (group_end - group_rows.get(group).copied().unwrap_or(0));
             rows_read += 1;
             let location = || format!("row group {group}, row {row_in_group}");
-            let mut missing = None;
-            for ((column, buffer), name) in key_columns.iter().zip(key_buffers.iter_mut()).zip(&grain.keys) {
-                if !key_text(column, row, buffer) && missing.is_none() {
-                    missing = Some(name.clone());
-                }
-            }
-            if let Some(column) = missing {
-                sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column });
+            let keys = sink.start_row();
+            let missing = key_columns.iter().zip(&grain.keys).find(|(column, _)| !column.encode(row, keys, &mut digits));
+            if let Some((_, name)) = missing {
+                sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column: name.clone() });
                 continue;
             }
-            match measure_at(measure_column, row, grain.measure_scale) {
-                Ok(Some(measure)) => {
-                    let keys: Vec<&str> = key_buffers.iter().map(String::as_str).collect();
-                    sink.row(&keys, measure)?;
-                }
+            match measure_column.at(row) {
+                Ok(Some(measure)) => sink.end_row(measure)?,
                 Ok(None) => sink.rejected_row(GateFailure::UnparsableRow {
                     path: rel.to_owned(),
                     location: location(),

@@ -5,6 +5,9 @@
 //! integer measure); this module encodes each row canonically, hashes it and adds the hash
 //! into a 256-bit sum. Nothing here knows about files or formats.
 
+use sha2::compress256;
+use sha2::digest::generic_array::GenericArray;
+#[cfg(test)]
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, Result};
@@ -16,12 +19,20 @@ const TAG_KEY: u8 = 0x01;
 const TAG_MEASURE: u8 = 0x02;
 
 /// Where each column of the grain goes in the canonical (name-ordered) encoding.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 enum Slot {
     /// The key at this index of `Grain::keys`.
     Key(usize),
     Measure,
 }
+
+/// The SHA-256 block size: the header is padded to a multiple of it.
+const BLOCK_BYTES: usize = 64;
+/// SHA-256's initial hash value (FIPS 180-4, 5.3.3). The rows' hashes are computed with the
+/// `sha2` crate's compression function from the state after the header (a whole number of
+/// blocks), with the standard padding; a unit test checks them against `Sha256::digest` of the
+/// whole encoding.
+const SHA256_INITIAL: [u32; 8] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19];
 
 /// The canonical digest of a partition's rows, computed in one pass with constant memory.
 ///
@@ -29,12 +40,16 @@ enum Slot {
 /// are split across files, and of the file format (CSV and Parquet holding the same rows
 /// give the same digest). Other tools can compute it from this description.
 ///
-/// **Canonical row encoding.** The grain's columns (its keys and its measure) are taken in
-/// ascending byte order of their names. For each column, in that order: the name's length as
-/// `u32` big-endian and the name's UTF-8 bytes, then
-/// - for a key: tag byte `0x01`, the text's length as `u32` BE, the text's UTF-8 bytes;
-/// - for the measure: tag byte `0x02`, the declared scale as `u32` BE, the value as `i64` BE
-///   (two's complement) in `10^-scale` units.
+/// **Canonical row encoding.** A row's encoding is a *header*, the same for every row of the
+/// grain, followed by the row's *values*. The grain's columns (its keys and its measure) are
+/// taken in ascending byte order of their names.
+/// - Header: the number of columns as `u32` big-endian; then for each column in that order the
+///   name's length as `u32` BE, the name's UTF-8 bytes and a tag byte, `0x01` for a key or
+///   `0x02` for the measure, the measure's tag followed by the declared scale as `u32` BE; then
+///   zero bytes up to the next multiple of 64 bytes (one SHA-256 block, so an implementation
+///   can hash the header once and continue from that state for every row).
+/// - Values, in the same column order: for a key the text's length as `u32` BE and the text's
+///   UTF-8 bytes; for the measure the value as `i64` BE (two's complement) in `10^-scale` units.
 ///
 /// **Text normalisation.** None: key text is taken byte for byte (no trimming, no case
 /// folding, no Unicode normalisation) and must be valid UTF-8; an empty CSV field or a Parquet
@@ -46,10 +61,10 @@ enum Slot {
 /// by `10^scale`; a `DECIMAL(p, s)` is rescaled exactly to the declared scale. Floating-point
 /// columns are refused.
 ///
-/// **Digest.** Each row's SHA-256 over its encoding is read as a 256-bit big-endian unsigned
-/// integer; the hashes of all rows are added modulo 2^256. The digest text is
-/// `ms256:<rows>:<the sum as 64 lowercase hex digits>`. A duplicated row adds its hash twice,
-/// so multiplicity counts. Rejected rows are not part of it.
+/// **Digest.** Each row's SHA-256 over its encoding (header and values) is read as a 256-bit
+/// big-endian unsigned integer; the hashes of all rows are added modulo 2^256. The digest text
+/// is `ms256:<rows>:<the sum as 64 lowercase hex digits>`. A duplicated row adds its hash
+/// twice, so multiplicity counts. Rejected rows are not part of it.
 ///
 /// ```
 /// use manifestdb::{DataFormat, Grain, RowDigest};
@@ -65,29 +80,68 @@ enum Slot {
 /// ```
 #[derive(Debug, Clone)]
 pub struct RowDigest {
-    /// The grain's columns in name order: (name, slot).
-    columns: Vec<(String, Slot)>,
-    scale: u32,
+    /// The grain's columns in name order.
+    slots: Vec<Slot>,
     key_count: usize,
+    /// The SHA-256 state after the header (a whole number of blocks): each row continues from
+    /// it.
+    after_header: [u32; 8],
+    /// The header's length in bytes (a multiple of 64), for the padding's length field.
+    header_bytes: u64,
     rows: u64,
     /// The sum modulo 2^256 as four 64-bit limbs, least significant first.
     sum: [u64; 4],
+    /// The row's values in name order (reused).
     buffer: Vec<u8>,
+    /// Where each key's text sits in an encoded key row (reused).
+    key_ranges: Vec<(usize, usize)>,
+    /// The keys of a row given as texts, encoded (reused).
+    encoded: Vec<u8>,
+}
+
+/// The canonical header of a grain (see [`RowDigest`]), padded to whole SHA-256 blocks.
+fn header(grain: &Grain) -> Vec<u8> {
+    let mut columns: Vec<(&str, Option<u32>)> = grain.keys.iter().map(|k| (k.as_str(), None)).collect();
+    columns.push((grain.measure.as_str(), Some(grain.measure_scale)));
+    columns.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    let mut out = Vec::with_capacity(BLOCK_BYTES);
+    push_len(&mut out, columns.len());
+    for (name, scale) in columns {
+        push_len(&mut out, name.len());
+        out.extend_from_slice(name.as_bytes());
+        match scale {
+            None => out.push(TAG_KEY),
+            Some(scale) => {
+                out.push(TAG_MEASURE);
+                out.extend_from_slice(&scale.to_be_bytes());
+            }
+        }
+    }
+    out.resize(out.len().div_ceil(BLOCK_BYTES) * BLOCK_BYTES, 0);
+    out
 }
 
 impl RowDigest {
     /// An empty digest (no rows) for the grain's columns.
     pub fn new(grain: &Grain) -> RowDigest {
-        let mut columns: Vec<(String, Slot)> = grain.keys.iter().enumerate().map(|(i, k)| (k.clone(), Slot::Key(i))).collect();
-        columns.push((grain.measure.clone(), Slot::Measure));
+        let mut columns: Vec<(&str, Slot)> = grain.keys.iter().enumerate().map(|(i, k)| (k.as_str(), Slot::Key(i))).collect();
+        columns.push((grain.measure.as_str(), Slot::Measure));
         columns.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let header = header(grain);
+        let mut after_header = SHA256_INITIAL;
+        for block in header.chunks_exact(BLOCK_BYTES) {
+            compress256(&mut after_header, std::slice::from_ref(GenericArray::from_slice(block)));
+        }
         RowDigest {
-            columns,
-            scale: grain.measure_scale,
+            header_bytes: header.len() as u64,
+            slots: columns.into_iter().map(|(_, slot)| slot).collect(),
             key_count: grain.keys.len(),
+            after_header,
             rows: 0,
             sum: [0; 4],
             buffer: Vec::with_capacity(128),
+            key_ranges: Vec::with_capacity(grain.keys.len()),
+            encoded: Vec::with_capacity(64),
         }
     }
 
@@ -104,25 +158,67 @@ impl RowDigest {
                 format!("has {} key texts, the grain has {} keys", keys.len(), self.key_count),
             ));
         }
+        let mut encoded = std::mem::take(&mut self.encoded);
+        encoded.clear();
+        for key in keys {
+            encode_key(&mut encoded, key.as_bytes());
+        }
+        let outcome = self.add_encoded(&encoded, measure);
+        self.encoded = encoded;
+        outcome
+    }
+
+    /// Adds one row whose keys are already encoded in the grain's key order as `u32` LE
+    /// length and bytes each ([`encode_key`]), the form the readers build for the key set.
+    /// The key bytes must be UTF-8 (the readers check it).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if `encoded` does not hold exactly one key per grain key.
+    pub(crate) fn add_encoded(&mut self, encoded: &[u8], measure: i64) -> Result<()> {
+        self.key_ranges.clear();
+        let mut rest = encoded;
+        let mut at = 0;
+        while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+            let len = u32::from_le_bytes(*len) as usize;
+            if len > tail.len() {
+                break;
+            }
+            self.key_ranges.push((at + 4, at + 4 + len));
+            at += 4 + len;
+            rest = &tail[len..];
+        }
+        if self.key_ranges.len() != self.key_count || !rest.is_empty() {
+            return Err(Error::invalid("row", "(encoded keys)", format!("does not hold exactly {} keys", self.key_count)));
+        }
         self.buffer.clear();
-        for (name, slot) in &self.columns {
-            push_len(&mut self.buffer, name.len());
-            self.buffer.extend_from_slice(name.as_bytes());
-            match slot {
+        for slot in &self.slots {
+            match *slot {
                 Slot::Key(i) => {
-                    self.buffer.push(TAG_KEY);
-                    push_len(&mut self.buffer, keys[*i].len());
-                    self.buffer.extend_from_slice(keys[*i].as_bytes());
+                    let (start, end) = self.key_ranges[i];
+                    push_len(&mut self.buffer, end - start);
+                    self.buffer.extend_from_slice(&encoded[start..end]);
                 }
-                Slot::Measure => {
-                    self.buffer.push(TAG_MEASURE);
-                    self.buffer.extend_from_slice(&self.scale.to_be_bytes());
-                    self.buffer.extend_from_slice(&measure.to_be_bytes());
-                }
+                Slot::Measure => self.buffer.extend_from_slice(&measure.to_be_bytes()),
             }
         }
-        let hash: [u8; 32] = Sha256::digest(&self.buffer).into();
-        self.add_hash(&hash);
+        // SHA-256's padding: 0x80, zeros, the message's length in bits as u64 BE, to a whole
+        // number of blocks.
+        let bits = (self.header_bytes + self.buffer.len() as u64) * 8;
+        self.buffer.push(0x80);
+        let padded = (self.buffer.len() + 8).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+        self.buffer.resize(padded - 8, 0);
+        self.buffer.extend_from_slice(&bits.to_be_bytes());
+        let mut state = self.after_header;
+        for block in self.buffer.chunks_exact(BLOCK_BYTES) {
+            compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(block)));
+        }
+        // The hash read as a 256-bit big-endian integer: word 0 is the most significant.
+        self.add_limbs([
+            u64::from(state[6]) << 32 | u64::from(state[7]),
+            u64::from(state[4]) << 32 | u64::from(state[5]),
+            u64::from(state[2]) << 32 | u64::from(state[3]),
+            u64::from(state[0]) << 32 | u64::from(state[1]),
+        ]);
         self.rows += 1;
         Ok(())
     }
@@ -130,24 +226,15 @@ impl RowDigest {
     /// Adds another digest's rows (of the same grain): the digest of the union of two
     /// multisets, so per-file digests combine into the partition's.
     pub fn merge(&mut self, other: &RowDigest) {
-        let mut carry = 0u64;
-        for (limb, add) in self.sum.iter_mut().zip(other.sum) {
-            let (s1, c1) = limb.overflowing_add(add);
-            let (s2, c2) = s1.overflowing_add(carry);
-            *limb = s2;
-            carry = u64::from(c1) + u64::from(c2);
-        }
+        self.add_limbs(other.sum);
         self.rows += other.rows;
     }
 
-    fn add_hash(&mut self, hash: &[u8; 32]) {
+    /// Adds a 256-bit value given as limbs, least significant first, modulo 2^256.
+    fn add_limbs(&mut self, limbs: [u64; 4]) {
         let mut carry = 0u64;
-        for (i, limb) in self.sum.iter_mut().enumerate() {
-            // Limb i (least significant first) is bytes [24 - 8i, 32 - 8i) of the big-endian hash.
-            let start = 24 - 8 * i;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(&hash[start..start + 8]);
-            let (s1, c1) = limb.overflowing_add(u64::from_be_bytes(word));
+        for (limb, add) in self.sum.iter_mut().zip(limbs) {
+            let (s1, c1) = limb.overflowing_add(add);
             let (s2, c2) = s1.overflowing_add(carry);
             *limb = s2;
             carry = u64::from(c1) + u64::from(c2);
@@ -167,6 +254,13 @@ impl RowDigest {
         }
         out
     }
+}
+
+/// Appends one key in the readers' encoding (`u32` LE length, bytes), the form of a key row
+/// for the key set and [`RowDigest::add_encoded`].
+pub(crate) fn encode_key(out: &mut Vec<u8>, key: &[u8]) {
+    out.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+    out.extend_from_slice(key);
 }
 
 fn push_len(buffer: &mut Vec<u8>, len: usize) {
@@ -223,6 +317,7 @@ pub fn parse_measure(text: &str, scale: u32) -> Result<i64, String> {
 }
 
 /// Scales an integer by `10^scale`, or `None` on overflow.
+#[cfg_attr(not(feature = "parquet"), allow(dead_code, reason = "used by the parquet reader only"))]
 pub(crate) fn scale_integer(value: i128, scale: u32) -> Option<i64> {
     let factor = 10i128.checked_pow(scale)?;
     i64::try_from(value.checked_mul(factor)?).ok()
@@ -230,6 +325,7 @@ pub(crate) fn scale_integer(value: i128, scale: u32) -> Option<i64> {
 
 /// Rescales a decimal `unscaled * 10^-from` to `10^-to` units exactly, or `None` if digits
 /// would be lost or the value does not fit an `i64`.
+#[cfg_attr(not(feature = "parquet"), allow(dead_code, reason = "used by the parquet reader only"))]
 pub(crate) fn rescale_decimal(unscaled: i128, from: i8, to: u32) -> Option<i64> {
     let to = i64::from(to);
     let from = i64::from(from);
@@ -266,31 +362,82 @@ mod tests {
         // One row, checked against an encoding built by hand from the documentation.
         let mut d = RowDigest::new(&grain());
         d.add_row(&["s1", "i9"], -3).unwrap();
-        let mut expected = Vec::new();
-        for (name, tag, payload) in [
-            ("item", TAG_KEY, [2u32.to_be_bytes().to_vec(), b"i9".to_vec()].concat()),
-            ("store", TAG_KEY, [2u32.to_be_bytes().to_vec(), b"s1".to_vec()].concat()),
-            ("units", TAG_MEASURE, [0u32.to_be_bytes().to_vec(), (-3i64).to_be_bytes().to_vec()].concat()),
-        ] {
-            expected.extend_from_slice(&(name.len() as u32).to_be_bytes());
-            expected.extend_from_slice(name.as_bytes());
-            expected.push(tag);
-            expected.extend_from_slice(&payload);
+        let mut header = 3u32.to_be_bytes().to_vec();
+        for (name, tag) in [("item", TAG_KEY), ("store", TAG_KEY), ("units", TAG_MEASURE)] {
+            header.extend_from_slice(&(name.len() as u32).to_be_bytes());
+            header.extend_from_slice(name.as_bytes());
+            header.push(tag);
         }
-        let hash: [u8; 32] = Sha256::digest(&expected).into();
+        header.extend_from_slice(&0u32.to_be_bytes()); // the measure's scale
+        assert_eq!(header.len(), 37);
+        header.resize(64, 0);
+        let mut values = Vec::new();
+        values.extend_from_slice(&2u32.to_be_bytes());
+        values.extend_from_slice(b"i9");
+        values.extend_from_slice(&2u32.to_be_bytes());
+        values.extend_from_slice(b"s1");
+        values.extend_from_slice(&(-3i64).to_be_bytes());
+        let hash: [u8; 32] = Sha256::digest([header, values].concat()).into();
         let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(d.finish(), format!("ms256:1:{hex}"));
     }
 
     #[test]
+    fn values_longer_than_one_block_hash_as_the_whole_encoding() {
+        // Values of 0 to 200 bytes: the padding crosses every block boundary once.
+        for len in [0usize, 40, 41, 47, 48, 55, 56, 63, 64, 119, 120, 200] {
+            let text = "k".repeat(len.max(1));
+            let mut d = RowDigest::new(&grain());
+            d.add_row(&[&text, "i"], 7).unwrap();
+            let mut encoding = header(&grain());
+            for key in ["i", text.as_str()] {
+                encoding.extend_from_slice(&(key.len() as u32).to_be_bytes());
+                encoding.extend_from_slice(key.as_bytes());
+            }
+            encoding.extend_from_slice(&7i64.to_be_bytes());
+            let hash: [u8; 32] = Sha256::digest(&encoding).into();
+            let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(d.finish(), format!("ms256:1:{hex}"), "key of {len} bytes");
+        }
+    }
+
+    #[test]
+    fn a_long_header_pads_to_whole_blocks_and_the_scale_counts() {
+        let long: Vec<String> = (0..9).map(|i| format!("key_column_{i}")).collect();
+        let names: Vec<&str> = long.iter().map(String::as_str).collect();
+        let grain = Grain::new(DataFormat::Csv, &names, "amount_cents");
+        assert_eq!(header(&grain).len() % BLOCK_BYTES, 0);
+        assert!(header(&grain).len() > BLOCK_BYTES);
+        let mut scaled = grain.clone();
+        scaled.measure_scale = 2;
+        let (mut a, mut b) = (RowDigest::new(&grain), RowDigest::new(&scaled));
+        let row: Vec<&str> = names.iter().map(|_| "x").collect();
+        a.add_row(&row, 5).unwrap();
+        b.add_row(&row, 5).unwrap();
+        assert_ne!(a.finish(), b.finish(), "the same integer at another scale is another value");
+    }
+
+    #[test]
+    fn encoded_keys_and_texts_give_the_same_digest_and_bad_encodings_are_refused() {
+        let (mut a, mut b) = (RowDigest::new(&grain()), RowDigest::new(&grain()));
+        a.add_row(&["s1", "i9"], 4).unwrap();
+        let mut encoded = Vec::new();
+        encode_key(&mut encoded, b"s1");
+        encode_key(&mut encoded, b"i9");
+        b.add_encoded(&encoded, 4).unwrap();
+        assert_eq!(a.finish(), b.finish());
+        assert!(b.add_encoded(&encoded[..encoded.len() - 1], 4).is_err());
+        encode_key(&mut encoded, b"extra");
+        assert!(b.add_encoded(&encoded, 4).is_err());
+        assert!(a.add_row(&["only one"], 4).is_err());
+        assert_eq!(b.rows(), 1);
+    }
+
+    #[test]
     fn sum_wraps_modulo_2_pow_256_with_carries() {
         let mut d = RowDigest::new(&grain());
-        d.add_hash(&[0xff; 32]);
-        d.add_hash(&{
-            let mut one = [0u8; 32];
-            one[31] = 1;
-            one
-        });
+        d.add_limbs([u64::MAX; 4]);
+        d.add_limbs([1, 0, 0, 0]);
         assert_eq!(d.sum, [0; 4]);
     }
 

@@ -65,7 +65,7 @@ pub struct StoreOptions {
     /// that file, so a 2 GiB line costs no more memory than this. Default 16 MiB.
     pub csv_record_bytes_max: usize,
     /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
-    /// grain keys, in bytes (key bytes plus about 48 bytes per key). Past it the set is sorted
+    /// grain keys, in bytes (the allocated key arena and hash table). Past it the set is sorted
     /// and spilled to a private directory under the staging root, and the runs are merged at
     /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
