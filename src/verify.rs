@@ -273,8 +273,14 @@ impl Snapshot {
     }
 }
 
+/// An attempt's key fields: dataset, run, partition, attempt number.
+type AttemptKey = (String, String, String, u32);
+
+/// A task's attempts, in attempt order: a slice of [`Tables::attempts`].
+type Attempts = [(AttemptKey, AttemptRecord)];
+
 /// Every table decoded, each as a list sorted by the parsed key fields (redb returns the keys in
-/// that order already, so building one is a push per record and a sort that finds one run).
+/// that order already, so building one is a push per record; see [`Sorted`]).
 ///
 /// Lists, not ordered maps: a search tree costs O(log n) comparisons of text tuples per insert
 /// and per lookup, so a walk over it grows faster than the store (10.5 times the instructions
@@ -283,34 +289,74 @@ impl Snapshot {
 #[derive(Default)]
 struct Tables {
     format_seen: bool,
-    runs: Vec<((String, String), RunRecord)>,
-    tasks: Vec<((String, String, String), TaskRecord)>,
-    attempts: Vec<((String, String, String, u32), AttemptRecord)>,
-    accepted: Vec<((String, String, String), u32)>,
-    versions: Vec<((String, String, u64), PartitionVersionRecord)>,
-    generations: Vec<((String, u64), GenerationRecord)>,
-    pointers: Vec<(String, u64)>,
-    digests: Vec<((String, String, String), DigestRecord)>,
-    effects: Vec<((String, String, String, String), EffectRecord)>,
-}
-
-/// Sorts `list` by key: linear for a list already in order, as one decoded from redb is. Keys
-/// are distinct, since each comes from a distinct stored key and parsing one is injective.
-fn sort_by_key<K: Ord, V>(list: &mut [(K, V)]) {
-    list.sort_by(|a, b| a.0.cmp(&b.0));
+    runs: Sorted<(String, String), RunRecord>,
+    tasks: Sorted<(String, String, String), TaskRecord>,
+    attempts: Sorted<AttemptKey, AttemptRecord>,
+    accepted: Sorted<(String, String, String), u32>,
+    versions: Sorted<(String, String, u64), PartitionVersionRecord>,
+    generations: Sorted<(String, u64), GenerationRecord>,
+    pointers: Sorted<String, u64>,
+    digests: Sorted<(String, String, String), DigestRecord>,
+    effects: Sorted<(String, String, String, String), EffectRecord>,
 }
 
 impl Tables {
     fn sort(&mut self) {
-        sort_by_key(&mut self.runs);
-        sort_by_key(&mut self.tasks);
-        sort_by_key(&mut self.attempts);
-        sort_by_key(&mut self.accepted);
-        sort_by_key(&mut self.versions);
-        sort_by_key(&mut self.generations);
-        sort_by_key(&mut self.pointers);
-        sort_by_key(&mut self.digests);
-        sort_by_key(&mut self.effects);
+        self.runs.sort();
+        self.tasks.sort();
+        self.attempts.sort();
+        self.accepted.sort();
+        self.versions.sort();
+        self.generations.sort();
+        self.pointers.sort();
+        self.digests.sort();
+        self.effects.sort();
+    }
+}
+
+/// A list of (key, record) sorted by key. redb returns a table's keys in order, and a key's
+/// bytes sort as its parsed fields do, so each push compares the new key with the last one
+/// only (both at hand) and the list is sorted at the end only if some key came out of order.
+/// Keys are distinct, since each comes from a distinct stored key and parsing one is injective.
+struct Sorted<K, V> {
+    list: Vec<(K, V)>,
+    in_order: bool,
+}
+
+impl<K: Ord, V> Sorted<K, V> {
+    fn push(&mut self, key: K, value: V) {
+        if self.list.last().is_some_and(|(last, _)| *last >= key) {
+            self.in_order = false;
+        }
+        self.list.push((key, value));
+    }
+
+    fn sort(&mut self) {
+        if !self.in_order {
+            self.list.sort_by(|a, b| a.0.cmp(&b.0));
+            self.in_order = true;
+        }
+    }
+}
+
+impl<K, V> Default for Sorted<K, V> {
+    fn default() -> Self {
+        Sorted { list: Vec::new(), in_order: true }
+    }
+}
+
+impl<K, V> std::ops::Deref for Sorted<K, V> {
+    type Target = [(K, V)];
+    fn deref(&self) -> &[(K, V)] {
+        &self.list
+    }
+}
+
+impl<'a, K, V> IntoIterator for &'a Sorted<K, V> {
+    type Item = &'a (K, V);
+    type IntoIter = std::slice::Iter<'a, (K, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
     }
 }
 
@@ -324,7 +370,7 @@ struct Index<'a> {
     tasks: HashSet<(&'a str, &'a str, &'a str)>,
     attempts: HashMap<(&'a str, &'a str, &'a str, u32), &'a AttemptRecord>,
     /// Each task's attempts, in attempt order: a slice of `Tables::attempts`.
-    attempts_of: HashMap<(&'a str, &'a str, &'a str), &'a [((String, String, String, u32), AttemptRecord)]>,
+    attempts_of: HashMap<(&'a str, &'a str, &'a str), &'a Attempts>,
     accepted: HashMap<(&'a str, &'a str, &'a str), u32>,
     generations: HashMap<(&'a str, u64), &'a GenerationRecord>,
     /// The oldest generation of each dataset still recorded (older ones expired).
@@ -370,7 +416,7 @@ impl<'a> Index<'a> {
     }
 
     /// The attempts of one task, in attempt order.
-    fn attempts_of(&self, d: &str, r: &str, p: &str) -> &'a [((String, String, String, u32), AttemptRecord)] {
+    fn attempts_of(&self, d: &str, r: &str, p: &str) -> &'a Attempts {
         self.attempts_of.get(&(d, r, p)).copied().unwrap_or(&[])
     }
 
@@ -418,22 +464,30 @@ impl Walk {
         self.report.findings.push(Finding { table, key: key.into(), message: message.into() });
     }
 
-    /// Decodes every record of `def`, reporting each one that fails; returns the good ones.
-    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def) -> Vec<(Vec<u8>, R)> {
-        self.decode_table_where(txn, def, |_| true)
+    /// Decodes every record of `def`, reporting each one that fails, and hands each good one
+    /// to `keep`, which parses its key and returns false if it cannot: those keys are reported
+    /// as malformed after the table's other findings. Nothing is collected in between, so the
+    /// walk holds each record once.
+    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
+        self.decode_table_where(txn, def, |_| true, keep)
     }
 
     /// As `decode_table`, for the keys `select` accepts; the others are decoded as a
     /// [`ViewsRecord`] (the one other record type a table holds: `meta_v1`'s `views` key).
-    fn decode_table_where<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, select: impl Fn(&[u8]) -> bool) -> Vec<(Vec<u8>, R)> {
-        let mut out = Vec::new();
+    fn decode_table_where<R: Checked>(
+        &mut self,
+        txn: &ReadTransaction,
+        def: Def,
+        select: impl Fn(&[u8]) -> bool,
+        mut keep: impl FnMut(&[u8], R) -> bool,
+    ) {
         let mut count = 0u64;
         let table = match txn.open_table(def.def()) {
             Ok(table) => table,
             Err(err) => {
                 self.find(def.name, "", format!("table cannot be opened: {err}"));
                 self.report.records.push((def.name, 0));
-                return out;
+                return;
             }
         };
         let iter = match table.iter() {
@@ -441,9 +495,10 @@ impl Walk {
             Err(err) => {
                 self.find(def.name, "", format!("table cannot be read: {err}"));
                 self.report.records.push((def.name, 0));
-                return out;
+                return;
             }
         };
+        let mut malformed = Vec::new();
         for item in iter {
             let (key, value) = match item {
                 Ok(pair) => pair,
@@ -453,33 +508,39 @@ impl Walk {
                 }
             };
             count += 1;
-            let key = key.value().to_vec();
-            if !select(&key) {
-                let other = codec::decode::<ViewsRecord>(def.name, &key, value.value());
+            let key = key.value();
+            if !select(key) {
+                let other = codec::decode::<ViewsRecord>(def.name, key, value.value());
                 match other.map(|r| r.check()) {
                     Ok(Ok(())) => {}
-                    Ok(Err(message)) => self.find(def.name, codec::printable_key(&key), format!("inconsistent record: {message}")),
-                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(&key), detail.to_string()),
-                    Err(other) => self.find(def.name, codec::printable_key(&key), other.to_string()),
+                    Ok(Err(message)) => self.find(def.name, codec::printable_key(key), format!("inconsistent record: {message}")),
+                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
+                    Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
                 }
                 continue;
             }
-            let decoded = codec::decode::<R>(def.name, &key, value.value()).and_then(|record| match record.check() {
+            let decoded = codec::decode::<R>(def.name, key, value.value()).and_then(|record| match record.check() {
                 Ok(()) => Ok(record),
                 Err(message) => Err(Error::Corrupted {
                     table: def.name,
-                    key: codec::printable_key(&key),
+                    key: codec::printable_key(key),
                     detail: crate::Corruption::Inconsistent { message },
                 }),
             });
             match decoded {
-                Ok(record) => out.push((key, record)),
-                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(&key), detail.to_string()),
-                Err(other) => self.find(def.name, codec::printable_key(&key), other.to_string()),
+                Ok(record) => {
+                    if !keep(key, record) {
+                        malformed.push(key.to_vec());
+                    }
+                }
+                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
+                Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
             }
         }
         self.report.records.push((def.name, count));
-        out
+        for key in malformed {
+            self.malformed(def, &key);
+        }
     }
 
     fn malformed(&mut self, def: Def, key: &[u8]) {
@@ -489,7 +550,17 @@ impl Walk {
     fn decode_all(&mut self, txn: &ReadTransaction) -> Tables {
         let mut t = Tables::default();
         debug_assert_eq!(ALL_TABLES.len(), 12, "verify walks every table; a new table needs its checks here");
-        for (key, record) in self.decode_table_where::<MetaRecord>(txn, META, |k| k != META_VIEWS_KEY) {
+        let mut meta: Vec<(Vec<u8>, MetaRecord)> = Vec::new();
+        self.decode_table_where(
+            txn,
+            META,
+            |k| k != META_VIEWS_KEY,
+            |key, record| {
+                meta.push((key.to_vec(), record));
+                true
+            },
+        );
+        for (key, record) in meta {
             if key == META_FORMAT_KEY {
                 t.format_seen = true;
                 if record.format_version != FORMAT_VERSION {
@@ -500,90 +571,46 @@ impl Walk {
         if !t.format_seen {
             self.find(META.name, "format", "the store has no format record");
         }
-        for (key, record) in self.decode_table::<RunRecord>(txn, RUNS) {
-            match text_fields(&key, 2).and_then(take::<2>) {
-                Some([d, r]) => {
-                    t.runs.push(((d, r), record));
-                }
-                None => self.malformed(RUNS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<TaskRecord>(txn, TASKS) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, r, p]) => {
-                    t.tasks.push(((d, r, p), record));
-                }
-                None => self.malformed(TASKS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<AttemptRecord>(txn, ATTEMPTS) {
-            match fields_and_number(&key, 3, 4).and_then(|(f, n)| Some((take::<3>(f)?, n))) {
-                Some(([d, r, p], n)) => {
-                    t.attempts.push(((d, r, p, n as u32), record));
-                }
-                None => self.malformed(ATTEMPTS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<AcceptedRecord>(txn, ACCEPTED) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, r, p]) => {
-                    t.accepted.push(((d, r, p), record.attempt));
-                }
-                None => self.malformed(ACCEPTED, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<PartitionVersionRecord>(txn, VERSIONS) {
-            match fields_and_number(&key, 2, 8).and_then(|(f, n)| Some((take::<2>(f)?, n))) {
-                Some(([d, p], n)) => {
-                    t.versions.push(((d, p, n), record));
-                }
-                None => self.malformed(VERSIONS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<GenerationRecord>(txn, GENERATIONS) {
-            match fields_and_number(&key, 1, 8).and_then(|(f, n)| Some((take::<1>(f)?, n))) {
-                Some(([d], n)) => {
-                    t.generations.push(((d, n), record));
-                }
-                None => self.malformed(GENERATIONS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<PointerRecord>(txn, POINTERS) {
-            match text_fields(&key, 1).and_then(take::<1>) {
-                Some([d]) => {
-                    t.pointers.push((d, record.generation));
-                }
-                None => self.malformed(POINTERS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<DigestRecord>(txn, DIGESTS) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, s, p]) => {
-                    t.digests.push(((d, s, p), record));
-                }
-                None => self.malformed(DIGESTS, &key),
-            }
-        }
+        self.decode_table::<RunRecord>(txn, RUNS, |key, record| {
+            text_fields(key, 2).and_then(take::<2>).map(|[d, r]| t.runs.push((d, r), record)).is_some()
+        });
+        self.decode_table::<TaskRecord>(txn, TASKS, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.tasks.push((d, r, p), record)).is_some()
+        });
+        self.decode_table::<AttemptRecord>(txn, ATTEMPTS, |key, record| {
+            fields_and_number(key, 3, 4)
+                .and_then(|(f, n)| Some((take::<3>(f)?, n)))
+                .map(|([d, r, p], n)| t.attempts.push((d, r, p, n as u32), record))
+                .is_some()
+        });
+        self.decode_table::<AcceptedRecord>(txn, ACCEPTED, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.accepted.push((d, r, p), record.attempt)).is_some()
+        });
+        self.decode_table::<PartitionVersionRecord>(txn, VERSIONS, |key, record| {
+            fields_and_number(key, 2, 8)
+                .and_then(|(f, n)| Some((take::<2>(f)?, n)))
+                .map(|([d, p], n)| t.versions.push((d, p, n), record))
+                .is_some()
+        });
+        self.decode_table::<GenerationRecord>(txn, GENERATIONS, |key, record| {
+            fields_and_number(key, 1, 8)
+                .and_then(|(f, n)| Some((take::<1>(f)?, n)))
+                .map(|([d], n)| t.generations.push((d, n), record))
+                .is_some()
+        });
+        self.decode_table::<PointerRecord>(txn, POINTERS, |key, record| {
+            text_fields(key, 1).and_then(take::<1>).map(|[d]| t.pointers.push(d, record.generation)).is_some()
+        });
+        self.decode_table::<DigestRecord>(txn, DIGESTS, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, s, p]| t.digests.push((d, s, p), record)).is_some()
+        });
         // Cleanup plans and their applied batches refer to paths and attempts that cleanup
         // may since have removed, so only their frames, records and key shapes are checked.
-        for (key, _) in self.decode_table::<CleanupPlanRecord>(txn, CLEANUP_PLANS) {
-            if key.len() != 8 {
-                self.malformed(CLEANUP_PLANS, &key);
-            }
-        }
-        for (key, _) in self.decode_table::<CleanupBatchRecord>(txn, CLEANUP_BATCHES) {
-            if key.len() != 12 {
-                self.malformed(CLEANUP_BATCHES, &key);
-            }
-        }
-        for (key, record) in self.decode_table::<EffectRecord>(txn, EFFECTS) {
-            match text_fields(&key, 4).and_then(take::<4>) {
-                Some([d, r, e, p]) => {
-                    t.effects.push(((d, r, e, p), record));
-                }
-                None => self.malformed(EFFECTS, &key),
-            }
-        }
+        self.decode_table::<CleanupPlanRecord>(txn, CLEANUP_PLANS, |key, _| key.len() == 8);
+        self.decode_table::<CleanupBatchRecord>(txn, CLEANUP_BATCHES, |key, _| key.len() == 12);
+        self.decode_table::<EffectRecord>(txn, EFFECTS, |key, record| {
+            text_fields(key, 4).and_then(take::<4>).map(|[d, r, e, p]| t.effects.push((d, r, e, p), record)).is_some()
+        });
         t.sort();
         t
     }
@@ -614,9 +641,11 @@ impl Walk {
             if let Some(g) = run.published_generation {
                 match index.generation(d, g) {
                     Some(generation) if generation.run == *r && generation.kind == GenerationKind::Publish => {}
-                    Some(generation) => {
-                        self.find(RUNS.name, key(), format!("run is published as generation {g}, which belongs to run {:?}", generation.run))
-                    }
+                    Some(generation) => self.find(
+                        RUNS.name,
+                        key(),
+                        format!("run is published as generation {g}, which belongs to run {:?}", generation.run),
+                    ),
                     None if index.expired(d, g) => {}
                     None => self.find(RUNS.name, key(), format!("run is published as generation {g}, which does not exist")),
                 }
@@ -742,10 +771,11 @@ impl Walk {
                         key(),
                         format!("run {:?} records generation {:?}, not this one", generation.run, run.published_generation),
                     ),
-                    None => self
-                        .report
-                        .notes
-                        .push(format!("generation {} was published by run {:?}, which no longer exists", key(), generation.run)),
+                    None => self.report.notes.push(format!(
+                        "generation {} was published by run {:?}, which no longer exists",
+                        key(),
+                        generation.run
+                    )),
                 }
             }
         }
