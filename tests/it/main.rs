@@ -17,6 +17,7 @@ mod io_errors;
 mod kill;
 mod publish;
 mod readers;
+mod redb_panics;
 mod retention;
 mod rule_holes;
 mod scenario;
