@@ -41,11 +41,17 @@ fn main() -> Res<()> {
                 run: run.clone(),
                 snapshot: format!("snap-{run}"),
                 tasks: vec![TaskSpec { partition: "p=0000000".into(), expected_rows: 0, expected_total: None }],
+                grain: None,
             };
             store.declare_run(&spec)?;
             let ticket = store.begin_attempt(&TaskKey::new("hist", &run, "p=0000000"))?;
-            let candidate =
-                Candidate { snapshot: spec.snapshot.clone(), rows: 0, total: None, digest: "sha256:0".into(), files: Vec::new() };
+            let candidate = Candidate {
+                snapshot: spec.snapshot.clone(),
+                rows: Some(0),
+                total: None,
+                digest: Some("sha256:0".into()),
+                files: Vec::new(),
+            };
             store.finish_attempt(&ticket.key, &candidate)?;
             if !store.validate_attempt(&ticket.key, FileCheck::Size)?.is_valid() {
                 return Err(format!("attempt {} is invalid", ticket.key).into());

@@ -1,6 +1,7 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
 mod damage;
+mod grain;
 mod maintain;
 mod operator;
 mod readonly;
