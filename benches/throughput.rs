@@ -631,25 +631,53 @@ fn md_build_history(store: &Store, dataset: &str, generations: usize) -> Res<()>
 }
 
 /// `verify` (records and references, without redb's integrity check, which reads the whole
-/// file whatever manifestdb does) on a store of its own holding one dataset with
-/// `generations` one-task generations: the median of 3 runs, in ms. Each generation adds one
-/// version entry, one generation record and one run with its task and attempt, so a linear
-/// verify grows with `generations` and a quadratic one with its square.
-fn md_verify_ms(dir: &Path, generations: usize) -> Res<f64> {
-    let store_dir = dir.join(format!("verify-{generations}"));
-    let mut store = Store::open(store_dir.join("store.redb"), store_dir.join("staging"))?;
-    md_build_history(&store, "hist", generations)?;
+/// file whatever manifestdb does) on two stores of their own, holding one dataset with 1,000
+/// and 8,000 one-task generations. Each generation adds one version entry, one generation
+/// record and one run with its task and attempt, so a linear verify costs 8 times as much on
+/// the second store, a quadratic one 64 times.
+///
+/// The two are timed side by side, alternately, 5 times each, and the median of each is put:
+/// wall time, and the thread's CPU time, which leaves out the time other processes of a shared
+/// machine hold the core (a run of 100 ms is preempted far more often than one of 10 ms, which
+/// inflates the wall-time ratio on a loaded machine). Instruction counts, the repeatable measure:
+/// `benches/examples/verify_scaling.rs` under callgrind.
+fn verify_figures(dir: &Path, report: &mut Report) -> Res<()> {
+    let open = |generations: usize| -> Res<Store> {
+        let store_dir = dir.join(format!("verify-{generations}"));
+        let store = Store::open(store_dir.join("store.redb"), store_dir.join("staging"))?;
+        md_build_history(&store, "hist", generations)?;
+        Ok(store)
+    };
+    let mut stores = [open(1_000)?, open(8_000)?];
     let options = VerifyOptions { integrity_check: false, ..VerifyOptions::default() };
-    let mut samples = Vec::new();
-    for _ in 0..3 {
-        let started = Instant::now();
-        let report = store.verify(&options)?;
-        samples.push(started.elapsed());
-        if !report.is_clean() {
-            return Err(format!("verify found problems in a fresh store: {report}").into());
+    let mut wall = [Vec::new(), Vec::new()];
+    let mut cpu = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (i, store) in stores.iter_mut().enumerate() {
+            let (started, cpu_started) = (Instant::now(), thread_cpu());
+            let report = store.verify(&options)?;
+            wall[i].push(started.elapsed());
+            cpu[i].push(thread_cpu().saturating_sub(cpu_started));
+            if !report.is_clean() {
+                return Err(format!("verify found problems in a fresh store: {report}").into());
+            }
         }
     }
-    Ok(median_ms(samples))
+    let [wall_1k, wall_8k] = wall;
+    let [cpu_1k, cpu_8k] = cpu;
+    report.put("verify_ms_1k_generations", median_ms(wall_1k), "ms (median of 5, wall)");
+    report.put("verify_ms_8k_generations", median_ms(wall_8k), "ms (median of 5, wall)");
+    report.put("verify_cpu_ms_1k_generations", median_ms(cpu_1k), "ms (median of 5, thread CPU)");
+    report.put("verify_cpu_ms_8k_generations", median_ms(cpu_8k), "ms (median of 5, thread CPU)");
+    report.ratio("verify_8k_vs_1k_generations", "verify_ms_8k_generations", "verify_ms_1k_generations");
+    report.ratio("verify_cpu_8k_vs_1k_generations", "verify_cpu_ms_8k_generations", "verify_cpu_ms_1k_generations");
+    Ok(())
+}
+
+/// The CPU time this thread has used so far.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec.try_into().unwrap_or(0), t.tv_nsec.try_into().unwrap_or(0))
 }
 
 /// Single-partition lookups per second through one read snapshot, over `partitions` keys.
@@ -942,6 +970,12 @@ fn main() -> Res<()> {
         println!("{}", serde_json::to_string(&report.figures)?);
         return Ok(());
     }
+    if args.iter().any(|a| a == "--verify-only") {
+        // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
+        verify_figures(dir, &mut report)?;
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--views-only") {
         // Only the cost of views (issue 13): `cargo bench --bench throughput -- --views-only`.
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
@@ -1058,8 +1092,7 @@ fn main() -> Res<()> {
 
     // Verify's cost against history: linear, so 8 times the generations cost about 8 times.
     println!("verify on 1k and 8k generations");
-    report.put("verify_ms_1k_generations", md_verify_ms(dir, 1_000)?, "ms (median of 3)");
-    report.put("verify_ms_8k_generations", md_verify_ms(dir, 8_000)?, "ms (median of 3)");
+    verify_figures(dir, &mut report)?;
 
     // Peak RSS of a fresh process holding the store (it holds every attempt made above).
     drop(store);
@@ -1079,7 +1112,6 @@ fn main() -> Res<()> {
     report.ratio("per_task_100k_vs_1k", "publish_us_per_task_t100k", "publish_us_per_task_t1k");
     report.ratio("publish_1m_vs_10_partitions", "publish_1partition_ms_into_1m", "publish_1partition_ms_into_10");
     report.ratio("publish_100k_vs_fresh_history", "publish_ms_after_100k_generations", "publish_ms_after_10_generations");
-    report.ratio("verify_8k_vs_1k_generations", "verify_ms_8k_generations", "verify_ms_1k_generations");
     report.put("total_s", started.elapsed().as_secs_f64(), "s");
 
     let sizes_json: BTreeMap<&str, Value> = BTreeMap::from([

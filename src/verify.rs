@@ -14,10 +14,11 @@
 //! Invariant: verify never writes (except redb's own repair inside `check_integrity`, which it
 //! reports) and never panics on what it reads; every problem becomes a [`Finding`].
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use foldhash::{HashMap, HashSet};
 use redb::{DatabaseError, ReadTransaction, ReadableTable, StorageError};
 
 use crate::codec;
@@ -272,32 +273,158 @@ impl Snapshot {
     }
 }
 
-/// Every table decoded, keyed by the parsed key fields.
+/// An attempt's key fields: dataset, run, partition, attempt number.
+type AttemptKey = (String, String, String, u32);
+
+/// A task's attempts, in attempt order: a slice of [`Tables::attempts`].
+type Attempts = [(AttemptKey, AttemptRecord)];
+
+/// Every table decoded, each as a list sorted by the parsed key fields (redb returns the keys in
+/// that order already, so building one is a push per record; see [`Sorted`]).
+///
+/// Lists, not ordered maps: a search tree costs O(log n) comparisons of text tuples per insert
+/// and per lookup, so a walk over it grows faster than the store (10.5 times the instructions
+/// for 8 times the records). Point lookups go through the hash [`Index`] built once over these
+/// lists, so the walk is linear in the number of records.
 #[derive(Default)]
 struct Tables {
     format_seen: bool,
-    runs: BTreeMap<(String, String), RunRecord>,
-    tasks: BTreeMap<(String, String, String), TaskRecord>,
-    attempts: BTreeMap<(String, String, String, u32), AttemptRecord>,
-    accepted: BTreeMap<(String, String, String), u32>,
-    versions: BTreeMap<(String, String, u64), PartitionVersionRecord>,
-    generations: BTreeMap<(String, u64), GenerationRecord>,
-    pointers: BTreeMap<String, u64>,
-    digests: BTreeMap<(String, String, String), DigestRecord>,
-    effects: BTreeMap<(String, String, String, String), EffectRecord>,
+    runs: Sorted<(String, String), RunRecord>,
+    tasks: Sorted<(String, String, String), TaskRecord>,
+    attempts: Sorted<AttemptKey, AttemptRecord>,
+    accepted: Sorted<(String, String, String), u32>,
+    versions: Sorted<(String, String, u64), PartitionVersionRecord>,
+    generations: Sorted<(String, u64), GenerationRecord>,
+    pointers: Sorted<String, u64>,
+    digests: Sorted<(String, String, String), DigestRecord>,
+    effects: Sorted<(String, String, String, String), EffectRecord>,
 }
 
 impl Tables {
-    /// The oldest generation of the dataset still recorded (older ones expired).
-    fn oldest_generation(&self, dataset: &str) -> Option<u64> {
-        self.generations.range((dataset.to_owned(), 0)..=(dataset.to_owned(), u64::MAX)).next().map(|((_, n), _)| *n)
+    fn sort(&mut self) {
+        self.runs.sort();
+        self.tasks.sort();
+        self.attempts.sort();
+        self.accepted.sort();
+        self.versions.sort();
+        self.generations.sort();
+        self.pointers.sort();
+        self.digests.sort();
+        self.effects.sort();
+    }
+}
+
+/// A list of (key, record) sorted by key. redb returns a table's keys in order, and a key's
+/// bytes sort as its parsed fields do, so each push compares the new key with the last one
+/// only (both at hand) and the list is sorted at the end only if some key came out of order.
+/// Keys are distinct, since each comes from a distinct stored key and parsing one is injective.
+struct Sorted<K, V> {
+    list: Vec<(K, V)>,
+    in_order: bool,
+}
+
+impl<K: Ord, V> Sorted<K, V> {
+    fn push(&mut self, key: K, value: V) {
+        if self.list.last().is_some_and(|(last, _)| *last >= key) {
+            self.in_order = false;
+        }
+        self.list.push((key, value));
+    }
+
+    fn sort(&mut self) {
+        if !self.in_order {
+            self.list.sort_by(|a, b| a.0.cmp(&b.0));
+            self.in_order = true;
+        }
+    }
+}
+
+impl<K, V> Default for Sorted<K, V> {
+    fn default() -> Self {
+        Sorted { list: Vec::new(), in_order: true }
+    }
+}
+
+impl<K, V> std::ops::Deref for Sorted<K, V> {
+    type Target = [(K, V)];
+    fn deref(&self) -> &[(K, V)] {
+        &self.list
+    }
+}
+
+impl<'a, K, V> IntoIterator for &'a Sorted<K, V> {
+    type Item = &'a (K, V);
+    type IntoIter = std::slice::Iter<'a, (K, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+/// Hash lookups over [`Tables`], built in one pass over each list: every check below is then
+/// one pass over a table with O(1) lookups into the others, O(records) in all, never
+/// O(generations x versions) nor O(n log n).
+struct Index<'a> {
+    runs: HashMap<(&'a str, &'a str), &'a RunRecord>,
+    /// Tasks stored per run.
+    tasks_per_run: HashMap<(&'a str, &'a str), u64>,
+    tasks: HashSet<(&'a str, &'a str, &'a str)>,
+    attempts: HashMap<(&'a str, &'a str, &'a str, u32), &'a AttemptRecord>,
+    /// Each task's attempts, in attempt order: a slice of `Tables::attempts`.
+    attempts_of: HashMap<(&'a str, &'a str, &'a str), &'a Attempts>,
+    accepted: HashMap<(&'a str, &'a str, &'a str), u32>,
+    generations: HashMap<(&'a str, u64), &'a GenerationRecord>,
+    /// The oldest generation of each dataset still recorded (older ones expired).
+    oldest: HashMap<&'a str, u64>,
+    pointers: HashMap<&'a str, u64>,
+}
+
+impl<'a> Index<'a> {
+    fn new(t: &'a Tables) -> Index<'a> {
+        let mut tasks_per_run: HashMap<(&str, &str), u64> = HashMap::default();
+        for ((d, r, _), _) in &t.tasks {
+            *tasks_per_run.entry((d.as_str(), r.as_str())).or_default() += 1;
+        }
+        let mut attempts_of: HashMap<(&str, &str, &str), &[_]> = HashMap::default();
+        for group in t.attempts.chunk_by(|((d1, r1, p1, _), _), ((d2, r2, p2, _), _)| (d1, r1, p1) == (d2, r2, p2)) {
+            let ((d, r, p, _), _) = &group[0];
+            attempts_of.insert((d.as_str(), r.as_str(), p.as_str()), group);
+        }
+        let mut oldest: HashMap<&str, u64> = HashMap::default();
+        for ((d, g), _) in &t.generations {
+            // The list is in order, so the first generation seen of a dataset is its oldest.
+            oldest.entry(d.as_str()).or_insert(*g);
+        }
+        Index {
+            runs: t.runs.iter().map(|((d, r), run)| ((d.as_str(), r.as_str()), run)).collect(),
+            tasks_per_run,
+            tasks: t.tasks.iter().map(|((d, r, p), _)| (d.as_str(), r.as_str(), p.as_str())).collect(),
+            attempts: t.attempts.iter().map(|((d, r, p, n), a)| ((d.as_str(), r.as_str(), p.as_str(), *n), a)).collect(),
+            attempts_of,
+            accepted: t.accepted.iter().map(|((d, r, p), n)| ((d.as_str(), r.as_str(), p.as_str()), *n)).collect(),
+            generations: t.generations.iter().map(|((d, g), generation)| ((d.as_str(), *g), generation)).collect(),
+            oldest,
+            pointers: t.pointers.iter().map(|(d, g)| (d.as_str(), *g)).collect(),
+        }
+    }
+
+    fn run(&self, d: &str, r: &str) -> Option<&'a RunRecord> {
+        self.runs.get(&(d, r)).copied()
+    }
+
+    fn generation(&self, d: &str, g: u64) -> Option<&'a GenerationRecord> {
+        self.generations.get(&(d, g)).copied()
+    }
+
+    /// The attempts of one task, in attempt order.
+    fn attempts_of(&self, d: &str, r: &str, p: &str) -> &'a Attempts {
+        self.attempts_of.get(&(d, r, p)).copied().unwrap_or(&[])
     }
 
     /// True if generation `number` of the dataset is older than every recorded one, so its
     /// absence is retention's doing, not damage. Retention always keeps the current
     /// generation, so a dataset without any generation has expired nothing.
     fn expired(&self, dataset: &str, number: u64) -> bool {
-        self.oldest_generation(dataset).is_some_and(|oldest| number < oldest)
+        self.oldest.get(dataset).is_some_and(|oldest| number < *oldest)
     }
 }
 
@@ -337,22 +464,30 @@ impl Walk {
         self.report.findings.push(Finding { table, key: key.into(), message: message.into() });
     }
 
-    /// Decodes every record of `def`, reporting each one that fails; returns the good ones.
-    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def) -> Vec<(Vec<u8>, R)> {
-        self.decode_table_where(txn, def, |_| true)
+    /// Decodes every record of `def`, reporting each one that fails, and hands each good one
+    /// to `keep`, which parses its key and returns false if it cannot: those keys are reported
+    /// as malformed after the table's other findings. Nothing is collected in between, so the
+    /// walk holds each record once.
+    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
+        self.decode_table_where(txn, def, |_| true, keep)
     }
 
     /// As `decode_table`, for the keys `select` accepts; the others are decoded as a
     /// [`ViewsRecord`] (the one other record type a table holds: `meta_v1`'s `views` key).
-    fn decode_table_where<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, select: impl Fn(&[u8]) -> bool) -> Vec<(Vec<u8>, R)> {
-        let mut out = Vec::new();
+    fn decode_table_where<R: Checked>(
+        &mut self,
+        txn: &ReadTransaction,
+        def: Def,
+        select: impl Fn(&[u8]) -> bool,
+        mut keep: impl FnMut(&[u8], R) -> bool,
+    ) {
         let mut count = 0u64;
         let table = match txn.open_table(def.def()) {
             Ok(table) => table,
             Err(err) => {
                 self.find(def.name, "", format!("table cannot be opened: {err}"));
                 self.report.records.push((def.name, 0));
-                return out;
+                return;
             }
         };
         let iter = match table.iter() {
@@ -360,9 +495,10 @@ impl Walk {
             Err(err) => {
                 self.find(def.name, "", format!("table cannot be read: {err}"));
                 self.report.records.push((def.name, 0));
-                return out;
+                return;
             }
         };
+        let mut malformed = Vec::new();
         for item in iter {
             let (key, value) = match item {
                 Ok(pair) => pair,
@@ -372,33 +508,39 @@ impl Walk {
                 }
             };
             count += 1;
-            let key = key.value().to_vec();
-            if !select(&key) {
-                let other = codec::decode::<ViewsRecord>(def.name, &key, value.value());
+            let key = key.value();
+            if !select(key) {
+                let other = codec::decode::<ViewsRecord>(def.name, key, value.value());
                 match other.map(|r| r.check()) {
                     Ok(Ok(())) => {}
-                    Ok(Err(message)) => self.find(def.name, codec::printable_key(&key), format!("inconsistent record: {message}")),
-                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(&key), detail.to_string()),
-                    Err(other) => self.find(def.name, codec::printable_key(&key), other.to_string()),
+                    Ok(Err(message)) => self.find(def.name, codec::printable_key(key), format!("inconsistent record: {message}")),
+                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
+                    Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
                 }
                 continue;
             }
-            let decoded = codec::decode::<R>(def.name, &key, value.value()).and_then(|record| match record.check() {
+            let decoded = codec::decode::<R>(def.name, key, value.value()).and_then(|record| match record.check() {
                 Ok(()) => Ok(record),
                 Err(message) => Err(Error::Corrupted {
                     table: def.name,
-                    key: codec::printable_key(&key),
+                    key: codec::printable_key(key),
                     detail: crate::Corruption::Inconsistent { message },
                 }),
             });
             match decoded {
-                Ok(record) => out.push((key, record)),
-                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(&key), detail.to_string()),
-                Err(other) => self.find(def.name, codec::printable_key(&key), other.to_string()),
+                Ok(record) => {
+                    if !keep(key, record) {
+                        malformed.push(key.to_vec());
+                    }
+                }
+                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
+                Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
             }
         }
         self.report.records.push((def.name, count));
-        out
+        for key in malformed {
+            self.malformed(def, &key);
+        }
     }
 
     fn malformed(&mut self, def: Def, key: &[u8]) {
@@ -408,7 +550,17 @@ impl Walk {
     fn decode_all(&mut self, txn: &ReadTransaction) -> Tables {
         let mut t = Tables::default();
         debug_assert_eq!(ALL_TABLES.len(), 12, "verify walks every table; a new table needs its checks here");
-        for (key, record) in self.decode_table_where::<MetaRecord>(txn, META, |k| k != META_VIEWS_KEY) {
+        let mut meta: Vec<(Vec<u8>, MetaRecord)> = Vec::new();
+        self.decode_table_where(
+            txn,
+            META,
+            |k| k != META_VIEWS_KEY,
+            |key, record| {
+                meta.push((key.to_vec(), record));
+                true
+            },
+        );
+        for (key, record) in meta {
             if key == META_FORMAT_KEY {
                 t.format_seen = true;
                 if record.format_version != FORMAT_VERSION {
@@ -419,90 +571,47 @@ impl Walk {
         if !t.format_seen {
             self.find(META.name, "format", "the store has no format record");
         }
-        for (key, record) in self.decode_table::<RunRecord>(txn, RUNS) {
-            match text_fields(&key, 2).and_then(take::<2>) {
-                Some([d, r]) => {
-                    t.runs.insert((d, r), record);
-                }
-                None => self.malformed(RUNS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<TaskRecord>(txn, TASKS) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, r, p]) => {
-                    t.tasks.insert((d, r, p), record);
-                }
-                None => self.malformed(TASKS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<AttemptRecord>(txn, ATTEMPTS) {
-            match fields_and_number(&key, 3, 4).and_then(|(f, n)| Some((take::<3>(f)?, n))) {
-                Some(([d, r, p], n)) => {
-                    t.attempts.insert((d, r, p, n as u32), record);
-                }
-                None => self.malformed(ATTEMPTS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<AcceptedRecord>(txn, ACCEPTED) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, r, p]) => {
-                    t.accepted.insert((d, r, p), record.attempt);
-                }
-                None => self.malformed(ACCEPTED, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<PartitionVersionRecord>(txn, VERSIONS) {
-            match fields_and_number(&key, 2, 8).and_then(|(f, n)| Some((take::<2>(f)?, n))) {
-                Some(([d, p], n)) => {
-                    t.versions.insert((d, p, n), record);
-                }
-                None => self.malformed(VERSIONS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<GenerationRecord>(txn, GENERATIONS) {
-            match fields_and_number(&key, 1, 8).and_then(|(f, n)| Some((take::<1>(f)?, n))) {
-                Some(([d], n)) => {
-                    t.generations.insert((d, n), record);
-                }
-                None => self.malformed(GENERATIONS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<PointerRecord>(txn, POINTERS) {
-            match text_fields(&key, 1).and_then(take::<1>) {
-                Some([d]) => {
-                    t.pointers.insert(d, record.generation);
-                }
-                None => self.malformed(POINTERS, &key),
-            }
-        }
-        for (key, record) in self.decode_table::<DigestRecord>(txn, DIGESTS) {
-            match text_fields(&key, 3).and_then(take::<3>) {
-                Some([d, s, p]) => {
-                    t.digests.insert((d, s, p), record);
-                }
-                None => self.malformed(DIGESTS, &key),
-            }
-        }
+        self.decode_table::<RunRecord>(txn, RUNS, |key, record| {
+            text_fields(key, 2).and_then(take::<2>).map(|[d, r]| t.runs.push((d, r), record)).is_some()
+        });
+        self.decode_table::<TaskRecord>(txn, TASKS, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.tasks.push((d, r, p), record)).is_some()
+        });
+        self.decode_table::<AttemptRecord>(txn, ATTEMPTS, |key, record| {
+            fields_and_number(key, 3, 4)
+                .and_then(|(f, n)| Some((take::<3>(f)?, n)))
+                .map(|([d, r, p], n)| t.attempts.push((d, r, p, n as u32), record))
+                .is_some()
+        });
+        self.decode_table::<AcceptedRecord>(txn, ACCEPTED, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.accepted.push((d, r, p), record.attempt)).is_some()
+        });
+        self.decode_table::<PartitionVersionRecord>(txn, VERSIONS, |key, record| {
+            fields_and_number(key, 2, 8)
+                .and_then(|(f, n)| Some((take::<2>(f)?, n)))
+                .map(|([d, p], n)| t.versions.push((d, p, n), record))
+                .is_some()
+        });
+        self.decode_table::<GenerationRecord>(txn, GENERATIONS, |key, record| {
+            fields_and_number(key, 1, 8)
+                .and_then(|(f, n)| Some((take::<1>(f)?, n)))
+                .map(|([d], n)| t.generations.push((d, n), record))
+                .is_some()
+        });
+        self.decode_table::<PointerRecord>(txn, POINTERS, |key, record| {
+            text_fields(key, 1).and_then(take::<1>).map(|[d]| t.pointers.push(d, record.generation)).is_some()
+        });
+        self.decode_table::<DigestRecord>(txn, DIGESTS, |key, record| {
+            text_fields(key, 3).and_then(take::<3>).map(|[d, s, p]| t.digests.push((d, s, p), record)).is_some()
+        });
         // Cleanup plans and their applied batches refer to paths and attempts that cleanup
         // may since have removed, so only their frames, records and key shapes are checked.
-        for (key, _) in self.decode_table::<CleanupPlanRecord>(txn, CLEANUP_PLANS) {
-            if key.len() != 8 {
-                self.malformed(CLEANUP_PLANS, &key);
-            }
-        }
-        for (key, _) in self.decode_table::<CleanupBatchRecord>(txn, CLEANUP_BATCHES) {
-            if key.len() != 12 {
-                self.malformed(CLEANUP_BATCHES, &key);
-            }
-        }
-        for (key, record) in self.decode_table::<EffectRecord>(txn, EFFECTS) {
-            match text_fields(&key, 4).and_then(take::<4>) {
-                Some([d, r, e, p]) => {
-                    t.effects.insert((d, r, e, p), record);
-                }
-                None => self.malformed(EFFECTS, &key),
-            }
-        }
+        self.decode_table::<CleanupPlanRecord>(txn, CLEANUP_PLANS, |key, _| key.len() == 8);
+        self.decode_table::<CleanupBatchRecord>(txn, CLEANUP_BATCHES, |key, _| key.len() == 12);
+        self.decode_table::<EffectRecord>(txn, EFFECTS, |key, record| {
+            text_fields(key, 4).and_then(take::<4>).map(|[d, r, e, p]| t.effects.push((d, r, e, p), record)).is_some()
+        });
+        t.sort();
         t
     }
 
@@ -514,59 +623,59 @@ impl Walk {
                  findings may follow from those"
             ));
         }
-        self.check_runs_and_tasks(t);
-        self.check_attempts_and_accepted(t);
-        self.check_generations_and_pointers(t);
-        self.check_versions(t);
-        self.check_digests_and_effects(t);
+        let index = Index::new(t);
+        self.check_runs_and_tasks(t, &index);
+        self.check_attempts_and_accepted(t, &index);
+        self.check_generations_and_pointers(t, &index);
+        self.check_versions(t, &index);
+        self.check_digests_and_effects(t, &index);
     }
 
-    fn check_runs_and_tasks(&mut self, t: &Tables) {
+    fn check_runs_and_tasks(&mut self, t: &Tables, index: &Index<'_>) {
         for ((d, r), run) in &t.runs {
-            let key = format!("{d}/{r}");
-            let tasks = t.tasks.range((d.clone(), r.clone(), String::new())..).take_while(|((td, tr, _), _)| td == d && tr == r).count();
-            if tasks as u64 != run.task_count {
-                self.find(RUNS.name, &key, format!("run declares {} tasks but {tasks} are stored", run.task_count));
+            let key = || format!("{d}/{r}");
+            let tasks = index.tasks_per_run.get(&(d.as_str(), r.as_str())).copied().unwrap_or(0);
+            if tasks != run.task_count {
+                self.find(RUNS.name, key(), format!("run declares {} tasks but {tasks} are stored", run.task_count));
             }
             if let Some(g) = run.published_generation {
-                match t.generations.get(&(d.clone(), g)) {
+                match index.generation(d, g) {
                     Some(generation) if generation.run == *r && generation.kind == GenerationKind::Publish => {}
-                    Some(generation) => {
-                        self.find(RUNS.name, &key, format!("run is published as generation {g}, which belongs to run {:?}", generation.run))
-                    }
-                    None if t.expired(d, g) => {}
-                    None => self.find(RUNS.name, &key, format!("run is published as generation {g}, which does not exist")),
+                    Some(generation) => self.find(
+                        RUNS.name,
+                        key(),
+                        format!("run is published as generation {g}, which belongs to run {:?}", generation.run),
+                    ),
+                    None if index.expired(d, g) => {}
+                    None => self.find(RUNS.name, key(), format!("run is published as generation {g}, which does not exist")),
                 }
             }
         }
         for ((d, r, p), task) in &t.tasks {
-            let key = format!("{d}/{r}/{p}");
-            if !t.runs.contains_key(&(d.clone(), r.clone())) {
-                self.find(TASKS.name, &key, "task of a run that does not exist");
+            let key = || format!("{d}/{r}/{p}");
+            if index.run(d, r).is_none() {
+                self.find(TASKS.name, key(), "task of a run that does not exist");
             }
             // Attempts 1..next_attempt were begun; cleanup removes the records of dead ones that
             // nothing references, so some may be missing, but none may lie beyond.
-            let beyond: Vec<u32> = t
-                .attempts
-                .range((d.clone(), r.clone(), p.clone(), task.next_attempt)..=(d.clone(), r.clone(), p.clone(), u32::MAX))
-                .map(|((_, _, _, n), _)| *n)
-                .collect();
+            let beyond: Vec<u32> =
+                index.attempts_of(d, r, p).iter().map(|((_, _, _, n), _)| *n).filter(|n| *n >= task.next_attempt).collect();
             if !beyond.is_empty() {
                 self.find(
                     TASKS.name,
-                    &key,
+                    key(),
                     format!("task has handed out attempts 1..{} but attempts {beyond:?} are stored", task.next_attempt),
                 );
             }
         }
     }
 
-    fn check_attempts_and_accepted(&mut self, t: &Tables) {
+    fn check_attempts_and_accepted(&mut self, t: &Tables, index: &Index<'_>) {
         for ((d, r, p, n), attempt) in &t.attempts {
-            let key = format!("{d}/{r}/{p}#{n}");
-            match t.runs.get(&(d.clone(), r.clone())) {
+            let key = || format!("{d}/{r}/{p}#{n}");
+            match index.run(d, r) {
                 None => {
-                    self.report.notes.push(format!("attempt {key} belongs to run {d}/{r}, which no longer exists"));
+                    self.report.notes.push(format!("attempt {} belongs to run {d}/{r}, which no longer exists", key()));
                     continue;
                 }
                 Some(run) => {
@@ -575,7 +684,7 @@ impl Walk {
                     {
                         self.find(
                             ATTEMPTS.name,
-                            &key,
+                            key(),
                             format!("candidate read snapshot {:?}, the run is pinned to {:?}", candidate.snapshot, run.snapshot),
                         );
                     }
@@ -584,115 +693,108 @@ impl Walk {
             match ids::staging_rel(d, r, p, *n) {
                 Ok(rel) if rel == attempt.staging_rel => {}
                 Ok(rel) => {
-                    self.find(ATTEMPTS.name, &key, format!("staging directory {:?} is not the attempt's own {rel:?}", attempt.staging_rel))
+                    self.find(ATTEMPTS.name, key(), format!("staging directory {:?} is not the attempt's own {rel:?}", attempt.staging_rel))
                 }
-                Err(err) => self.find(ATTEMPTS.name, &key, format!("no valid staging directory: {err}")),
+                Err(err) => self.find(ATTEMPTS.name, key(), format!("no valid staging directory: {err}")),
             }
         }
         for ((d, r, p), accepted) in &t.accepted {
-            let key = format!("{d}/{r}/{p}");
-            let Some(run) = t.runs.get(&(d.clone(), r.clone())) else {
-                self.find(ACCEPTED.name, &key, "accepted attempt of a run that does not exist");
+            let key = || format!("{d}/{r}/{p}");
+            let Some(run) = index.run(d, r) else {
+                self.find(ACCEPTED.name, key(), "accepted attempt of a run that does not exist");
                 continue;
             };
-            match t.attempts.get(&(d.clone(), r.clone(), p.clone(), *accepted)) {
+            match index.attempts.get(&(d.as_str(), r.as_str(), p.as_str(), *accepted)) {
                 Some(AttemptRecord { verdict: Some(Verdict::Valid), .. }) => {}
-                Some(_) => self.find(ACCEPTED.name, &key, format!("accepted attempt {accepted} is not validated valid")),
-                None => self.find(ACCEPTED.name, &key, format!("accepted attempt {accepted} does not exist")),
+                Some(_) => self.find(ACCEPTED.name, key(), format!("accepted attempt {accepted} is not validated valid")),
+                None => self.find(ACCEPTED.name, key(), format!("accepted attempt {accepted} does not exist")),
             }
             // Once the run is published its accepted attempts are frozen, so a lower attempt
             // validated afterwards does not move it.
             if run.published_generation.is_none() {
-                let lowest = self.lowest_valid(t, d, r, p);
+                let lowest = lowest_valid(index, d, r, p);
                 if lowest != Some(*accepted) {
-                    self.find(ACCEPTED.name, &key, format!("accepted attempt {accepted}, but the lowest valid attempt is {lowest:?}"));
+                    self.find(ACCEPTED.name, key(), format!("accepted attempt {accepted}, but the lowest valid attempt is {lowest:?}"));
                 }
             }
         }
-        for (d, r, p) in t.tasks.keys() {
-            if t.accepted.contains_key(&(d.clone(), r.clone(), p.clone())) {
+        for ((d, r, p), _) in &t.tasks {
+            if index.accepted.contains_key(&(d.as_str(), r.as_str(), p.as_str())) {
                 continue;
             }
             let key = format!("{d}/{r}/{p}");
-            let published = t.runs.get(&(d.clone(), r.clone())).and_then(|run| run.published_generation);
+            let published = index.run(d, r).and_then(|run| run.published_generation);
             if let Some(g) = published {
                 self.find(ACCEPTED.name, &key, format!("task of a run published as generation {g} has no accepted attempt"));
-            } else if let Some(lowest) = self.lowest_valid(t, d, r, p) {
+            } else if let Some(lowest) = lowest_valid(index, d, r, p) {
                 self.find(ACCEPTED.name, &key, format!("attempt {lowest} is valid but the task has no accepted attempt"));
             }
         }
     }
 
-    fn lowest_valid(&self, t: &Tables, d: &str, r: &str, p: &str) -> Option<u32> {
-        let (d, r, p) = (d.to_owned(), r.to_owned(), p.to_owned());
-        t.attempts
-            .range((d.clone(), r.clone(), p.clone(), 0)..=(d, r, p, u32::MAX))
-            .find(|(_, a)| matches!(a.verdict, Some(Verdict::Valid)))
-            .map(|((_, _, _, n), _)| *n)
-    }
-
-    fn check_generations_and_pointers(&mut self, t: &Tables) {
+    fn check_generations_and_pointers(&mut self, t: &Tables, index: &Index<'_>) {
         // Version entries written per (dataset, generation), counted in one pass: comparing
         // each generation with every version entry would be O(generations x versions).
-        let mut written_by: HashMap<(&str, u64), u64> = HashMap::new();
-        for (d, _, g) in t.versions.keys() {
+        let mut written_by: HashMap<(&str, u64), u64> = HashMap::default();
+        for ((d, _, g), _) in &t.versions {
             *written_by.entry((d.as_str(), *g)).or_default() += 1;
         }
         for ((d, g), generation) in &t.generations {
-            let key = format!("{d}/{g}");
+            let key = || format!("{d}/{g}");
             if generation.parent >= *g {
-                self.find(GENERATIONS.name, &key, format!("parent generation {} is not older", generation.parent));
+                self.find(GENERATIONS.name, key(), format!("parent generation {} is not older", generation.parent));
             }
-            match t.pointers.get(d) {
+            match index.pointers.get(d.as_str()) {
                 Some(pointer) if g <= pointer => {}
-                Some(pointer) => self.find(GENERATIONS.name, &key, format!("generation is newer than the pointer's {pointer}")),
-                None => self.find(GENERATIONS.name, &key, "generation of a dataset without a pointer"),
+                Some(pointer) => self.find(GENERATIONS.name, key(), format!("generation is newer than the pointer's {pointer}")),
+                None => self.find(GENERATIONS.name, key(), "generation of a dataset without a pointer"),
             }
             let written = written_by.get(&(d.as_str(), *g)).copied().unwrap_or(0);
             // A publish writes one version entry per task, a rollback one per partition it
             // restores or removes. Expiry drops the removal markers of the oldest retained
             // generation (they hide nothing once every older version is gone), so there fewer
             // entries may remain.
-            let oldest = t.oldest_generation(d) == Some(*g);
+            let oldest = index.oldest.get(d.as_str()) == Some(g);
             let expected = generation.partitions_replaced;
             if (!oldest && written != expected) || (oldest && written > expected) {
                 self.find(
                     GENERATIONS.name,
-                    &key,
+                    key(),
                     format!("generation replaced {} partitions but {written} version entries are stored", generation.partitions_replaced),
                 );
             }
             if generation.kind == GenerationKind::Publish {
-                match t.runs.get(&(d.clone(), generation.run.clone())) {
+                match index.run(d, &generation.run) {
                     Some(run) if run.published_generation == Some(*g) => {}
                     Some(run) => self.find(
                         GENERATIONS.name,
-                        &key,
+                        key(),
                         format!("run {:?} records generation {:?}, not this one", generation.run, run.published_generation),
                     ),
-                    None => self
-                        .report
-                        .notes
-                        .push(format!("generation {key} was published by run {:?}, which no longer exists", generation.run)),
+                    None => self.report.notes.push(format!(
+                        "generation {} was published by run {:?}, which no longer exists",
+                        key(),
+                        generation.run
+                    )),
                 }
             }
         }
         for (d, g) in &t.pointers {
-            if !t.generations.contains_key(&(d.clone(), *g)) {
+            if index.generation(d, *g).is_none() {
                 self.find(POINTERS.name, d, format!("pointer names generation {g}, which does not exist"));
             }
         }
     }
 
-    fn check_versions(&mut self, t: &Tables) {
+    fn check_versions(&mut self, t: &Tables, index: &Index<'_>) {
         for ((d, p, g), version) in &t.versions {
-            let key = format!("{d}/{p}@{g}");
-            let generation = t.generations.get(&(d.clone(), *g));
-            match (generation, t.pointers.get(d)) {
-                (_, None) => self.find(VERSIONS.name, &key, "version entry of a dataset without a pointer"),
-                (_, Some(pointer)) if g > pointer => self.find(VERSIONS.name, &key, format!("newer than the pointer's {pointer}")),
-                (None, _) if t.expired(d, *g) => {}
-                (None, _) => self.find(VERSIONS.name, &key, "written by a generation that does not exist"),
+            let key = || format!("{d}/{p}@{g}");
+            let generation = index.generation(d, *g);
+            match (generation, index.pointers.get(d.as_str())) {
+                (_, None) => self.find(VERSIONS.name, key(), "version entry of a dataset without a pointer"),
+                (_, Some(pointer)) if g > pointer => self.find(VERSIONS.name, key(), format!("newer than the pointer's {pointer}")),
+                (None, _) if index.expired(d, *g) => {}
+                (None, _) => self.find(VERSIONS.name, key(), "written by a generation that does not exist"),
                 (Some(_), _) => {}
             }
             let Some(entry) = &version.entry else { continue };
@@ -700,18 +802,17 @@ impl Walk {
                 && generation.kind == GenerationKind::Publish
                 && (entry.run != generation.run || entry.snapshot != generation.snapshot)
             {
-                self.find(VERSIONS.name, &key, format!("entry of run {:?} written by generation of run {:?}", entry.run, generation.run));
+                self.find(VERSIONS.name, key(), format!("entry of run {:?} written by generation of run {:?}", entry.run, generation.run));
             }
-            let task = (d.clone(), entry.run.clone(), p.clone());
-            if !t.runs.contains_key(&(d.clone(), entry.run.clone())) {
-                self.report.notes.push(format!("version {key}: the records of run {:?} no longer exist", entry.run));
+            if index.run(d, &entry.run).is_none() {
+                self.report.notes.push(format!("version {}: the records of run {:?} no longer exist", key(), entry.run));
                 continue;
             }
-            match t.attempts.get(&(d.clone(), entry.run.clone(), p.clone(), entry.attempt)) {
-                None => self.find(VERSIONS.name, &key, format!("attempt {} of run {:?} does not exist", entry.attempt, entry.run)),
+            match index.attempts.get(&(d.as_str(), entry.run.as_str(), p.as_str(), entry.attempt)) {
+                None => self.find(VERSIONS.name, key(), format!("attempt {} of run {:?} does not exist", entry.attempt, entry.run)),
                 Some(attempt) => {
                     if attempt.verdict != Some(Verdict::Valid) {
-                        self.find(VERSIONS.name, &key, format!("attempt {} is not validated valid", entry.attempt));
+                        self.find(VERSIONS.name, key(), format!("attempt {} is not validated valid", entry.attempt));
                     }
                     // The entry records the verdict's effective figures: computed ones for a run
                     // with a grain, reported ones otherwise.
@@ -723,40 +824,40 @@ impl Walk {
                         digest == Some(entry.digest.as_str()) && rows == Some(entry.rows) && total == entry.total && c.files == entry.files
                     }) && attempt.staging_rel == entry.staging_rel;
                     if !same {
-                        self.find(VERSIONS.name, &key, format!("entry differs from attempt {}'s candidate", entry.attempt));
+                        self.find(VERSIONS.name, key(), format!("entry differs from attempt {}'s candidate", entry.attempt));
                     }
                 }
             }
-            match t.accepted.get(&task) {
+            match index.accepted.get(&(d.as_str(), entry.run.as_str(), p.as_str())) {
                 Some(accepted) if *accepted == entry.attempt => {}
                 other => {
-                    self.find(VERSIONS.name, &key, format!("holds attempt {}, the task's accepted attempt is {other:?}", entry.attempt))
+                    self.find(VERSIONS.name, key(), format!("holds attempt {}, the task's accepted attempt is {other:?}", entry.attempt))
                 }
             }
         }
     }
 
-    fn check_digests_and_effects(&mut self, t: &Tables) {
+    fn check_digests_and_effects(&mut self, t: &Tables, index: &Index<'_>) {
         for ((d, s, p), digest) in &t.digests {
-            let key = format!("{d}/{s}/{p}");
-            match t.runs.get(&(d.clone(), digest.run.clone())) {
+            let key = || format!("{d}/{s}/{p}");
+            match index.run(d, &digest.run) {
                 Some(run) if run.published_generation == Some(digest.generation) && run.snapshot == *s => {}
                 Some(_) => self.find(
                     DIGESTS.name,
-                    &key,
+                    key(),
                     format!("run {:?} did not publish snapshot {s:?} in generation {}", digest.run, digest.generation),
                 ),
-                None => self.report.notes.push(format!("digest {key}: run {:?} no longer exists", digest.run)),
+                None => self.report.notes.push(format!("digest {}: run {:?} no longer exists", key(), digest.run)),
             }
         }
         for ((d, r, e, p), effect) in &t.effects {
-            let key = format!("{d}/{r}/{e}/{p}");
-            let Some(run) = t.runs.get(&(d.clone(), r.clone())) else {
-                self.find(EFFECTS.name, &key, "side effect of a run that does not exist");
+            let key = || format!("{d}/{r}/{e}/{p}");
+            let Some(run) = index.run(d, r) else {
+                self.find(EFFECTS.name, key(), "side effect of a run that does not exist");
                 continue;
             };
-            if !p.is_empty() && !t.tasks.contains_key(&(d.clone(), r.clone(), p.clone())) {
-                self.find(EFFECTS.name, &key, "side effect of a partition the run does not declare");
+            if !p.is_empty() && !index.tasks.contains(&(d.as_str(), r.as_str(), p.as_str())) {
+                self.find(EFFECTS.name, key(), "side effect of a partition the run does not declare");
             }
             let consistent = match (&effect.status, run.published_generation) {
                 (EffectStatus::Recorded, None) => true,
@@ -766,7 +867,7 @@ impl Walk {
             if !consistent {
                 self.find(
                     EFFECTS.name,
-                    &key,
+                    key(),
                     format!("status {:?} contradicts the run's published generation {:?}", effect.status, run.published_generation),
                 );
             }
@@ -777,8 +878,8 @@ impl Walk {
     ///
     /// A version entry (p, v) is visible in generation g when v <= g and the partition's next
     /// version is above g; so it is referenced by a retained generation when some stored
-    /// generation lies in [v, next version). One pass over the versions, each with one range
-    /// lookup in the dataset's generations: O(V log G), not O(G x V).
+    /// generation lies in [v, next version). One pass over the versions, each with one binary
+    /// search in the sorted generations: O(V log G), not O(G x V).
     fn check_files(&mut self, t: &Tables, root: &Path, check: FileCheck) {
         let mut referenced: BTreeSet<(String, String, u64, u32)> = BTreeSet::new();
         let mut versions = t.versions.iter().peekable();
@@ -787,8 +888,10 @@ impl Walk {
                 Some(((nd, np, nv), _)) if nd == d && np == p => *nv,
                 _ => u64::MAX,
             };
-            let visible = t.generations.range((d.clone(), *v)..(d.clone(), next)).next().is_some()
-                || (next == u64::MAX && t.generations.contains_key(&(d.clone(), u64::MAX)));
+            // The first stored generation of the dataset at or above v; visible if it is below
+            // the next version (or the entry is the partition's last).
+            let first = t.generations.partition_point(|((gd, gn), _)| (gd.as_str(), *gn) < (d.as_str(), *v));
+            let visible = t.generations.get(first).is_some_and(|((gd, gn), _)| gd == d && (*gn < next || next == u64::MAX));
             if !visible {
                 continue;
             }
@@ -818,6 +921,11 @@ impl Walk {
             }
         }
     }
+}
+
+/// The lowest attempt of a task validated valid.
+fn lowest_valid(index: &Index<'_>, d: &str, r: &str, p: &str) -> Option<u32> {
+    index.attempts_of(d, r, p).iter().find(|(_, a)| matches!(a.verdict, Some(Verdict::Valid))).map(|((_, _, _, n), _)| *n)
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ mod io_errors;
 mod kill;
 mod publish;
 mod readers;
+mod redb_panics;
 mod retention;
 mod rule_holes;
 mod scenario;
