@@ -7,6 +7,7 @@ pub(crate) mod inspect;
 mod publish;
 mod rollback;
 mod run;
+pub(crate) mod serve;
 mod verify;
 mod view;
 
@@ -53,6 +54,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Man(args) => man(out, args),
         Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
+        Command::Serve(args) => serve::serve(location, out, args),
     }
 }
 

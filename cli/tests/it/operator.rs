@@ -237,7 +237,7 @@ fn verbs() -> Vec<String> {
 }
 
 /// Verbs that name no dataset, run, attempt, effect, generation or plan.
-const NAMES_NOTHING: [&str; 7] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man"];
+const NAMES_NOTHING: [&str; 8] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man", "serve"];
 
 #[test]
 fn every_verb_naming_something_unknown_exits_4_and_names_it() {
