@@ -31,6 +31,7 @@ pub(crate) use files::observe;
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
+pub use write::EFFECT_CLAIM_LEASE_MAX;
 
 use crate::error::{Error, Result};
 use crate::records::{MetaRecord, ViewsRecord};

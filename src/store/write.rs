@@ -9,13 +9,14 @@ use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, MarkOutcome, EffectStatus, FileCheck, FileEntry,
     FinishOutcome, Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
 };
+use crate::rules::effects::{ClaimDecision, MarkDecision};
 use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
 use crate::schema::{
@@ -495,37 +496,112 @@ impl Store {
                 Some(generation) => EffectStatus::Ready { generation },
                 None => EffectStatus::Recorded,
             };
-            let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status };
+            let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
             put(&mut effects, &effect_key, &record)?;
             Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
         })
     }
 
-    /// Marks a ready side effect as emitted. Marking it again returns it unchanged.
+    /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
+    /// one emits it. The claim is granted if nobody holds a live claim, if `claimant` holds it
+    /// already (the lease is renewed from now), or if the holder's lease ran out (taken over:
+    /// the outcome names the previous claimant, who may have emitted before dying, so an
+    /// emitter that takes over should emit idempotently where it can). A live claim of another
+    /// emitter, or an effect already marked emitted, is a refusal returned as a value; nothing
+    /// is written then.
+    ///
+    /// The lease is measured with this host's clock; emitters on several hosts need clocks
+    /// that agree to well within the lease.
     ///
     /// # Errors
-    /// [`Error::UnknownEffect`], [`Error::EffectNotReady`] if its run is not published.
-    pub fn mark_effect_emitted(&self, effect: &EffectKey) -> Result<Effect> {
-        check_effect_key(effect)?;
-        self.write_grouped("marking a side effect emitted", |txn| {
-            let mut effects = open(txn, EFFECTS)?;
-            let effect_key = effect_key_bytes(effect);
-            let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| Error::UnknownEffect {
-                dataset: effect.dataset.clone(),
-                run: effect.run.clone(),
-                effect: effect.effect.clone(),
-                partition: effect.partition.clone().unwrap_or_default(),
-            })?;
-            match record.status {
-                EffectStatus::Recorded => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
-                EffectStatus::Emitted { .. } => Ok(TxnEnd::Abort(effect_from(effect.clone(), record))),
-                EffectStatus::Ready { generation } => {
-                    record.status = EffectStatus::Emitted { generation, emitted_at_ms: now_ms() };
-                    put(&mut effects, &effect_key, &record)?;
-                    Ok(TxnEnd::Commit(effect_from(effect.clone(), record)))
-                }
-            }
-        })
+    /// [`Error::InvalidInput`] for a bad key or claimant, a zero lease or one longer than
+    /// [`EFFECT_CLAIM_LEASE_MAX`]; [`Error::UnknownEffect`]; [`Error::EffectNotReady`] if its
+    /// run is not published.
+    pub fn claim_effect(&self, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<ClaimOutcome> {
+        check_claim(effect, claimant, lease)?;
+        self.write_grouped("claiming a side effect", |txn| claim_body(txn, effect, claimant, lease))
+    }
+
+    /// Marks a ready side effect as emitted. `claimant` is the caller's claim
+    /// ([`Store::claim_effect`]), or `None` for an emitter that does not claim. While another
+    /// emitter's claim is live the mark is refused ([`MarkOutcome::ClaimedByOther`]); marking
+    /// an effect already emitted changes nothing and says so ([`MarkOutcome::AlreadyEmitted`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad key or claimant, [`Error::UnknownEffect`],
+    /// [`Error::EffectNotReady`] if its run is not published.
+    pub fn mark_effect_emitted(&self, effect: &EffectKey, claimant: Option<&str>) -> Result<MarkOutcome> {
+        check_mark(effect, claimant)?;
+        self.write_grouped("marking a side effect emitted", |txn| mark_body(txn, effect, claimant))
+    }
+}
+
+/// The longest lease [`Store::claim_effect`] grants: a day. An emitter that needs longer renews
+/// its claim.
+pub const EFFECT_CLAIM_LEASE_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+pub(super) fn check_claim(effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<()> {
+    check_effect_key(effect)?;
+    ids::check_name("claimant", claimant)?;
+    if lease.is_zero() || lease > EFFECT_CLAIM_LEASE_MAX {
+        return Err(Error::invalid("claim lease", &format!("{}ms", lease.as_millis()), "must be more than zero and at most a day"));
+    }
+    Ok(())
+}
+
+pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<()> {
+    check_effect_key(effect)?;
+    match claimant {
+        Some(claimant) => ids::check_name("claimant", claimant),
+        None => Ok(()),
+    }
+}
+
+fn unknown_effect(effect: &EffectKey) -> Error {
+    Error::UnknownEffect {
+        dataset: effect.dataset.clone(),
+        run: effect.run.clone(),
+        effect: effect.effect.clone(),
+        partition: effect.partition.clone().unwrap_or_default(),
+    }
+}
+
+/// The claim, in a write transaction (a single call's or a batch's).
+pub(super) fn claim_body(txn: &WriteTransaction, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<TxnEnd<ClaimOutcome>> {
+    let mut effects = open(txn, EFFECTS)?;
+    let effect_key = effect_key_bytes(effect);
+    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
+    let now = now_ms();
+    match rules::effects::claim(&record.status, record.claim.as_ref(), claimant, now) {
+        ClaimDecision::NotReady => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
+        ClaimDecision::HeldByOther => Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(effect.clone(), record) })),
+        ClaimDecision::AlreadyEmitted => Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
+        ClaimDecision::Grant { took_over_from } => {
+            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
+            record.claim =
+                Some(EffectClaim { claimant: claimant.to_owned(), claimed_at_ms: now, expires_at_ms: now.saturating_add(lease_ms) });
+            put(&mut effects, &effect_key, &record)?;
+            Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(effect.clone(), record), took_over_from }))
+        }
+    }
+}
+
+/// Marking emitted, in a write transaction (a single call's or a batch's).
+pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
+    let mut effects = open(txn, EFFECTS)?;
+    let effect_key = effect_key_bytes(effect);
+    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
+    let now = now_ms();
+    match (rules::effects::mark(&record.status, record.claim.as_ref(), claimant, now), record.status.clone()) {
+        (MarkDecision::NotReady, _) => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
+        (MarkDecision::AlreadyEmitted, _) => Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
+        (MarkDecision::ClaimedByOther, _) => Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(effect.clone(), record) })),
+        (MarkDecision::Mark, EffectStatus::Ready { generation }) => {
+            record.status = EffectStatus::Emitted { generation, emitted_at_ms: now };
+            put(&mut effects, &effect_key, &record)?;
+            Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(effect.clone(), record) }))
+        }
+        (MarkDecision::Mark, _) => Err(tables::corrupted(EFFECTS, &effect_key, "an effect not ready was to be marked emitted")),
     }
 }
 
@@ -544,7 +620,7 @@ pub(crate) fn effect_key_bytes(effect: &EffectKey) -> Vec<u8> {
 }
 
 pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
-    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status }
+    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
 }
 
 /// Compares a re-declaration with the stored run.

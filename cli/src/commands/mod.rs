@@ -36,6 +36,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Diff(args) => inspect::diff(location, out, args),
         Command::Effects(EffectsCommand::List(args)) => effects::list(location, out, args),
         Command::Effects(EffectsCommand::Record(args)) => effects::record(location, out, args),
+        Command::Effects(EffectsCommand::Claim(args)) => effects::claim(location, out, args),
         Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
         Command::Stats => inspect::stats(location, out),
         Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
