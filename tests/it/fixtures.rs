@@ -132,3 +132,17 @@ fn a_wrong_magic_number_gives_a_clear_error() {
     let text = errors.join("\n");
     assert!(text.contains("magic number"), "{text}");
 }
+
+/// `format-2.redb` is the good fixture as format 2 wrote it (before effect claims): this build
+/// refuses it for writing and reading with the format-version error, naming both versions,
+/// and writes no record into it.
+#[test]
+fn a_store_of_the_previous_format_is_refused_with_the_format_version_error() {
+    let (dir, path) = copy_of("format-2.redb");
+    let writable = Store::open(&path, dir.path().join("staging"));
+    assert!(matches!(writable, Err(manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 })), "{:?}", writable.err());
+    let readable = ReadOnlyStore::open(&path);
+    assert!(matches!(readable, Err(manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 })), "{:?}", readable.err());
+    // Refused again on a second open: the first refusal did not rewrite its format record.
+    assert!(matches!(Store::open(&path, dir.path().join("staging")), Err(manifestdb::Error::UnsupportedFormat { found: 2, .. })));
+}
