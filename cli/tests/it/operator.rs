@@ -281,6 +281,7 @@ fn every_verb_naming_something_unknown_exits_4_and_names_it() {
         ("effects list", &["effects", "list", "-d", "daily", "-r", "nosuch"], "nosuch"),
         ("effects record", &["effects", "record", "-d", "nosuch", "-r", "r1", "-e", "x"], "nosuch"),
         ("effects record", &["effects", "record", "-d", "daily", "-r", "nosuch", "-e", "x"], "nosuch"),
+        ("effects claim", &["effects", "claim", "-d", "daily", "-r", "r1", "-e", "nosuch", "--claimant", "w1"], "nosuch"),
         ("effects mark-emitted", &["effects", "mark-emitted", "-d", "daily", "-r", "r1", "-e", "nosuch"], "nosuch"),
         ("effects mark-emitted", &["effects", "mark-emitted", "-d", "daily", "-r", "nosuch", "-e", "notify"], "nosuch"),
         ("rollback", &["rollback", "-d", "nosuch", "--to", "1", "--actor", "a", "--reason", "r"], "nosuch"),
