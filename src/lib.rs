@@ -92,7 +92,7 @@ pub use model::{
     TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{
-    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,
+    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,
     file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};

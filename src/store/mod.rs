@@ -31,7 +31,7 @@ pub(crate) use files::observe;
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
-pub use write::EFFECT_CLAIM_LEASE_MAX;
+pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
 use crate::records::{MetaRecord, ViewsRecord};
@@ -796,6 +796,24 @@ impl ReadOnlyStore {
         };
         self.staging_root = Some(absolute);
         Ok(self)
+    }
+
+    /// Prepares a validation from this read-only handle ([`Store::prepare_validation`]): reads
+    /// the attempt's files and decides the verdict, so that a writer stores it
+    /// ([`Store::store_validation`]) without reading files while it holds the store. Needs the
+    /// staging root ([`ReadOnlyStore::with_staging_root`]), which the writer must share.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] without a staging root; otherwise as
+    /// [`Store::validate_attempt`].
+    pub fn prepare_validation(&self, attempt: &crate::AttemptKey, check: crate::FileCheck) -> Result<PreparedValidation> {
+        let Some(root) = &self.staging_root else {
+            return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
+        };
+        self.poison.contain("preparing a validation", || {
+            let snapshot = self.snapshot()?;
+            write::prepare_validation(&snapshot, root, attempt, check)
+        })
     }
 
     /// Closes the store and releases its locks at once, even if snapshots are still alive

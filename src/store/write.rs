@@ -256,99 +256,48 @@ impl Store {
     /// (nothing is stored), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
-            check_task_key(&attempt.task)?;
-            let task = &attempt.task;
-            let task_key = key(&[&task.dataset, &task.run, &task.partition]);
-            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-            // File checks happen outside the write transaction: they may read whole files.
-            let (spec, run, record) = {
-                let snapshot = self.snapshot()?;
-                let txn = snapshot.txn();
-                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                let task_record = read_task(&tasks, task)?;
-                let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-                let spec = TaskSpec {
-                    partition: task.partition.clone(),
-                    expected_rows: task_record.expected_rows,
-                    expected_total: task_record.expected_total,
-                };
-                (spec, run, record)
-            };
-            if let Some(verdict) = record.verdict {
-                return Ok(verdict);
-            }
-            super::retention::refuse_if_abandoned(attempt, &record)?;
-            let Some(candidate) = record.candidate else {
-                return Err(Error::AttemptState {
-                    partition: task.partition.clone(),
-                    attempt: attempt.attempt,
-                    state: "running",
-                    operation: "validation",
-                    needed: "a finished attempt",
-                });
-            };
-            let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
-            let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
-            // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
-            // directory from the attempt's up to the staging root is durable. Synced here, outside
-            // the write transaction; a failed sync refuses the candidate.
-            let verdict = if verdict.is_valid() {
-                let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
-                rules::validate::after_sync(verdict, &failures)
-            } else {
-                verdict
-            };
-            self.write_grouped("storing a verdict", |txn| {
-                let runs = open(txn, RUNS)?;
-                let mut attempts = open(txn, ATTEMPTS)?;
-                let mut accepted = open(txn, ACCEPTED)?;
-                let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-                if let Some(stored) = record.verdict {
-                    // Another validator got there first; its verdict stands.
-                    return Ok(TxnEnd::Abort(stored));
-                }
-                if record.candidate.as_ref() != Some(&candidate) {
-                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
-                }
-                // Every read that may fail comes before the first write: a grouped body that fails
-                // must have written nothing (see `group.rs`).
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
-                record.verdict = Some(verdict.clone());
-                put(&mut attempts, &attempt_key, &record)?;
-                if run.published_generation.is_none() {
-                    let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
-                    if next != current
-                        && let Some(attempt) = next
-                    {
-                        put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
-                    }
-                }
-                Ok(TxnEnd::Commit(verdict))
-            })
+            let snapshot = self.snapshot()?;
+            let prepared = prepare_validation(&snapshot, &self.staging_root, attempt, check)?;
+            drop(snapshot);
+            self.store_validation(&prepared)
         })
     }
 
-    /// What is seen of each reported file of an attempt, through directory handles from the
-    /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
-    /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
-    fn observe_files(&self, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
-        files
-            .iter()
-            .map(|file| {
-                match super::handles::observe_file(&self.staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
-                    Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
-                    Ok(None) => Ok(FileObservation::Missing),
-                    Err(e) => Err(Error::io(
-                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
-                        e,
-                    )),
-                }
-            })
-            .collect()
+    /// The first half of [`Store::validate_attempt`], which reads files but writes nothing:
+    /// checks the attempt's files and, for a valid candidate, makes them durable, and decides
+    /// the verdict. [`Store::store_validation`] stores it. A process can prepare through a
+    /// [`crate::ReadOnlyStore`] ([`crate::ReadOnlyStore::prepare_validation`]) while another
+    /// holds the store for writing, so reading big files never holds the writer.
+    ///
+    /// # Errors
+    /// As [`Store::validate_attempt`].
+    pub fn prepare_validation(&self, attempt: &AttemptKey, check: FileCheck) -> Result<PreparedValidation> {
+        self.poison.contain("preparing a validation", || {
+            let snapshot = self.snapshot()?;
+            prepare_validation(&snapshot, &self.staging_root, attempt, check)
+        })
+    }
+
+    /// Stores a prepared verdict ([`Store::prepare_validation`]): the second half of
+    /// [`Store::validate_attempt`], one grouped write. If a verdict was stored meanwhile (by
+    /// another validator), that one stands and is returned.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the verdict was prepared under another staging root than
+    /// this store's; [`Error::UnknownAttempt`]; storage errors.
+    pub fn store_validation(&self, prepared: &PreparedValidation) -> Result<Verdict> {
+        let (candidate, verdict) = match &prepared.decided {
+            Decided::Stored(verdict) => return Ok(verdict.clone()),
+            Decided::New { candidate, verdict } => (candidate, verdict),
+        };
+        if prepared.staging_root != self.staging_root {
+            return Err(Error::invalid(
+                "prepared validation",
+                &prepared.staging_root.display().to_string(),
+                format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
+            ));
+        }
+        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict))
     }
 
     /// Publishes a run in one write transaction.
@@ -403,7 +352,7 @@ impl Store {
             // error is an error to retry, never a refusal.
             for state in &mut states {
                 if let Some(accepted) = &state.accepted {
-                    state.files_seen = self.observe_files(&accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
+                    state.files_seen = observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
                 }
             }
             let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
@@ -750,4 +699,136 @@ fn mark_effects_ready(txn: &WriteTransaction, dataset: &str, run: &str, generati
         put(&mut effects, &effect_key, &record)?;
     }
     Ok(())
+}
+
+/// A verdict decided from the attempt's files ([`Store::prepare_validation`]), not yet stored.
+#[derive(Debug, Clone)]
+pub struct PreparedValidation {
+    attempt: AttemptKey,
+    staging_root: std::path::PathBuf,
+    decided: Decided,
+}
+
+#[derive(Debug, Clone)]
+enum Decided {
+    /// A verdict was stored already: it is final.
+    Stored(Verdict),
+    /// Decided now from the candidate's files.
+    New { candidate: Candidate, verdict: Verdict },
+}
+
+impl PreparedValidation {
+    /// The attempt.
+    pub fn attempt(&self) -> &AttemptKey {
+        &self.attempt
+    }
+
+    /// The verdict that storing it records (or the one already stored).
+    pub fn verdict(&self) -> &Verdict {
+        match &self.decided {
+            Decided::Stored(verdict) | Decided::New { verdict, .. } => verdict,
+        }
+    }
+}
+
+/// Reads what validating `attempt` needs from `snapshot`, observes its files under
+/// `staging_root` (outside any write transaction: it may read whole files), makes a valid
+/// candidate durable, and decides the verdict.
+pub(super) fn prepare_validation(
+    snapshot: &super::Snapshot,
+    staging_root: &std::path::Path,
+    attempt: &AttemptKey,
+    check: FileCheck,
+) -> Result<PreparedValidation> {
+    check_task_key(&attempt.task)?;
+    let task = &attempt.task;
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let (spec, run, record) = {
+        let txn = snapshot.txn();
+        let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let run = read_run(&runs, &task.dataset, &task.run)?;
+        let task_record = read_task(&tasks, task)?;
+        let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+        let spec =
+            TaskSpec { partition: task.partition.clone(), expected_rows: task_record.expected_rows, expected_total: task_record.expected_total };
+        (spec, run, record)
+    };
+    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
+    if let Some(verdict) = record.verdict {
+        return Ok(prepared(Decided::Stored(verdict)));
+    }
+    super::retention::refuse_if_abandoned(attempt, &record)?;
+    let Some(candidate) = record.candidate else {
+        return Err(Error::AttemptState {
+            partition: task.partition.clone(),
+            attempt: attempt.attempt,
+            state: "running",
+            operation: "validation",
+            needed: "a finished attempt",
+        });
+    };
+    let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
+    let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
+    // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
+    // directory from the attempt's up to the staging root is durable. Synced here, outside
+    // the write transaction; a failed sync refuses the candidate.
+    let verdict = if verdict.is_valid() {
+        let failures = files::make_candidate_durable(staging_root, &record.staging_rel, &candidate.files)?;
+        rules::validate::after_sync(verdict, &failures)
+    } else {
+        verdict
+    };
+    Ok(prepared(Decided::New { candidate, verdict }))
+}
+
+/// Storing a decided verdict, in a write transaction (a single call's or a batch's).
+pub(super) fn store_verdict_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate, verdict: &Verdict) -> Result<TxnEnd<Verdict>> {
+    let task = &attempt.task;
+    let task_key = key(&[&task.dataset, &task.run, &task.partition]);
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let runs = open(txn, RUNS)?;
+    let mut attempts = open(txn, ATTEMPTS)?;
+    let mut accepted = open(txn, ACCEPTED)?;
+    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    if let Some(stored) = record.verdict {
+        // Another validator got there first; its verdict stands.
+        return Ok(TxnEnd::Abort(stored));
+    }
+    if record.candidate.as_ref() != Some(candidate) {
+        return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+    }
+    // Every read that may fail comes before the first write: a grouped body that fails
+    // must have written nothing (see `group.rs`).
+    let run = read_run(&runs, &task.dataset, &task.run)?;
+    let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
+    record.verdict = Some(verdict.clone());
+    put(&mut attempts, &attempt_key, &record)?;
+    if run.published_generation.is_none() {
+        let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
+        if next != current
+            && let Some(attempt) = next
+        {
+            put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
+        }
+    }
+    Ok(TxnEnd::Commit(verdict.clone()))
+}
+
+/// What is seen of each reported file of an attempt, through directory handles from the
+/// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
+/// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
+fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+    files
+        .iter()
+        .map(|file| match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+            Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
+            Ok(None) => Ok(FileObservation::Missing),
+            Err(e) => Err(Error::io(
+                format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                e,
+            )),
+        })
+        .collect()
 }

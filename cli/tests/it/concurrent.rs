@@ -87,3 +87,56 @@ fn of_emitter_processes_racing_to_claim_one_effect_exactly_one_gets_it() {
     let stored = env.json(&["effects", "list", "-d", "daily", "-r", "r1"]).code(0).json();
     assert_eq!(stored["effects"][0]["claim"]["claimant"], winners[0]);
 }
+
+/// The store's writable open, its close and the output document, in trace order: files are
+/// read before the writable open, and the document is written after its close.
+#[track_caller]
+fn assert_files_read_before_writing_and_output_after_close(trace: &str, file: &str) {
+    let lines: Vec<&str> = trace.lines().collect();
+    let position = |what: &str, pred: &dyn Fn(&str) -> bool| {
+        lines.iter().position(|l| pred(l)).unwrap_or_else(|| panic!("no {what} in the trace:\n{trace}"))
+    };
+    let file_read = position("open of the staging file", &|l| l.contains("openat(") && l.contains(&format!("\"{file}\"")));
+    let writer_open = position("writable open of the store", &|l| l.contains("store.redb\", O_RDWR"));
+    let fd = lines[writer_open].rsplit("= ").next().map(str::trim).expect("the open's result");
+    let writer_close = writer_open
+        + lines[writer_open..].iter().position(|l| l.contains(&format!("close({fd})"))).expect("the writable store is closed");
+    let output = position("output document", &|l| l.contains("write(") && l.contains(r#""{\n  \"dataset\""#));
+    assert!(file_read < writer_open, "the staging file was read after the store was opened for writing:\n{trace}");
+    assert!(writer_close < output, "the output was written while the store was still open for writing:\n{trace}");
+}
+
+fn under_strace(env: &Env, trace: &std::path::Path, args: &[&str]) -> Run {
+    let mut cmd = std::process::Command::new("strace");
+    cmd.args(["-f", "-qq", "-s", "64", "-o"]).arg(trace).arg("-etrace=openat,close,write");
+    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "MANIFESTDB_WAIT"] {
+        cmd.env_remove(var);
+    }
+    cmd.arg(crate::support::BIN).arg("--dir").arg(env.dir()).arg("--json").args(args);
+    crate::support::finish(&mut cmd)
+}
+
+#[test]
+fn checksums_are_computed_before_the_store_is_opened_for_writing_and_output_follows_its_close() {
+    if !std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success()) {
+        eprintln!("skipped: strace is not installed");
+        return;
+    }
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    let (attempt, dir) = env.begin("r1", EU);
+    crate::support::write_rows(&dir, 2, 700);
+    let n = attempt.to_string();
+    let task = ["-d", "daily", "-r", "r1", "-p", EU, "-a", &n];
+    let trace = env.tmp.path().join("trace");
+    let mut finish = vec!["attempt", "finish"];
+    finish.extend(task);
+    finish.extend(["--snapshot", "s1", "--rows", "2", "--total", "700", "--digest", "d", "--scan"]);
+    under_strace(&env, &trace, &finish).code(0);
+    assert_files_read_before_writing_and_output_after_close(&std::fs::read_to_string(&trace).unwrap(), "part.csv");
+    let mut validate = vec!["attempt", "validate"];
+    validate.extend(task);
+    validate.push("--checksums");
+    under_strace(&env, &trace, &validate).code(0);
+    assert_files_read_before_writing_and_output_after_close(&std::fs::read_to_string(&trace).unwrap(), "part.csv");
+}
