@@ -66,6 +66,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod batch;
 mod codec;
 mod error;
 mod lifecycle;
@@ -79,21 +80,21 @@ pub mod testing;
 mod verify;
 mod views;
 
+pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 pub use error::{Corruption, Error, Result};
 pub use lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,
     RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
 };
 pub use model::{
-    AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
-    FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest, MarkOutcome,
-    NondeterminismOverride,
-    PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey,
-    TaskRefusal, TaskSpec, Verdict,
+    AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim,
+    EffectKey, EffectStatus, FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest,
+    MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason,
+    RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use store::{
-    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,
-    file_crc32,
+    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER,
+    Snapshot, Store, StoreOptions, describe_file, file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};

@@ -804,10 +804,8 @@ macro_rules! effect_json {
 
 const EFFECTS_LIST_JSON: &str = concat!("JSON: {\"effects\": [EFFECT]}\n", effect_json!());
 const EFFECT_RECORD_JSON: &str = concat!("JSON: {\"newly_recorded\": BOOL, \"effect\": EFFECT}\n", effect_json!());
-const EFFECT_MARK_JSON: &str = concat!(
-    "JSON: {\"outcome\": \"marked\"|\"already_emitted\"|\"claimed_by_other\", \"effect\": EFFECT}\n",
-    effect_json!()
-);
+const EFFECT_MARK_JSON: &str =
+    concat!("JSON: {\"outcome\": \"marked\"|\"already_emitted\"|\"claimed_by_other\", \"effect\": EFFECT}\n", effect_json!());
 const EFFECT_CLAIM_JSON: &str = concat!(
     "JSON: {\"outcome\": \"claimed\"|\"held_by_other\"|\"already_emitted\", \"took_over_from\": STR|null,
        \"effect\": EFFECT}\n",

@@ -5,6 +5,7 @@
 //! on a write path the handle refuses further writes until reopened.
 
 mod attempts;
+mod batch;
 mod contain;
 mod files;
 mod group;
@@ -613,6 +614,16 @@ enum TxnEnd<T> {
     Commit(T),
     /// Nothing to write: abort, then return the value.
     Abort(T),
+}
+
+impl<T> TxnEnd<T> {
+    /// The same ending with the value mapped.
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> TxnEnd<U> {
+        match self {
+            TxnEnd::Commit(value) => TxnEnd::Commit(f(value)),
+            TxnEnd::Abort(value) => TxnEnd::Abort(f(value)),
+        }
+    }
 }
 
 /// Creates the staging root if missing (every directory it creates synced into its parent) and

@@ -9,8 +9,9 @@ use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, MarkOutcome, EffectStatus, FileCheck, FileEntry,
-    FinishOutcome, Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
+    FileCheck, FileEntry, FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec,
+    TaskKey, TaskSpec, Verdict,
 };
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
@@ -126,69 +127,81 @@ impl Store {
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
-            check_task_key(task)?;
-            // The task's directory does not depend on the attempt number, so it is made (and
-            // checked for symlinks) before the write, outside the single writer's critical
-            // section; inside it there is one `mkdir`. A read first, so that no directory is
-            // made for a task that does not exist.
-            {
-                let snapshot = self.snapshot()?;
-                let txn = snapshot.txn();
-                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                read_run(&runs, &task.dataset, &task.run)?;
-                read_task(&tasks, task)?;
-            }
-            let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
-            // Nothing is created under a root that is not this store's (its marker checked).
-            drop(self.checked_staging_root()?);
-            let mut created = Vec::new();
-            let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
-            let ticket = self.write_grouped("beginning an attempt", |txn| {
-                let runs = open(txn, RUNS)?;
-                let mut tasks = open(txn, TASKS)?;
-                let mut attempts = open(txn, ATTEMPTS)?;
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                if let Some(generation) = run.published_generation {
-                    return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-                }
-                let mut record = read_task(&tasks, task)?;
-                let attempt = record.next_attempt;
-                record.next_attempt =
-                    attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
-                let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
-                let started_at_ms = now_ms();
-                let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
-                if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
-                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
-                }
-                // The directory is made before the commit: if the commit fails, the number is not
-                // taken and the next begin reuses the (empty, never handed out) directory.
-                let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
-                    Some(dir) => dir,
-                    None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
-                };
-                put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
-                put(
-                    &mut attempts,
-                    &attempt_key,
-                    &AttemptRecord {
-                        started_at_ms,
-                        heartbeat_at_ms: started_at_ms,
-                        abandoned_at_ms: None,
-                        staging_rel,
-                        candidate: None,
-                        verdict: None,
-                    },
-                )?;
-                Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
-            })?;
+            let snapshot = self.snapshot()?;
+            let mut prepared = self.prepare_begin(&snapshot, task)?;
+            drop(snapshot);
+            let ticket = self.write_grouped("beginning an attempt", |txn| self.begin_body(txn, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
-            files::sync_created_dirs(&ticket.staging_dir, &created)?;
+            files::sync_created_dirs(&ticket.staging_dir, &prepared.created)?;
             Ok(ticket)
         })
+    }
+
+    /// What a begin does before its write: the task's directory does not depend on the attempt
+    /// number, so it is made (and checked for symlinks) before the write, outside the single
+    /// writer's critical section; inside it there is one `mkdir`. A read first (of `snapshot`),
+    /// so that no directory is made for a task that does not exist.
+    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey) -> Result<PreparedBegin> {
+        check_task_key(task)?;
+        {
+            let txn = snapshot.txn();
+            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            read_run(&runs, &task.dataset, &task.run)?;
+            read_task(&tasks, task)?;
+        }
+        let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+        // Nothing is created under a root that is not this store's (its marker checked).
+        drop(self.checked_staging_root()?);
+        let mut created = Vec::new();
+        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
+        Ok(PreparedBegin { task: task.clone(), parent, created })
+    }
+
+    /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
+    /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
+    /// commit.
+    pub(super) fn begin_body(&self, txn: &WriteTransaction, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
+        let task = &prepared.task;
+        let runs = open(txn, RUNS)?;
+        let mut tasks = open(txn, TASKS)?;
+        let mut attempts = open(txn, ATTEMPTS)?;
+        let run = read_run(&runs, &task.dataset, &task.run)?;
+        if let Some(generation) = run.published_generation {
+            return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+        }
+        let mut record = read_task(&tasks, task)?;
+        let attempt = record.next_attempt;
+        record.next_attempt =
+            attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+        let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
+        let started_at_ms = now_ms();
+        let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
+        if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
+        }
+        // The directory is made before the commit: if the commit fails, the number is not
+        // taken and the next begin reuses the (empty, never handed out) directory.
+        let staging_dir = match files::create_attempt_dir(&prepared.parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
+            Some(dir) => dir,
+            None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut prepared.created)?,
+        };
+        put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
+        put(
+            &mut attempts,
+            &attempt_key,
+            &AttemptRecord {
+                started_at_ms,
+                heartbeat_at_ms: started_at_ms,
+                abandoned_at_ms: None,
+                staging_rel,
+                candidate: None,
+                verdict: None,
+            },
+        )?;
+        Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -199,40 +212,8 @@ impl Store {
     /// snapshot than the run's, [`Error::CandidateConflict`] if a different candidate was
     /// recorded, [`Error::InvalidInput`] for a bad file path or digest.
     pub fn finish_attempt(&self, attempt: &AttemptKey, candidate: &Candidate) -> Result<FinishOutcome> {
-        check_task_key(&attempt.task)?;
-        ids::check_candidate(candidate)?;
-        let task = &attempt.task;
-        self.write_grouped("finishing an attempt", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let run = read_run(&runs, &task.dataset, &task.run)?;
-            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            super::retention::refuse_if_abandoned(attempt, &record)?;
-            if candidate.snapshot != run.snapshot {
-                return Err(Error::ForeignSnapshot {
-                    run: task.run.clone(),
-                    partition: task.partition.clone(),
-                    attempt: attempt.attempt,
-                    expected: run.snapshot,
-                    got: candidate.snapshot.clone(),
-                });
-            }
-            match &record.candidate {
-                Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
-                Some(existing) => {
-                    return Err(Error::CandidateConflict {
-                        partition: task.partition.clone(),
-                        attempt: attempt.attempt,
-                        detail: candidate_difference(existing, candidate),
-                    });
-                }
-                None => {}
-            }
-            record.candidate = Some(candidate.clone());
-            put(&mut attempts, &attempt_key, &record)?;
-            Ok(TxnEnd::Commit(FinishOutcome::Recorded))
-        })
+        check_finish(attempt, candidate)?;
+        self.write_grouped("finishing an attempt", |txn| finish_body(txn, attempt, candidate))
     }
 
     /// Validates a finished attempt: its snapshot is the run's, its rows and total match the
@@ -352,7 +333,8 @@ impl Store {
             // error is an error to retry, never a refusal.
             for state in &mut states {
                 if let Some(accepted) = &state.accepted {
-                    state.files_seen = observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
+                    state.files_seen =
+                        observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
                 }
             }
             let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
@@ -421,34 +403,8 @@ impl Store {
     /// [`Error::UnknownRun`], [`Error::UnknownTask`] if the partition is not one of the run's,
     /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
-        check_effect_key(effect)?;
-        if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
-            return Err(Error::invalid(
-                "effect payload",
-                &effect.effect,
-                format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
-            ));
-        }
-        self.write_grouped("recording a side effect", |txn| {
-            let runs = open(txn, RUNS)?;
-            let tasks = open(txn, TASKS)?;
-            let mut effects = open(txn, EFFECTS)?;
-            let run = read_run(&runs, &effect.dataset, &effect.run)?;
-            if let Some(partition) = &effect.partition {
-                read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
-            }
-            let effect_key = effect_key_bytes(effect);
-            if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
-                return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
-            }
-            let status = match run.published_generation {
-                Some(generation) => EffectStatus::Ready { generation },
-                None => EffectStatus::Recorded,
-            };
-            let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
-            put(&mut effects, &effect_key, &record)?;
-            Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
-        })
+        check_record(effect, payload)?;
+        self.write_grouped("recording a side effect", |txn| record_body(txn, effect, payload))
     }
 
     /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
@@ -516,7 +472,12 @@ fn unknown_effect(effect: &EffectKey) -> Error {
 }
 
 /// The claim, in a write transaction (a single call's or a batch's).
-pub(super) fn claim_body(txn: &WriteTransaction, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<TxnEnd<ClaimOutcome>> {
+pub(super) fn claim_body(
+    txn: &WriteTransaction,
+    effect: &EffectKey,
+    claimant: &str,
+    lease: std::time::Duration,
+) -> Result<TxnEnd<ClaimOutcome>> {
     let mut effects = open(txn, EFFECTS)?;
     let effect_key = effect_key_bytes(effect);
     let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
@@ -718,6 +679,14 @@ enum Decided {
 }
 
 impl PreparedValidation {
+    /// The verdict stored before it was prepared, if any: final, nothing to store.
+    pub(super) fn stored_verdict(&self) -> Option<&Verdict> {
+        match &self.decided {
+            Decided::Stored(verdict) => Some(verdict),
+            Decided::New { .. } => None,
+        }
+    }
+
     /// The attempt.
     pub fn attempt(&self) -> &AttemptKey {
         &self.attempt
@@ -751,8 +720,11 @@ pub(super) fn prepare_validation(
         let run = read_run(&runs, &task.dataset, &task.run)?;
         let task_record = read_task(&tasks, task)?;
         let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-        let spec =
-            TaskSpec { partition: task.partition.clone(), expected_rows: task_record.expected_rows, expected_total: task_record.expected_total };
+        let spec = TaskSpec {
+            partition: task.partition.clone(),
+            expected_rows: task_record.expected_rows,
+            expected_total: task_record.expected_total,
+        };
         (spec, run, record)
     };
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
@@ -783,8 +755,22 @@ pub(super) fn prepare_validation(
     Ok(prepared(Decided::New { candidate, verdict }))
 }
 
+/// Storing a prepared verdict in a batch's transaction (prepared by the batch itself, under
+/// this store's staging root).
+pub(super) fn store_prepared_body(txn: &WriteTransaction, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
+    match &prepared.decided {
+        Decided::Stored(verdict) => Ok(TxnEnd::Abort(verdict.clone())),
+        Decided::New { candidate, verdict } => store_verdict_body(txn, &prepared.attempt, candidate, verdict),
+    }
+}
+
 /// Storing a decided verdict, in a write transaction (a single call's or a batch's).
-pub(super) fn store_verdict_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate, verdict: &Verdict) -> Result<TxnEnd<Verdict>> {
+pub(super) fn store_verdict_body(
+    txn: &WriteTransaction,
+    attempt: &AttemptKey,
+    candidate: &Candidate,
+    verdict: &Verdict,
+) -> Result<TxnEnd<Verdict>> {
     let task = &attempt.task;
     let task_key = key(&[&task.dataset, &task.run, &task.partition]);
     let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
@@ -831,4 +817,86 @@ fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[Fil
             )),
         })
         .collect()
+}
+
+/// A begin's state between its preparation and its write ([`Store::prepare_begin`]).
+pub(super) struct PreparedBegin {
+    task: TaskKey,
+    /// The task's directory (the attempt's parent), made and checked before the write.
+    parent: std::path::PathBuf,
+    /// Every directory created for this begin, to sync after the commit.
+    pub(super) created: Vec<std::path::PathBuf>,
+}
+
+pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Result<()> {
+    check_task_key(&attempt.task)?;
+    ids::check_candidate(candidate)
+}
+
+/// Recording a candidate, in a write transaction (a single call's or a batch's).
+pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+    let task = &attempt.task;
+    let runs = open(txn, RUNS)?;
+    let mut attempts = open(txn, ATTEMPTS)?;
+    let run = read_run(&runs, &task.dataset, &task.run)?;
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    super::retention::refuse_if_abandoned(attempt, &record)?;
+    if candidate.snapshot != run.snapshot {
+        return Err(Error::ForeignSnapshot {
+            run: task.run.clone(),
+            partition: task.partition.clone(),
+            attempt: attempt.attempt,
+            expected: run.snapshot,
+            got: candidate.snapshot.clone(),
+        });
+    }
+    match &record.candidate {
+        Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
+        Some(existing) => {
+            return Err(Error::CandidateConflict {
+                partition: task.partition.clone(),
+                attempt: attempt.attempt,
+                detail: candidate_difference(existing, candidate),
+            });
+        }
+        None => {}
+    }
+    record.candidate = Some(candidate.clone());
+    put(&mut attempts, &attempt_key, &record)?;
+    Ok(TxnEnd::Commit(FinishOutcome::Recorded))
+}
+
+pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
+    check_effect_key(effect)?;
+    if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
+        return Err(Error::invalid(
+            "effect payload",
+            &effect.effect,
+            format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Recording an effect, in a write transaction (a single call's or a batch's).
+pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
+    let runs = open(txn, RUNS)?;
+    let tasks = open(txn, TASKS)?;
+    let mut effects = open(txn, EFFECTS)?;
+    let run = read_run(&runs, &effect.dataset, &effect.run)?;
+    if let Some(partition) = &effect.partition {
+        read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
+    }
+    let effect_key = effect_key_bytes(effect);
+    if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
+        return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
+    }
+    let status = match run.published_generation {
+        Some(generation) => EffectStatus::Ready { generation },
+        None => EffectStatus::Recorded,
+    };
+    let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
+    put(&mut effects, &effect_key, &record)?;
+    Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
 }

@@ -136,10 +136,7 @@ fn claims_survive_reopening_and_bad_claims_are_refused() {
     let t = t.reopen();
     assert!(matches!(t.store.claim_effect(&notify(None), "w2", LEASE).unwrap(), ClaimOutcome::HeldByOther { .. }));
     for (claimant, lease) in [("w1", Duration::ZERO), ("w1", Duration::from_secs(2 * 24 * 3600)), ("", LEASE), ("a\0b", LEASE)] {
-        assert!(
-            matches!(t.store.claim_effect(&notify(None), claimant, lease), Err(Error::InvalidInput { .. })),
-            "{claimant:?} {lease:?}"
-        );
+        assert!(matches!(t.store.claim_effect(&notify(None), claimant, lease), Err(Error::InvalidInput { .. })), "{claimant:?} {lease:?}");
     }
 }
 

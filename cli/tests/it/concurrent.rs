@@ -34,7 +34,8 @@ fn wait(child: Child) -> Run {
 fn sixteen_parallel_writer_processes_all_succeed_by_waiting_for_the_store() {
     let env = Env::new();
     env.declare("r1", "s1", &[(EU, 1, 1)]);
-    let children: Vec<Child> = (0..16).map(|_| spawn(&env, &["--wait", "60s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU])).collect();
+    let children: Vec<Child> =
+        (0..16).map(|_| spawn(&env, &["--wait", "60s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU])).collect();
     let runs: Vec<Run> = children.into_iter().map(wait).collect();
     let mut attempts = BTreeSet::new();
     for run in &runs {
@@ -99,8 +100,8 @@ fn assert_files_read_before_writing_and_output_after_close(trace: &str, file: &s
     let file_read = position("open of the staging file", &|l| l.contains("openat(") && l.contains(&format!("\"{file}\"")));
     let writer_open = position("writable open of the store", &|l| l.contains("store.redb\", O_RDWR"));
     let fd = lines[writer_open].rsplit("= ").next().map(str::trim).expect("the open's result");
-    let writer_close = writer_open
-        + lines[writer_open..].iter().position(|l| l.contains(&format!("close({fd})"))).expect("the writable store is closed");
+    let writer_close =
+        writer_open + lines[writer_open..].iter().position(|l| l.contains(&format!("close({fd})"))).expect("the writable store is closed");
     let output = position("output document", &|l| l.contains("write(") && l.contains(r#""{\n  \"dataset\""#));
     assert!(file_read < writer_open, "the staging file was read after the store was opened for writing:\n{trace}");
     assert!(writer_close < output, "the output was written while the store was still open for writing:\n{trace}");

@@ -291,7 +291,19 @@ fn effects_are_recorded_once_and_emitted_after_publish() {
     assert_eq!(first["newly_recorded"], true);
     assert_eq!(
         keys(&first["effect"]),
-        ["dataset", "run", "effect", "partition", "status", "generation", "recorded_at_ms", "emitted_at_ms", "payload", "payload_hex", "claim"]
+        [
+            "dataset",
+            "run",
+            "effect",
+            "partition",
+            "status",
+            "generation",
+            "recorded_at_ms",
+            "emitted_at_ms",
+            "payload",
+            "payload_hex",
+            "claim"
+        ]
     );
     assert_eq!((first["effect"]["status"].as_str(), first["effect"]["payload_hex"].as_str()), (Some("recorded"), Some("68656c6c6f")));
     let mut repeat = record;
