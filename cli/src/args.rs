@@ -147,6 +147,14 @@ pub enum Command {
     #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
     Recover,
 
+    /// Run many operations in one commit: newline-delimited JSON operations on stdin (begin,
+    /// finish, validate, record_effect, claim_effect, mark_emitted), one JSON result line each
+    /// on stdout, in order; a refused or malformed line fails alone. Exit 0 when every line
+    /// succeeded, 3 when any failed (its line says why); a store that stays busy exits 6 and
+    /// runs nothing.
+    #[command(after_long_help = BATCH_JSON)]
+    Batch,
+
     /// Print a shell completion script for SHELL on stdout (e.g. `manifestdb completions bash
     /// > /etc/bash_completion.d/manifestdb`).
     Completions(CompletionsArgs),
@@ -806,6 +814,20 @@ const EFFECTS_LIST_JSON: &str = concat!("JSON: {\"effects\": [EFFECT]}\n", effec
 const EFFECT_RECORD_JSON: &str = concat!("JSON: {\"newly_recorded\": BOOL, \"effect\": EFFECT}\n", effect_json!());
 const EFFECT_MARK_JSON: &str =
     concat!("JSON: {\"outcome\": \"marked\"|\"already_emitted\"|\"claimed_by_other\", \"effect\": EFFECT}\n", effect_json!());
+const BATCH_JSON: &str = "\
+INPUT, one per line (blank lines skipped):
+  {\"op\": \"begin\", \"dataset\", \"run\", \"partition\"}
+  {\"op\": \"finish\", \"dataset\", \"run\", \"partition\", \"attempt\", \"candidate\": {\"snapshot\", \"rows\",
+   \"total\"?, \"digest\", \"files\"?: [{\"path\", \"size_bytes\", \"crc32\"}]}}
+  {\"op\": \"validate\", \"dataset\", \"run\", \"partition\", \"attempt\", \"checksums\"?: BOOL}
+  {\"op\": \"record_effect\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"payload\"?: STR}
+  {\"op\": \"claim_effect\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"claimant\", \"lease_ms\"}
+  {\"op\": \"mark_emitted\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"claimant\"?}
+OUTPUT, one line per input line: {\"line\": N, \"op\": STR|null, \"ok\": true, \"result\": RESULT}
+  or {\"line\": N, \"op\": STR|null, \"ok\": false, \"error\": {\"exit_code\", \"kind\", \"message\"}}
+RESULT: begin as `attempt begin --json`; finish {\"outcome\"}; validate {\"verdict\", \"failures\"};
+  record_effect as `effects record`; claim_effect as `effects claim`; mark_emitted as
+  `effects mark-emitted`.";
 const EFFECT_CLAIM_JSON: &str = concat!(
     "JSON: {\"outcome\": \"claimed\"|\"held_by_other\"|\"already_emitted\", \"took_over_from\": STR|null,
        \"effect\": EFFECT}\n",

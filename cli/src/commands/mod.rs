@@ -1,6 +1,7 @@
 //! One function per verb: call the library, print the outcome, return the exit code.
 
 mod attempt;
+mod batch;
 mod effects;
 mod gc;
 pub(crate) mod inspect;
@@ -54,6 +55,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Man(args) => man(out, args),
         Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
+        Command::Batch => batch::batch(location, out),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
+mod batch;
 mod concurrent;
 mod damage;
 mod maintain;
