@@ -29,7 +29,7 @@ fn main() {
         .map(|i| TaskSpec { partition: format!("date=2026-11-29/part={i:04}"), expected_rows: 1, expected_total: None })
         .collect();
     store
-        .declare_run(&RunSpec { dataset: "bench".into(), run: "r1".into(), snapshot: "s1".into(), tasks: tasks.clone() })
+        .declare_run(&RunSpec { dataset: "bench".into(), run: "r1".into(), snapshot: "s1".into(), tasks: tasks.clone(), grain: None })
         .expect("declare");
     let old = SystemTime::now() - Duration::from_secs(3600);
     let mut written = 0;
@@ -47,7 +47,7 @@ fn main() {
         }
         if i % 2 == 0 {
             // Invalid: reports 2 rows, the task expects 1.
-            let candidate = Candidate { snapshot: "s1".into(), rows: 2, total: None, digest: "d".into(), files: vec![] };
+            let candidate = Candidate { snapshot: "s1".into(), rows: Some(2), total: None, digest: Some("d".into()), files: vec![] };
             store.finish_attempt(&ticket.key, &candidate).expect("finish");
             store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
         } else if i % 4 == 1 {

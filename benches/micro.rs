@@ -26,6 +26,7 @@ fn published_store(dir: &std::path::Path) -> Store {
         run: "run-1".into(),
         snapshot: "snap".into(),
         tasks: (0..PARTITIONS).map(|i| TaskSpec { partition: partition(i), expected_rows: 0, expected_total: None }).collect(),
+        grain: None,
     };
     store.declare_run(&spec).expect("declare");
     std::thread::scope(|scope| {
@@ -34,7 +35,8 @@ fn published_store(dir: &std::path::Path) -> Store {
             scope.spawn(move || {
                 for i in (t..PARTITIONS).step_by(16) {
                     let ticket = store.begin_attempt(&TaskKey::new("ds", "run-1", partition(i))).expect("begin");
-                    let candidate = Candidate { snapshot: "snap".into(), rows: 0, total: None, digest: "d".into(), files: Vec::new() };
+                    let candidate =
+                        Candidate { snapshot: "snap".into(), rows: Some(0), total: None, digest: Some("d".into()), files: Vec::new() };
                     store.finish_attempt(&ticket.key, &candidate).expect("finish");
                     store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
                 }

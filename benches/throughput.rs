@@ -187,7 +187,7 @@ fn partition(i: usize) -> String {
 }
 
 fn empty_candidate(snapshot: &str) -> Candidate {
-    Candidate { snapshot: snapshot.to_owned(), rows: 0, total: None, digest: "sha256:0".to_owned(), files: Vec::new() }
+    Candidate { snapshot: snapshot.to_owned(), rows: Some(0), total: None, digest: Some("sha256:0".to_owned()), files: Vec::new() }
 }
 
 /// Begin + finish + validate of one attempt, each durable.
@@ -207,6 +207,7 @@ fn run_spec(dataset: &str, run: &str, partitions: impl Iterator<Item = String>) 
         run: run.to_owned(),
         snapshot: format!("snap-{run}"),
         tasks: partitions.map(|partition| TaskSpec { partition, expected_rows: 0, expected_total: None }).collect(),
+        grain: None,
     }
 }
 
@@ -757,6 +758,7 @@ fn md_prepare_with_files(store: &Store, dataset: &str, run: &str, partitions: us
         tasks: (0..partitions)
             .map(|i| TaskSpec { partition: format!("date=2026-11-29/p={i:05}"), expected_rows: 2, expected_total: None })
             .collect(),
+        grain: None,
     };
     store.declare_run(&spec)?;
     let next = AtomicU64::new(0);
@@ -786,9 +788,9 @@ fn md_attempt_with_file(store: &Store, spec: &RunSpec, partition: &str) -> Res<(
         std::fs::write(ticket.staging_dir.join("part-0.csv"), format!("store,units\n1,{}\n2,7\n", run.len()))?;
         let candidate = Candidate {
             snapshot: spec.snapshot.clone(),
-            rows: 2,
+            rows: Some(2),
             total: None,
-            digest: format!("d-{run}"),
+            digest: Some(format!("d-{run}")),
             files: vec![manifestdb::describe_file(&ticket.staging_dir, "part-0.csv")?],
         };
         store.finish_attempt(&ticket.key, &candidate)?;
@@ -880,6 +882,7 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
                 run: "r1".into(),
                 snapshot: "s1".into(),
                 tasks: vec![TaskSpec { partition: "date=2026-12-01/region=eu".into(), expected_rows: 1, expected_total: Some(5) }],
+                grain: None,
             };
             let task = TaskKey::new("fs", "r1", "date=2026-12-01/region=eu");
             let store = &opened;
@@ -893,7 +896,7 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
             let ticket = ticket.ok_or("no ticket")?;
             fs::write(ticket.staging_dir.join("part.csv"), "item,units\n0,5\n")?;
             let file = manifestdb::describe_file(&ticket.staging_dir, "part.csv")?;
-            let candidate = Candidate { snapshot: "s1".into(), rows: 1, total: Some(5), digest: "d".into(), files: vec![file] };
+            let candidate = Candidate { snapshot: "s1".into(), rows: Some(1), total: Some(5), digest: Some("d".into()), files: vec![file] };
             count(report, "finish", &mut || Ok(store.finish_attempt(&ticket.key, &candidate).map(drop)?))?;
             count(report, "validate_1file", &mut || Ok(store.validate_attempt(&ticket.key, FileCheck::Size).map(drop)?))?;
             count(report, "publish", &mut || Ok(store.publish("fs", "r1", &PublishOptions::default()).map(drop)?))?;

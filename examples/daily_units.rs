@@ -4,10 +4,14 @@
 //! one task per (date, region) partition, on worker threads. Two uncertain outcomes are
 //! injected: a worker writes its file, reports its candidate and dies before its
 //! acknowledgement reaches the scheduler; and a slow attempt exceeds the scheduler's timeout
-//! and is retried while it is still running. Every finished attempt is validated, the run is
+//! and is retried while it is still running. A third attempt writes a duplicated store-item
+//! under correct-looking counts: the run declares its grain (`store, item`, measure `units`),
+//! so validation reads the file, names the duplicate key and refuses it, and the retry is the
+//! one published. Every finished attempt is validated, the run is
 //! published in one transaction, side effects are emitted once per partition, and the totals
 //! read back through the current generation are printed beside the input's true totals. A
-//! rerun on the same input snapshot must reproduce every digest.
+//! rerun on the same input snapshot, whose workers write their rows in another order, must
+//! reproduce every canonical digest (computed by the store from the rows, not the bytes).
 //!
 //! The store publishes views (`STORE_DIR/views`): after the publish, `views/daily_units/current`
 //! is a plain directory tree holding exactly the published files, one per partition, under
@@ -29,8 +33,8 @@ use std::thread;
 use std::time::Duration;
 
 use manifestdb::{
-    AttemptStatus, AttemptTicket, Candidate, EffectKey, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, StoreOptions, TaskKey,
-    TaskSpec, ViewOptions, describe_file,
+    AttemptStatus, AttemptTicket, Candidate, DataFormat, EffectKey, FileCheck, Grain, PublishOptions, PublishOutcome, RunSpec, Store,
+    StoreOptions, TaskKey, TaskSpec, ViewOptions, describe_file,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -104,6 +108,11 @@ fn expectations(input: &Input) -> Vec<TaskSpec> {
         .collect()
 }
 
+/// The output's declared grain: one row per (store, item), measure `units`, CSV files.
+fn grain() -> Grain {
+    Grain::new(DataFormat::Csv, &["store", "item"], "units")
+}
+
 /// How an attempt misbehaves, to inject the uncertain outcome.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Fault {
@@ -112,27 +121,49 @@ enum Fault {
     LoseAcknowledgement,
     /// Takes longer than the scheduler's timeout, then finishes normally.
     Slow,
+    /// Writes one store-item twice (a second row under an existing row's key, in place of
+    /// another row): the row count and the units total still equal the expectations, and the
+    /// worker reports them. Only reading the data at the grain catches it.
+    DuplicateRow,
+}
+
+/// The order a worker writes its rows in: the step is deterministic in content, not in order.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum RowOrder {
+    Ascending,
+    Descending,
 }
 
 /// A worker's body: compute into the attempt's private staging directory, report the
 /// candidate, record the side effect under the work's natural key, acknowledge.
-fn execute(store: &Store, input: &Input, ticket: &AttemptTicket, fault: Fault) -> manifestdb::Result<bool> {
+fn execute(store: &Store, input: &Input, ticket: &AttemptTicket, fault: Fault, order: RowOrder) -> manifestdb::Result<bool> {
     let partition = &ticket.key.task.partition;
     let output = aggregate(&input.sales[partition]);
     if fault == Fault::Slow {
         thread::sleep(ATTEMPT_TIMEOUT * 3);
     }
+    let mut rows: Vec<((u32, u32), i64)> = output.iter().map(|(k, u)| (*k, *u)).collect();
+    if fault == Fault::DuplicateRow && rows.len() >= 2 {
+        // The second row takes the first row's key: same row count, same total.
+        rows[1].0 = rows[0].0;
+    }
+    if order == RowOrder::Descending {
+        rows.reverse();
+    }
     let mut csv = String::from("store,item,units\n");
-    for ((store_id, item), units) in &output {
+    for ((store_id, item), units) in &rows {
         csv.push_str(&format!("{store_id},{item},{units}\n"));
     }
     let path = ticket.staging_dir.join("part-0.csv");
     std::fs::write(&path, &csv).map_err(|e| manifestdb::Error::Io { context: format!("writing {}", path.display()), source: e })?;
+    // The run declares its grain, so the store reads the file and computes rows, total,
+    // duplicate keys and the canonical digest itself; the worker's counts are cross-checks
+    // and it reports no digest (the store's is the one a publish records and compares).
     let candidate = Candidate {
         snapshot: input.snapshot.clone(),
-        rows: output.len() as u64,
-        total: Some(output.values().sum()),
-        digest: format!("crc32:{:08x}", crc32fast::hash(csv.as_bytes())),
+        rows: Some(rows.len() as u64),
+        total: Some(rows.iter().map(|(_, u)| u).sum()),
+        digest: None,
         files: vec![describe_file(&ticket.staging_dir, "part-0.csv")?],
     };
     store.finish_attempt(&ticket.key, &candidate)?;
@@ -148,13 +179,15 @@ fn execute(store: &Store, input: &Input, ticket: &AttemptTicket, fault: Fault) -
     Ok(fault != Fault::LoseAcknowledgement)
 }
 
-/// Runs every task of a run to at least one acknowledged attempt, retrying on timeout, and
-/// returns the worker threads still running (slow attempts outliving their timeout).
+/// Runs every task of a run to at least one acknowledged, valid attempt, retrying on timeout
+/// and on an invalid verdict, and returns the worker threads still running (slow attempts
+/// outliving their timeout).
 fn schedule(
     store: &Arc<Store>,
     input: &Arc<Input>,
     run: &str,
     faults: &HashMap<String, Fault>,
+    order: RowOrder,
     verbose: bool,
 ) -> Vec<thread::JoinHandle<()>> {
     let (ack_tx, ack_rx) = mpsc::channel::<(String, u32, bool)>();
@@ -181,7 +214,7 @@ fn schedule(
             in_flight.insert(partition.clone(), ticket.key.attempt);
             let (store, input, tx) = (Arc::clone(store), Arc::clone(input), ack_tx.clone());
             handles.push(thread::spawn(move || {
-                let acknowledged = match execute(&store, &input, &ticket, fault) {
+                let acknowledged = match execute(&store, &input, &ticket, fault, order) {
                     Ok(acknowledged) => acknowledged,
                     Err(err) => {
                         eprintln!("  attempt {} failed: {err}", ticket.key);
@@ -198,13 +231,29 @@ fn schedule(
             }
         }
         // Wait for acknowledgements until the timeout; anything unacknowledged is retried.
+        // An acknowledged attempt is validated at once (the store reads its file at the
+        // declared grain); an invalid one is retried like a lost one.
         let deadline = std::time::Instant::now() + ATTEMPT_TIMEOUT;
         while !in_flight.is_empty() {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match ack_rx.recv_timeout(left) {
                 Ok((partition, attempt, _)) => {
-                    if in_flight.get(&partition) == Some(&attempt) {
-                        in_flight.remove(&partition);
+                    if in_flight.get(&partition) != Some(&attempt) {
+                        continue;
+                    }
+                    in_flight.remove(&partition);
+                    let key = TaskKey::new(DATASET, run, &partition).attempt(attempt);
+                    match store.validate_attempt(&key, FileCheck::SizeAndChecksum) {
+                        Ok(manifestdb::Verdict::Invalid(failures)) => {
+                            let reasons: Vec<String> = failures.iter().map(ToString::to_string).collect();
+                            println!("  refused {key}: {}; retrying", reasons.join("; "));
+                            pending.push(partition);
+                        }
+                        Ok(_) => {}
+                        Err(err) => {
+                            println!("  validation of {key} failed: {err}; retrying");
+                            pending.push(partition);
+                        }
                     }
                 }
                 Err(_) => break,
@@ -294,12 +343,16 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
         run: run.into(),
         snapshot: input.snapshot.clone(),
         tasks: expectations(&input),
+        grain: Some(grain()),
     })?;
 
-    let faults =
-        HashMap::from([(partition_key("2026-11-28", "eu"), Fault::LoseAcknowledgement), (partition_key("2026-11-29", "us"), Fault::Slow)]);
+    let faults = HashMap::from([
+        (partition_key("2026-11-28", "eu"), Fault::LoseAcknowledgement),
+        (partition_key("2026-11-29", "us"), Fault::Slow),
+        (partition_key("2026-11-27", "apac"), Fault::DuplicateRow),
+    ]);
     println!("\nscheduling run {run} on {WORKERS} workers");
-    let stragglers = schedule(&store, &input, run, &faults, true);
+    let stragglers = schedule(&store, &input, run, &faults, RowOrder::Ascending, true);
     println!("\ncoordinator");
     let outcome = validate_and_publish(&store, run, &input, true)?;
     let generation = match &outcome {
@@ -326,6 +379,23 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     validate_and_publish(&store, run, &input, true)?;
     let unchanged = store.snapshot()?.manifest(DATASET, None)? == before;
     println!("  late attempts validated after publish; manifest unchanged: {unchanged}");
+
+    // The attempt that wrote a duplicated row under correct counts was refused by reading the
+    // data, and its retry is what the generation holds.
+    let duplicated = partition_key("2026-11-27", "apac");
+    let attempts = store.snapshot()?.attempts(&TaskKey::new(DATASET, run, &duplicated))?;
+    let refused = attempts.first().is_some_and(|a| {
+        matches!(&a.status, AttemptStatus::Validated(manifestdb::Verdict::Invalid(f))
+            if f.iter().any(|f| matches!(f, manifestdb::GateFailure::DuplicateGrainKey { .. })))
+    });
+    let held = before.as_ref().and_then(|m| m.partitions.iter().find(|p| p.partition == duplicated)).map(|p| p.attempt);
+    let duplicate_refused = refused && held.is_some_and(|a| a > 1);
+    if let Some(r) = attempts.first().and_then(|a| a.reconciliation.as_ref()) {
+        println!(
+            "  {duplicated} attempt 1 reported rows {:?} total {:?} (= expected {} / {:?}); the store read {:?} rows, {} duplicate key(s): refused {refused}; published attempt {held:?}",
+            r.reported_rows, r.reported_total, r.expected_rows, r.expected_total, r.computed_rows, r.duplicate_keys
+        );
+    }
 
     // A reader computes totals through the current generation.
     let read = read_back(&store)?;
@@ -355,8 +425,11 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
         run: rerun.into(),
         snapshot: input.snapshot.clone(),
         tasks: expectations(&input),
+        grain: Some(grain()),
     })?;
-    for handle in schedule(&store, &input, rerun, &HashMap::new(), false) {
+    // The rerun's workers write their rows in the opposite order: the bytes differ, the rows
+    // do not, and the store's canonical digest sees only the rows.
+    for handle in schedule(&store, &input, rerun, &HashMap::new(), RowOrder::Descending, false) {
         let _ = handle.join();
     }
     let rerun_outcome = validate_and_publish(&store, rerun, &input, false)?;
@@ -365,7 +438,20 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     if let PublishOutcome::Refused(refusal) = &rerun_outcome {
         println!("{refusal}");
     }
-    all_ok &= reproduced && published_total == truth_total;
+    let first_manifest = before.as_ref().map(|m| m.partitions.clone()).unwrap_or_default();
+    let rerun_manifest = store.snapshot()?.manifest(DATASET, None)?.map(|m| m.partitions).unwrap_or_default();
+    let mut same_rows_other_bytes = !first_manifest.is_empty() && first_manifest.len() == rerun_manifest.len();
+    for (a, b) in first_manifest.iter().zip(&rerun_manifest) {
+        same_rows_other_bytes &= a.partition == b.partition && a.digest == b.digest && a.files[0].crc32 != b.files[0].crc32;
+    }
+    if let (Some(a), Some(b)) = (first_manifest.first(), rerun_manifest.first()) {
+        println!(
+            "  {}: file crc32 {:08x} -> {:08x} (rows written in another order), canonical digest {} both times",
+            a.partition, a.files[0].crc32, b.files[0].crc32, a.digest
+        );
+    }
+    println!("rerun wrote every partition's rows in another order and reproduced every canonical digest: {same_rows_other_bytes}");
+    all_ok &= reproduced && same_rows_other_bytes && published_total == truth_total && duplicate_refused;
     Ok(all_ok)
 }
 

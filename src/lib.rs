@@ -30,7 +30,9 @@
 //!   ([`Store::sync_view`]).
 //!
 //! ```
-//! use manifestdb::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, describe_file};
+//! use manifestdb::{
+//!     Candidate, DataFormat, FileCheck, Grain, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, describe_file,
+//! };
 //!
 //! # fn main() -> Result<(), manifestdb::Error> {
 //! let dir = tempfile::tempdir().unwrap();
@@ -40,25 +42,30 @@
 //!     run: "2026-11-29".into(),
 //!     snapshot: "sales@v42".into(),
 //!     tasks: vec![TaskSpec { partition: "date=2026-11-29/region=eu".into(), expected_rows: 2, expected_total: Some(700) }],
+//!     // One row per (store, item); validation reads the rows and computes the figures.
+//!     grain: Some(Grain::new(DataFormat::Csv, &["store", "item"], "units")),
 //! })?;
 //! let task = TaskKey::new("daily_units", "2026-11-29", "date=2026-11-29/region=eu");
 //! let ticket = store.begin_attempt(&task)?;
-//! std::fs::write(ticket.staging_dir.join("part.csv"), "store,units\n1,300\n2,400\n").unwrap();
+//! std::fs::write(ticket.staging_dir.join("part.csv"), "store,item,units\n1,7,300\n2,7,400\n").unwrap();
 //! let candidate = Candidate {
 //!     snapshot: "sales@v42".into(),
-//!     rows: 2,
-//!     total: Some(700),
-//!     digest: "sha256:...".into(),
+//!     rows: Some(2), // with a grain: an optional cross-check, as are total and digest
+//!     total: None,
+//!     digest: None,
 //!     files: vec![describe_file(&ticket.staging_dir, "part.csv")?],
 //! };
 //! store.finish_attempt(&ticket.key, &candidate)?;
 //! assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum)?.is_valid());
+//! let figures = store.snapshot()?.attempt(&ticket.key)?.and_then(|a| a.reconciliation).unwrap();
+//! assert_eq!((figures.computed_rows, figures.computed_total, figures.duplicate_keys), (Some(2), Some(700), 0));
 //! let PublishOutcome::Published(generation) = store.publish("daily_units", "2026-11-29", &PublishOptions::default())? else {
 //!     panic!("refused");
 //! };
 //! assert_eq!(generation.number, 1);
 //! let manifest = store.snapshot()?.manifest("daily_units", None)?.unwrap();
 //! assert_eq!(manifest.partitions[0].attempt, 1);
+//! assert!(manifest.partitions[0].digest.starts_with("ms256:2:")); // the store's canonical digest
 //! # Ok(())
 //! # }
 //! ```
@@ -69,8 +76,10 @@
 mod batch;
 mod codec;
 mod error;
+mod grain;
 mod lifecycle;
 mod model;
+mod readers;
 mod records;
 mod rules;
 mod schema;
@@ -82,6 +91,7 @@ mod views;
 
 pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 pub use error::{Corruption, Error, Result};
+pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,
     RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
@@ -92,6 +102,7 @@ pub use model::{
     MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason,
     RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
+pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{
     ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER,
     Snapshot, Store, StoreOptions, describe_file, file_crc32,

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::grain::{Grain, Reconciliation};
+
 /// Identifies a task: the natural key of one unit of work. A task owns exactly one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TaskKey {
@@ -63,6 +65,10 @@ pub struct RunSpec {
     pub snapshot: String,
     /// The tasks, one per partition, with the expectations derived from the input.
     pub tasks: Vec<TaskSpec>,
+    /// The output's declared grain (format, key columns, measure). With one, validation reads
+    /// every file and computes rows, total, duplicate keys and the canonical digest itself;
+    /// without one (`None`), it compares the figures the worker reported.
+    pub grain: Option<Grain>,
 }
 
 /// One declared task and what its output must reconcile to at the declared grain.
@@ -113,12 +119,15 @@ pub struct FileEntry {
 pub struct Candidate {
     /// The input snapshot the attempt read; must be its run's.
     pub snapshot: String,
-    /// Rows written at the declared grain.
-    pub rows: u64,
-    /// Total of the output's measure (e.g. cents), if computed.
+    /// Rows written at the declared grain, as the worker counted them. Required for a run
+    /// without a grain; with a grain, optional: a cross-check against the rows the store reads.
+    pub rows: Option<u64>,
+    /// Total of the output's measure (e.g. cents), if computed. With a grain, a cross-check.
     pub total: Option<i64>,
-    /// Canonical digest of the output: equal inputs must give equal digests.
-    pub digest: String,
+    /// Canonical digest of the output: equal inputs must give equal digests. Required for a
+    /// run without a grain; with a grain, optional: a cross-check against the digest the store
+    /// computes ([`crate::RowDigest`]), which is the one a publish records.
+    pub digest: Option<String>,
     /// The files written, relative to the staging directory.
     pub files: Vec<FileEntry>,
 }
@@ -199,6 +208,80 @@ pub enum GateFailure {
         /// The operating system's message.
         message: String,
     },
+    /// A figure the worker reported differs from the one the store computed from the files.
+    ReportedMismatch {
+        /// Which figure: `rows`, `total` or `digest`.
+        figure: String,
+        /// What the worker reported.
+        reported: String,
+        /// What the store computed.
+        computed: String,
+    },
+    /// A run without a grain needs this figure reported, and the candidate has none.
+    FigureNotReported {
+        /// Which figure: `rows` or `digest`.
+        figure: String,
+    },
+    /// Rows share a grain key: the partition holds a key more than once.
+    DuplicateGrainKey {
+        /// Rows whose key an earlier row already held (`rows - distinct keys`).
+        duplicates: u64,
+        /// The first repeated key found, one text per grain key column.
+        key: Vec<String>,
+    },
+    /// A row has no value for a grain key column (an empty CSV field, a Parquet null).
+    MissingKey {
+        /// Path relative to the staging directory.
+        path: String,
+        /// Where in the file: `line N` (CSV) or `row group N, row M` (Parquet).
+        location: String,
+        /// The key column.
+        column: String,
+    },
+    /// A row cannot be read: wrong field count, a measure that is not an integer at the
+    /// declared scale, text that is not UTF-8, a record over the size limit.
+    UnparsableRow {
+        /// Path relative to the staging directory.
+        path: String,
+        /// Where in the file: `line N` (CSV) or `row group N` (Parquet).
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file's columns are not the grain's (a CSV header or a Parquet schema with a missing,
+    /// extra or repeated column).
+    ColumnsMismatch {
+        /// Path relative to the staging directory.
+        path: String,
+        /// The grain's columns, sorted.
+        expected: Vec<String>,
+        /// The file's columns, in file order.
+        got: Vec<String>,
+    },
+    /// A column's type cannot be read at the grain (float, binary, nested, boolean, ...).
+    UnsupportedColumnType {
+        /// Path relative to the staging directory.
+        path: String,
+        /// The column.
+        column: String,
+        /// The file's type of the column.
+        data_type: String,
+    },
+    /// A file is not a readable file of the declared format (a truncated Parquet file, a
+    /// footer that claims rows the file does not hold).
+    MalformedFile {
+        /// Path relative to the staging directory.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The measure's sum does not fit a 64-bit integer.
+    TotalOverflow,
+    /// More rows were rejected than are listed one by one; this many were not listed.
+    MoreRejectedRows {
+        /// Rejected rows not listed.
+        count: u64,
+    },
     /// An operator invalidated the attempt (its files were lost, say) with
     /// [`crate::Store::invalidate_attempt`].
     Invalidated {
@@ -228,6 +311,24 @@ impl std::fmt::Display for GateFailure {
                 write!(f, "file {path:?} has crc32 {got:#010x}, reported {expected:#010x}")
             }
             GateFailure::FileUnreadable { path, message } => write!(f, "file {path:?} is unreadable: {message}"),
+            GateFailure::ReportedMismatch { figure, reported, computed } => {
+                write!(f, "reported {figure} {reported} != {computed} computed from the files")
+            }
+            GateFailure::FigureNotReported { figure } => write!(f, "no {figure} reported, and the run declares no grain to compute it"),
+            GateFailure::DuplicateGrainKey { duplicates, key } => {
+                write!(f, "{duplicates} rows repeat a grain key; first repeated key ({})", key.join(", "))
+            }
+            GateFailure::MissingKey { path, location, column } => write!(f, "file {path:?} {location}: no value for key column {column:?}"),
+            GateFailure::UnparsableRow { path, location, message } => write!(f, "file {path:?} {location}: unparsable row: {message}"),
+            GateFailure::ColumnsMismatch { path, expected, got } => {
+                write!(f, "file {path:?} has columns [{}], the grain's are [{}]", got.join(", "), expected.join(", "))
+            }
+            GateFailure::UnsupportedColumnType { path, column, data_type } => {
+                write!(f, "file {path:?}: column {column:?} has unsupported column type {data_type}")
+            }
+            GateFailure::MalformedFile { path, message } => write!(f, "file {path:?} is malformed: {message}"),
+            GateFailure::TotalOverflow => write!(f, "the measure's sum does not fit a 64-bit integer"),
+            GateFailure::MoreRejectedRows { count } => write!(f, "{count} more rejected rows not listed"),
             GateFailure::Invalidated { actor, reason, .. } => write!(f, "invalidated by {actor}: {reason}"),
         }
     }
@@ -335,6 +436,8 @@ pub struct AttemptInfo {
     pub candidate: Option<Candidate>,
     /// Where it stands.
     pub status: AttemptStatus,
+    /// Once validated: the verdict's figures, expected, reported and computed side by side.
+    pub reconciliation: Option<Reconciliation>,
 }
 
 /// Options of a publish.
@@ -699,4 +802,6 @@ pub struct RunInfo {
     pub published_generation: Option<u64>,
     /// Its tasks in partition order.
     pub tasks: Vec<TaskSpec>,
+    /// Its declared grain, if any.
+    pub grain: Option<Grain>,
 }

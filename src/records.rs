@@ -6,6 +6,7 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
 use crate::model::{AttemptKey, Candidate, EffectClaim, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
 use crate::schema::{self, Def};
@@ -66,6 +67,8 @@ pub(crate) struct RunRecord {
     pub(crate) task_count: u64,
     pub(crate) declared_at_ms: u64,
     pub(crate) published_generation: Option<u64>,
+    /// The output's declared grain; `None` keeps the reported-figure checks.
+    pub(crate) grain: Option<Grain>,
 }
 impl Checked for RunRecord {
     const TABLE: Def = schema::RUNS;
@@ -75,6 +78,9 @@ impl Checked for RunRecord {
         }
         if self.published_generation == Some(0) {
             return Err("run published as generation 0".into());
+        }
+        if let Some(grain) = &self.grain {
+            crate::rules::ids::check_grain(grain).map_err(|e| format!("declared grain is not acceptable: {e}"))?;
         }
         Ok(())
     }
@@ -105,12 +111,26 @@ pub(crate) struct AttemptRecord {
     pub(crate) staging_rel: String,
     pub(crate) candidate: Option<Candidate>,
     pub(crate) verdict: Option<Verdict>,
+    /// The verdict's figures (expected, reported, computed); written with the verdict.
+    pub(crate) reconciliation: Option<Reconciliation>,
 }
 impl Checked for AttemptRecord {
     const TABLE: Def = schema::ATTEMPTS;
     fn check(&self) -> Result<(), String> {
         if self.verdict.is_some() && self.candidate.is_none() {
             return Err("attempt has a verdict but no candidate".into());
+        }
+        if self.verdict.is_some() != self.reconciliation.is_some() {
+            return Err("attempt's verdict and its figures are not stored together".into());
+        }
+        if let (Some(Verdict::Valid), Some(figures)) = (&self.verdict, &self.reconciliation) {
+            let (rows, total, digest) = figures.effective();
+            if rows != Some(figures.expected_rows) || digest.is_none() {
+                return Err("attempt is valid but its figures do not reconcile with the expectations".into());
+            }
+            if figures.expected_total.is_some() && total != figures.expected_total {
+                return Err("attempt is valid but its total differs from the expected one".into());
+            }
         }
         Ok(())
     }

@@ -9,9 +9,9 @@
 //! | table | key | value | written by |
 //! |---|---|---|---|
 //! | `meta_v1` | `"format"` | `MetaRecord` (format version, attempt lease) | create, open (raises the lease) |
-//! | `runs_v1` | dataset, run | `RunRecord` | declare, publish |
+//! | `runs_v1` | dataset, run | `RunRecord` (snapshot, tasks, declared grain) | declare, publish |
 //! | `tasks_v1` | dataset, run, partition | `TaskRecord` (expectations, next attempt number) | declare, begin |
-//! | `attempts_v1` | dataset, run, partition, attempt (u32 BE) | `AttemptRecord` | begin, finish, validate |
+//! | `attempts_v1` | dataset, run, partition, attempt (u32 BE) | `AttemptRecord` (candidate, verdict and its figures) | begin, finish, validate |
 //! | `accepted_v1` | dataset, run, partition | `AcceptedRecord` (lowest valid attempt) | validate |
 //! | `partition_versions_v1` | dataset, partition, generation (u64 BE) | `PartitionVersionRecord` | publish |
 //! | `generations_v1` | dataset, generation (u64 BE) | `GenerationRecord` | publish |
@@ -62,9 +62,13 @@ pub(crate) const CLEANUP_BATCHES: Def = Def { name: "cleanup_batches_v1" };
 pub(crate) const ALL_TABLES: [Def; 12] =
     [META, RUNS, TASKS, ATTEMPTS, ACCEPTED, VERSIONS, GENERATIONS, POINTERS, DIGESTS, EFFECTS, CLEANUP_PLANS, CLEANUP_BATCHES];
 
-/// The store format this build writes and reads. 2: every frame's checksum covers the table
-/// and the key it is stored under (`codec.rs`), and the meta record holds the staging identity.
-/// 3: an effect record holds its emitter's claim (`EffectRecord::claim`).
+/// The store format this build writes and reads.
+/// - 2 (released): every frame's checksum covers the table and the key it is stored under
+///   (`codec.rs`), and the meta record holds the staging identity.
+/// - 3: a run records its declared grain, a candidate's rows and digest are optional, and a
+///   verdict is stored with its figures (`Reconciliation`). A version-2 store is refused with
+///   [`crate::Error::UnsupportedFormat`] (`tests/fixtures/format-v2.redb` guards it). An
+///   effect record holds its emitter's last claim (`EffectRecord::claim`).
 pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// The key of the format record in `meta_v1`.

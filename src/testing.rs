@@ -572,7 +572,13 @@ type Samples = (
 fn samples() -> Samples {
     use crate::records::{AttemptRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord, RunRecord};
     (
-        RunRecord { snapshot: "sales@1".into(), task_count: 2, declared_at_ms: 1, published_generation: Some(3) },
+        RunRecord {
+            snapshot: "sales@1".into(),
+            task_count: 2,
+            declared_at_ms: 1,
+            published_generation: Some(3),
+            grain: Some(crate::Grain::new(crate::DataFormat::Csv, &["store", "item"], "units")),
+        },
         AttemptRecord {
             started_at_ms: 1,
             heartbeat_at_ms: 2,
@@ -580,12 +586,30 @@ fn samples() -> Samples {
             staging_rel: "ds/r/p/@attempt-1".into(),
             candidate: Some(crate::Candidate {
                 snapshot: "s".into(),
-                rows: 2,
+                rows: Some(2),
                 total: Some(-4),
-                digest: "d".into(),
+                digest: Some("d".into()),
                 files: vec![crate::FileEntry { path: "part.csv".into(), size_bytes: 10, crc32: 7 }],
             }),
-            verdict: Some(crate::Verdict::Invalid(vec![crate::GateFailure::RowsMismatch { expected: 1, got: 2 }])),
+            verdict: Some(crate::Verdict::Invalid(vec![
+                crate::GateFailure::RowsMismatch { expected: 1, got: 2 },
+                crate::GateFailure::DuplicateGrainKey { duplicates: 1, key: vec!["1".into(), "7".into()] },
+            ])),
+            reconciliation: Some(crate::Reconciliation {
+                basis: crate::ReconcileBasis::Read { format: crate::DataFormat::Csv },
+                expected_rows: 1,
+                expected_total: Some(-4),
+                reported_rows: Some(2),
+                reported_total: Some(-4),
+                reported_digest: Some("d".into()),
+                computed_rows: Some(2),
+                computed_total: Some(-4),
+                duplicate_keys: 1,
+                rejected_rows: 0,
+                computed_digest: Some("ms256:2:00".into()),
+                files_read: 1,
+                bytes_read: 10,
+            }),
         },
         PartitionVersionRecord {
             entry: Some(PartitionEntryRecord {
@@ -853,6 +877,7 @@ pub fn run_spec(run: u8) -> RunSpec {
                 TaskSpec { partition: partition_key(part), expected_rows: rows, expected_total: Some(total) }
             })
             .collect(),
+        grain: None,
     }
 }
 
@@ -884,9 +909,9 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
             }
             let candidate = Candidate {
                 snapshot: format!("sales@{}", run % RUNS),
-                rows,
+                rows: Some(rows),
                 total: Some(total),
-                digest: format!("rows={rows};total={total}"),
+                digest: Some(format!("rows={rows};total={total}")),
                 files,
             };
             store.finish_attempt(&key, &candidate).map(|o| format!("{o:?}"))

@@ -388,8 +388,22 @@ pub struct DeclareArgs {
     /// such keys.
     #[arg(long = "task", value_name = "PARTITION:ROWS[:TOTAL]", value_parser = parse_task, required_unless_present = "from")]
     pub tasks: Vec<TaskSpec>,
+    /// The output's grain key columns, comma separated (e.g. store,item). With a grain,
+    /// validation reads every file and computes rows, total, duplicate keys and the canonical
+    /// digest itself; `attempt finish` then needs no --rows/--total/--digest.
+    #[arg(long, value_name = "COLUMNS", value_delimiter = ',', requires = "measure")]
+    pub grain: Vec<String>,
+    /// The grain's measure column, whose sum is each task's expected total (e.g. units).
+    #[arg(long, value_name = "COLUMN", requires = "grain")]
+    pub measure: Option<String>,
+    /// The grain's file format.
+    #[arg(long, value_name = "FORMAT", value_parser = ["csv", "parquet"], default_value = "csv", requires = "grain")]
+    pub format: String,
+    /// The measure's decimal scale: 2 reads 12.50 as 1250 (cents).
+    #[arg(long, value_name = "DIGITS", default_value_t = 0, requires = "grain")]
+    pub scale: u32,
     /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure"])]
     pub from: Option<PathBuf>,
 }
 
@@ -524,14 +538,16 @@ pub struct FinishArgs {
     /// The input snapshot the attempt read.
     #[arg(long, required_unless_present = "from")]
     pub snapshot: Option<String>,
-    /// Rows written at the declared grain.
-    #[arg(long, required_unless_present = "from")]
+    /// Rows written at the declared grain. Required for a run without a grain; with one, an
+    /// optional cross-check of the rows the store reads.
+    #[arg(long)]
     pub rows: Option<u64>,
     /// Total of the output's measure (an integer such as cents).
     #[arg(long, allow_hyphen_values = true)]
     pub total: Option<i64>,
-    /// Canonical digest of the output (equal inputs must give equal digests).
-    #[arg(long, required_unless_present = "from")]
+    /// Canonical digest of the output (equal inputs must give equal digests). Required for a
+    /// run without a grain; with one, an optional cross-check of the digest the store computes.
+    #[arg(long)]
     pub digest: Option<String>,
     /// A file the attempt wrote, relative to its staging directory; its size and CRC32 are
     /// computed. Repeat per file.
@@ -717,20 +733,31 @@ fn parse_task(value: &str) -> Result<TaskSpec, String> {
 
 const DECLARE_JSON: &str = "\
 Input (--from): {\"dataset\", \"run\", \"snapshot\",
-                 \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}]}
+                 \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}],
+                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?}}
 JSON: {\"dataset\", \"run\", \"snapshot\", \"outcome\": \"declared\"|\"already_declared\",
-       \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}";
+       \"grain\": GRAIN|null, \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}
+GRAIN: {\"format\": \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"}";
 
 const RUN_SHOW_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"snapshot\", \"declared_at_ms\", \"published_generation\": N|null,
+       \"grain\": GRAIN|null (see `manifestdb run declare --help`),
        \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\", \"accepted_attempt\": N|null,
                   \"attempts\": [ATTEMPT]}]}
 ATTEMPT: {\"attempt\", \"status\": \"running\"|\"finished\"|\"valid\"|\"invalid\", \"failures\": [FAILURE],
-          \"started_at_ms\", \"staging_rel\", \"candidate\": CANDIDATE|null}
+          \"started_at_ms\", \"staging_rel\", \"candidate\": CANDIDATE|null, \"reconciliation\": FIGURES|null}
 CANDIDATE: {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}
+FIGURES: {\"basis\": \"reported\"|\"read_csv\"|\"read_parquet\", \"expected\": {\"rows\", \"total\"},
+          \"reported\": {\"rows\", \"total\", \"digest\"}, \"computed\": {\"rows\", \"total\", \"digest\"},
+          \"duplicate_keys\", \"rejected_rows\", \"files_read\", \"bytes_read\"}
 FAILURE: {\"kind\", \"message\", ...}; kind is one of foreign_snapshot, rows_mismatch,
          total_mismatch (expected, got), file_missing (path), file_size_mismatch,
-         file_checksum_mismatch (path, expected, got), file_unreadable (path, error), other";
+         file_checksum_mismatch (path, expected, got), file_unreadable (path, error),
+         reported_mismatch (figure, reported, computed), figure_not_reported (figure),
+         duplicate_grain_key (duplicates, key), missing_key (path, location, column),
+         unparsable_row (path, location, detail), columns_mismatch (path, expected, got),
+         unsupported_column_type (path, column, data_type), malformed_file (path, detail),
+         total_overflow, more_rejected_rows (count), other";
 
 const BEGIN_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"staging_dir\", \"started_at_ms\"}
@@ -750,15 +777,15 @@ lease_expires_at_ms is set for a running attempt not recorded abandoned (it may 
 `gc abandon` would abandon it). Exit 4 if the run or the task is unknown.";
 
 const FINISH_JSON: &str = "\
-Input (--from): {\"snapshot\", \"rows\", \"total\"?, \"digest\",
+Input (--from): {\"snapshot\", \"rows\"?, \"total\"?, \"digest\"? (rows and digest required without a grain),
                  \"files\"?: [{\"path\", \"size_bytes\", \"crc32\"}]}
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"recorded\"|\"already_recorded\",
        \"candidate\": {\"snapshot\", \"rows\", \"total\", \"digest\", \"files\": [{\"path\", \"size_bytes\", \"crc32\"}]}}";
 
 const VALIDATE_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"verdict\": \"valid\"|\"invalid\",
-       \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null}
-(failure kinds: see `manifestdb run show --help`)";
+       \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null, \"reconciliation\": FIGURES}
+(failure kinds and FIGURES: see `manifestdb run show --help`)";
 
 const PUBLISH_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"outcome\": \"published\"|\"already_published\"|\"refused\",

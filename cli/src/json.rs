@@ -3,8 +3,8 @@
 //! the README), not whatever a library type's derived serialisation happens to be.
 
 use manifestdb::{
-    AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, PartitionEntry,
-    PublishRefusal, RefusalReason, Verdict,
+    AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
+    PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
 };
 use serde_json::{Value, json};
 
@@ -47,6 +47,30 @@ pub fn failure(f: &GateFailure) -> Value {
         GateFailure::FileUnreadable { path, message: os } => {
             json!({ "kind": "file_unreadable", "message": message, "path": path, "error": os })
         }
+        GateFailure::ReportedMismatch { figure, reported, computed } => {
+            json!({ "kind": "reported_mismatch", "message": message, "figure": figure, "reported": reported, "computed": computed })
+        }
+        GateFailure::FigureNotReported { figure } => json!({ "kind": "figure_not_reported", "message": message, "figure": figure }),
+        GateFailure::DuplicateGrainKey { duplicates, key } => {
+            json!({ "kind": "duplicate_grain_key", "message": message, "duplicates": duplicates, "key": key })
+        }
+        GateFailure::MissingKey { path, location, column } => {
+            json!({ "kind": "missing_key", "message": message, "path": path, "location": location, "column": column })
+        }
+        GateFailure::UnparsableRow { path, location, message: detail } => {
+            json!({ "kind": "unparsable_row", "message": message, "path": path, "location": location, "detail": detail })
+        }
+        GateFailure::ColumnsMismatch { path, expected, got } => {
+            json!({ "kind": "columns_mismatch", "message": message, "path": path, "expected": expected, "got": got })
+        }
+        GateFailure::UnsupportedColumnType { path, column, data_type } => {
+            json!({ "kind": "unsupported_column_type", "message": message, "path": path, "column": column, "data_type": data_type })
+        }
+        GateFailure::MalformedFile { path, message: detail } => {
+            json!({ "kind": "malformed_file", "message": message, "path": path, "detail": detail })
+        }
+        GateFailure::TotalOverflow => json!({ "kind": "total_overflow", "message": message }),
+        GateFailure::MoreRejectedRows { count } => json!({ "kind": "more_rejected_rows", "message": message, "count": count }),
         GateFailure::Invalidated { actor, reason, invalidated_at_ms } => json!({
             "kind": "invalidated", "message": message, "actor": actor, "reason": reason, "invalidated_at_ms": invalidated_at_ms
         }),
@@ -80,6 +104,44 @@ pub fn attempt(a: &AttemptInfo) -> Value {
         "started_at_ms": a.started_at_ms,
         "staging_rel": a.staging_rel,
         "candidate": a.candidate.as_ref().map(candidate),
+        "reconciliation": a.reconciliation.as_ref().map(reconciliation),
+    })
+}
+
+/// `{"format", "keys", "measure", "scale"}`: a declared grain.
+pub fn grain(g: &Grain) -> Value {
+    json!({ "format": g.format.name(), "keys": g.keys, "measure": g.measure, "scale": g.measure_scale })
+}
+
+/// One line describing a run's grain, for the human output.
+pub fn grain_line(g: Option<&Grain>) -> String {
+    match g {
+        Some(g) => format!(
+            "grain: {} files, one row per ({}), measure {} at scale {}: validation reads the data",
+            g.format,
+            g.keys.join(", "),
+            g.measure,
+            g.measure_scale
+        ),
+        None => "grain: none declared: validation compares the figures workers report".to_owned(),
+    }
+}
+
+/// The verdict's figures side by side: `{"basis", "expected", "reported", "computed", ...}`.
+pub fn reconciliation(r: &Reconciliation) -> Value {
+    let basis = match r.basis {
+        ReconcileBasis::Read { format } => format!("read_{}", format.name()),
+        _ => "reported".to_owned(),
+    };
+    json!({
+        "basis": basis,
+        "expected": { "rows": r.expected_rows, "total": r.expected_total },
+        "reported": { "rows": r.reported_rows, "total": r.reported_total, "digest": r.reported_digest },
+        "computed": { "rows": r.computed_rows, "total": r.computed_total, "digest": r.computed_digest },
+        "duplicate_keys": r.duplicate_keys,
+        "rejected_rows": r.rejected_rows,
+        "files_read": r.files_read,
+        "bytes_read": r.bytes_read,
     })
 }
 

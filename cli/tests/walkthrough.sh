@@ -8,8 +8,10 @@ D=daily_units R=2026-11-29 EU=date=2026-11-29/region=eu US=date=2026-11-29/regio
 manifestdb init
 
 # 1. Declare the run: its pinned input snapshot and, per task (= partition), the rows and
-#    total (here: units) that the input says the output must hold.
-manifestdb run declare --dataset $D --run $R --snapshot sales@v42 --task $EU:2:700 --task $US:3:450
+#    total (here: units) that the input says the output must hold; and its grain: one row per
+#    (store, item), measure units, CSV files. Validation then reads the rows itself.
+manifestdb run declare --dataset $D --run $R --snapshot sales@v42 --task $EU:2:700 --task $US:3:450 \
+    --grain store,item --measure units --format csv
 
 # Publishing now is refused (exit 3): no task has a valid attempt. Nothing is written.
 status=0; manifestdb publish --dataset $D --run $R || status=$?
@@ -19,31 +21,33 @@ test $status -eq 3
 #    directory, then dies before the scheduler hears back: the acknowledgement is lost.
 eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
 lost_attempt=$MANIFESTDB_ATTEMPT lost_dir=$MANIFESTDB_STAGING_DIR
-printf 'store,units\n1,300\n2,400\n' > "$lost_dir/part.csv"
+printf 'store,item,units\n1,7,300\n2,7,400\n' > "$lost_dir/part.csv"
 
 # The scheduler retries on another worker: attempt 2 gets a directory of its own.
 eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
-printf 'store,units\n1,300\n2,400\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+printf 'store,item,units\n2,7,400\n1,7,300\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $MANIFESTDB_ATTEMPT \
-    --snapshot sales@v42 --rows 2 --total 700 --digest rows=2,units=700 --scan
+    --snapshot sales@v42 --scan
 
-# The lost attempt was not dead after all: it finishes too. Two candidates now exist.
+# The lost attempt was not dead after all: it finishes too. Two candidates now exist. (Its
+# worker also reports rows and total: with a grain they are only cross-checks.)
 manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $lost_attempt \
-    --snapshot sales@v42 --rows 2 --total 700 --digest rows=2,units=700 --file part.csv
+    --snapshot sales@v42 --rows 2 --total 700 --file part.csv
 
-# 3. The us task: attempt 1 writes an incomplete file (2 of 3 rows); validation marks it
-#    invalid (exit 3) and the scheduler retries.
+# 3. The us task: attempt 1 writes store 3 twice (3 rows, 450 units, as expected) and its
+#    worker reports the right-looking numbers; reading at the grain finds the duplicate key,
+#    validation marks it invalid (exit 3) and the scheduler retries.
 eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
-printf 'store,units\n3,100\n4,200\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+printf 'store,item,units\n3,7,100\n4,7,200\n3,7,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
-    --snapshot sales@v42 --rows 2 --total 300 --digest rows=2,units=300 --scan
+    --snapshot sales@v42 --rows 3 --total 450 --scan
 status=0; manifestdb attempt validate --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT || status=$?
 test $status -eq 3
 
 eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
-printf 'store,units\n3,100\n4,200\n5,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
+printf 'store,item,units\n3,7,100\n4,7,200\n5,7,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
-    --snapshot sales@v42 --rows 3 --total 450 --digest rows=3,units=450 --scan
+    --snapshot sales@v42 --scan
 manifestdb attempt validate --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT --checksums
 
 # 4. The coordinator validates both eu candidates, in any order: the lowest-numbered valid

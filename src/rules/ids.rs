@@ -6,6 +6,7 @@
 //! inside another attempt's, and none leaves the staging root.
 
 use crate::error::{Error, Result};
+use crate::grain::Grain;
 use crate::model::{Candidate, RunSpec};
 
 /// Longest dataset, run id, snapshot id or effect name, in bytes.
@@ -123,17 +124,49 @@ pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
         // would be unusable.
         staging_parent_rel(&spec.dataset, &spec.run, &task.partition)?;
     }
+    if let Some(grain) = &spec.grain {
+        check_grain(grain)?;
+    }
+    Ok(())
+}
+
+/// Most grain key columns a run may declare.
+pub(crate) const GRAIN_KEYS_MAX: usize = 64;
+/// Largest declared measure scale (10^18 is the largest power of ten an `i64` holds).
+pub(crate) const MEASURE_SCALE_MAX: u32 = 18;
+
+/// A declared grain: at least one key, column names that are printable, distinct and short,
+/// and a measure scale an `i64` can hold.
+pub(crate) fn check_grain(grain: &Grain) -> Result<()> {
+    if grain.keys.is_empty() {
+        return Err(Error::invalid("grain", &grain.measure, "declares no key column"));
+    }
+    if grain.keys.len() > GRAIN_KEYS_MAX {
+        return Err(Error::invalid("grain", &grain.keys.join(","), format!("declares more than {GRAIN_KEYS_MAX} key columns")));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for column in grain.keys.iter().chain(std::iter::once(&grain.measure)) {
+        check_text("grain column", column, NAME_BYTES_MAX)?;
+        if !seen.insert(column.as_str()) {
+            return Err(Error::invalid("grain column", column, "is named twice (keys and measure must be distinct columns)"));
+        }
+    }
+    if grain.measure_scale > MEASURE_SCALE_MAX {
+        return Err(Error::invalid("measure scale", &grain.measure_scale.to_string(), format!("is larger than {MEASURE_SCALE_MAX}")));
+    }
     Ok(())
 }
 
 /// Checks a candidate's fields (not its agreement with the run; that is validation).
 pub(crate) fn check_candidate(candidate: &Candidate) -> Result<()> {
     check_snapshot(&candidate.snapshot)?;
-    check_text("digest", &candidate.digest, DIGEST_BYTES_MAX)?;
+    if let Some(digest) = &candidate.digest {
+        check_text("digest", digest, DIGEST_BYTES_MAX)?;
+    }
     if candidate.files.len() > CANDIDATE_FILES_MAX {
         return Err(Error::invalid(
             "candidate",
-            &candidate.digest,
+            &candidate.snapshot,
             format!("reports {} files, more than {CANDIDATE_FILES_MAX}", candidate.files.len()),
         ));
     }

@@ -8,6 +8,7 @@
 
 pub(crate) mod accept;
 pub(crate) mod cleanup;
+pub(crate) mod digest;
 pub(crate) mod effects;
 pub(crate) mod ids;
 pub(crate) mod publish;

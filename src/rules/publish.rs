@@ -5,15 +5,39 @@
 //! no accepted attempt, the list of its attempts for the report. This function decides; the
 //! store then writes exactly what the plan says, in the same transaction.
 
-use crate::model::{AttemptStatus, Candidate, NondeterminismOverride, PublishRefusal, RefusalReason, TaskRefusal, TaskSpec};
-use crate::rules::validate::{FileObservation, expectation_failures, file_failures};
+use crate::grain::Reconciliation;
+use crate::model::{AttemptStatus, Candidate, GateFailure, NondeterminismOverride, PublishRefusal, RefusalReason, TaskRefusal, TaskSpec};
+use crate::rules::validate::{Figures, FileObservation, expectation_failures, file_failures};
 
-/// A task's accepted attempt and its candidate.
+/// A task's accepted attempt, its candidate and its verdict's figures.
 #[derive(Debug, Clone)]
 pub(crate) struct Accepted {
     pub(crate) attempt: u32,
     pub(crate) candidate: Candidate,
     pub(crate) staging_rel: String,
+    /// The figures stored with the valid verdict (computed ones for a run with a grain).
+    pub(crate) reconciliation: Option<Reconciliation>,
+}
+
+impl Accepted {
+    /// The figures the publish checks and records: the store's computed ones where it read
+    /// the data, the reported ones otherwise. `(rows, total, digest)`.
+    pub(crate) fn effective(&self) -> (Option<u64>, Option<i64>, Option<&str>) {
+        match &self.reconciliation {
+            Some(r) => r.effective(),
+            None => (self.candidate.rows, self.candidate.total, self.candidate.digest.as_deref()),
+        }
+    }
+}
+
+/// One partition the publish writes, with the figures it records.
+#[derive(Debug)]
+pub(crate) struct PlannedPartition {
+    pub(crate) partition: String,
+    pub(crate) accepted: Accepted,
+    pub(crate) rows: u64,
+    pub(crate) total: Option<i64>,
+    pub(crate) digest: String,
 }
 
 /// The digest the partition currently holds from the same (dataset, snapshot), or held last
@@ -44,7 +68,7 @@ pub(crate) struct TaskState {
 #[derive(Debug)]
 pub(crate) struct PublishPlan {
     /// One entry per declared task, in the order given.
-    pub(crate) partitions: Vec<(String, Accepted)>,
+    pub(crate) partitions: Vec<PlannedPartition>,
     /// Partitions whose digest to record in the published-digest index: the first publish of
     /// their snapshot, or an accepted override (the new content is what it now holds).
     pub(crate) digests_to_record: Vec<usize>,
@@ -75,16 +99,21 @@ pub(crate) fn plan(
                 .push(TaskRefusal { partition: task.spec.partition, reason: RefusalReason::NoAcceptedAttempt { attempts: task.attempts } });
             continue;
         };
-        let mut failures = expectation_failures(run_snapshot, &task.spec, &accepted.candidate);
+        let (rows, total, digest) = accepted.effective();
+        let figures = Figures { snapshot: &accepted.candidate.snapshot, rows, total };
+        let mut failures = expectation_failures(run_snapshot, &task.spec, figures);
+        if digest.is_none() {
+            failures.push(GateFailure::FigureNotReported { figure: "digest".into() });
+        }
         failures.extend(file_failures(&accepted.candidate.files, &task.files_seen));
-        if !failures.is_empty() {
+        let (Some(rows), Some(digest), true) = (rows, digest.map(str::to_owned), failures.is_empty()) else {
             refusals
                 .push(TaskRefusal { partition: task.spec.partition, reason: RefusalReason::Gate { attempt: accepted.attempt, failures } });
             continue;
-        }
+        };
         match task.published {
             None => digests_to_record.push(partitions.len()),
-            Some(published) if published.digest != accepted.candidate.digest => {
+            Some(published) if published.digest != digest => {
                 mismatched.push(task.spec.partition.clone());
                 digests_to_record.push(partitions.len());
                 if accept_nondeterminism.is_none() {
@@ -92,7 +121,7 @@ pub(crate) fn plan(
                         partition: task.spec.partition,
                         reason: RefusalReason::Nondeterministic {
                             attempt: accepted.attempt,
-                            digest: accepted.candidate.digest,
+                            digest,
                             published_digest: published.digest,
                             published_run: published.run,
                             published_generation: published.generation,
@@ -103,7 +132,7 @@ pub(crate) fn plan(
             }
             Some(_) => {}
         }
-        partitions.push((task.spec.partition, accepted));
+        partitions.push(PlannedPartition { partition: task.spec.partition, accepted, rows, total, digest });
     }
     if !refusals.is_empty() {
         return Err(PublishRefusal { dataset: dataset.to_owned(), run: run.to_owned(), tasks: refusals });
@@ -118,15 +147,15 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::GateFailure;
 
     fn state(partition: &str, accepted: Option<u32>, digest: &str, published: Option<&str>) -> TaskState {
         TaskState {
             spec: TaskSpec { partition: partition.into(), expected_rows: 3, expected_total: Some(30) },
             accepted: accepted.map(|attempt| Accepted {
                 attempt,
-                candidate: Candidate { snapshot: "s".into(), rows: 3, total: Some(30), digest: digest.into(), files: vec![] },
+                candidate: Candidate { snapshot: "s".into(), rows: Some(3), total: Some(30), digest: Some(digest.into()), files: vec![] },
                 staging_rel: format!("d/r/{partition}/@attempt-{attempt}"),
+                reconciliation: None,
             }),
             attempts: vec![],
             published: published.map(|d| PublishedDigest { digest: d.into(), run: "r0".into(), generation: 1 }),

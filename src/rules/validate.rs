@@ -1,8 +1,10 @@
 //! Validation of a candidate: the coordinator's check before an attempt may be accepted, and
 //! the same gate again at publish time.
 //!
-//! Pure: the caller observes the files (see `store::files`) and passes what it saw.
+//! Pure: the caller observes the files (see `store::files`) and, for a run with a grain,
+//! reads them (see `readers`), and passes what it saw and computed.
 
+use crate::grain::{DataFormat, ReconcileBasis, Reconciliation};
 use crate::model::{Candidate, FileEntry, GateFailure, TaskSpec, Verdict};
 
 /// What the coordinator saw of one reported file.
@@ -17,31 +19,144 @@ pub(crate) enum FileObservation {
     Unreadable(String),
 }
 
-/// The gates that depend only on the candidate and its task: same snapshot as the run, rows
+/// The figures a gate compares with a task's expectations: the snapshot the candidate read,
+/// and its rows and total (computed from the files with a grain, reported without one).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Figures<'a> {
+    pub(crate) snapshot: &'a str,
+    pub(crate) rows: Option<u64>,
+    pub(crate) total: Option<i64>,
+}
+
+/// What reading a partition's files at its grain computed (see `readers`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Computed {
+    /// Data rows read, rejected ones included.
+    pub(crate) rows: u64,
+    /// Sum of the measure over accepted rows; `None` if it does not fit an `i64`.
+    pub(crate) total: Option<i64>,
+    /// Rows rejected (missing key, unparsable).
+    pub(crate) rejected: u64,
+    /// `keys - distinct keys` over accepted rows.
+    pub(crate) duplicates: u64,
+    /// One repeated key, as texts.
+    pub(crate) first_duplicate: Option<Vec<String>>,
+    /// The canonical digest text.
+    pub(crate) digest: String,
+    /// Files read and their bytes.
+    pub(crate) files: u64,
+    pub(crate) bytes: u64,
+    /// Sorted key runs spilled to disk (0: the key set fit in memory).
+    pub(crate) runs_spilled: usize,
+    /// File-level failures and the first rejected rows, in reading order.
+    pub(crate) failures: Vec<GateFailure>,
+}
+
+/// The gates that depend only on the figures and the task: same snapshot as the run, rows
 /// and total equal to the task's expectations at the declared grain.
-pub(crate) fn expectation_failures(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate) -> Vec<GateFailure> {
+pub(crate) fn expectation_failures(run_snapshot: &str, task: &TaskSpec, figures: Figures<'_>) -> Vec<GateFailure> {
     let mut failures = Vec::new();
-    if candidate.snapshot != run_snapshot {
-        failures.push(GateFailure::ForeignSnapshot { expected: run_snapshot.to_owned(), got: candidate.snapshot.clone() });
+    if figures.snapshot != run_snapshot {
+        failures.push(GateFailure::ForeignSnapshot { expected: run_snapshot.to_owned(), got: figures.snapshot.to_owned() });
     }
-    if candidate.rows != task.expected_rows {
-        failures.push(GateFailure::RowsMismatch { expected: task.expected_rows, got: candidate.rows });
+    match figures.rows {
+        None => failures.push(GateFailure::FigureNotReported { figure: "rows".into() }),
+        Some(rows) if rows != task.expected_rows => failures.push(GateFailure::RowsMismatch { expected: task.expected_rows, got: rows }),
+        Some(_) => {}
     }
     if let Some(expected) = task.expected_total
-        && candidate.total != Some(expected)
+        && figures.total != Some(expected)
     {
-        failures.push(GateFailure::TotalMismatch { expected, got: candidate.total });
+        failures.push(GateFailure::TotalMismatch { expected, got: figures.total });
     }
     failures
 }
 
-/// The full validation verdict: expectation gates plus every file as reported.
+/// The full validation verdict and its figures. Without a grain (`computed` is `None`): the
+/// reported figures against the expectations, and every file as reported. With a grain: the
+/// computed figures against the expectations, every reported figure against its computed
+/// one, no duplicate grain key, no rejected row, every file as reported.
 /// `observed[i]` is what was seen of `candidate.files[i]`.
-pub(crate) fn verdict(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate, observed: &[FileObservation]) -> Verdict {
+pub(crate) fn verdict(
+    run_snapshot: &str,
+    task: &TaskSpec,
+    candidate: &Candidate,
+    observed: &[FileObservation],
+    computed: Option<(DataFormat, &Computed)>,
+) -> (Verdict, Reconciliation) {
     debug_assert_eq!(candidate.files.len(), observed.len());
-    let mut failures = expectation_failures(run_snapshot, task, candidate);
+    let mut reconciliation = Reconciliation {
+        basis: ReconcileBasis::Reported,
+        expected_rows: task.expected_rows,
+        expected_total: task.expected_total,
+        reported_rows: candidate.rows,
+        reported_total: candidate.total,
+        reported_digest: candidate.digest.clone(),
+        computed_rows: None,
+        computed_total: None,
+        duplicate_keys: 0,
+        rejected_rows: 0,
+        computed_digest: None,
+        files_read: 0,
+        bytes_read: 0,
+    };
+    let mut failures = match computed {
+        None => {
+            let figures = Figures { snapshot: &candidate.snapshot, rows: candidate.rows, total: candidate.total };
+            let mut failures = expectation_failures(run_snapshot, task, figures);
+            if candidate.digest.is_none() {
+                failures.push(GateFailure::FigureNotReported { figure: "digest".into() });
+            }
+            failures
+        }
+        Some((format, computed)) => {
+            reconciliation.basis = ReconcileBasis::Read { format };
+            reconciliation.computed_rows = Some(computed.rows);
+            reconciliation.computed_total = computed.total;
+            reconciliation.duplicate_keys = computed.duplicates;
+            reconciliation.rejected_rows = computed.rejected;
+            reconciliation.computed_digest = Some(computed.digest.clone());
+            reconciliation.files_read = computed.files;
+            reconciliation.bytes_read = computed.bytes;
+            read_failures(run_snapshot, task, candidate, computed)
+        }
+    };
     failures.extend(file_failures(&candidate.files, observed));
-    if failures.is_empty() { Verdict::Valid } else { Verdict::Invalid(failures) }
+    let verdict = if failures.is_empty() { Verdict::Valid } else { Verdict::Invalid(failures) };
+    (verdict, reconciliation)
+}
+
+fn read_failures(run_snapshot: &str, task: &TaskSpec, candidate: &Candidate, computed: &Computed) -> Vec<GateFailure> {
+    let figures = Figures { snapshot: &candidate.snapshot, rows: Some(computed.rows), total: computed.total };
+    let mut failures = expectation_failures(run_snapshot, task, figures);
+    if computed.total.is_none() {
+        failures.push(GateFailure::TotalOverflow);
+    }
+    if computed.duplicates > 0 {
+        failures.push(GateFailure::DuplicateGrainKey {
+            duplicates: computed.duplicates,
+            key: computed.first_duplicate.clone().unwrap_or_default(),
+        });
+    }
+    failures.extend(computed.failures.iter().cloned());
+    let mismatch =
+        |figure: &str, reported: String, computed: String| GateFailure::ReportedMismatch { figure: figure.into(), reported, computed };
+    if let Some(rows) = candidate.rows
+        && rows != computed.rows
+    {
+        failures.push(mismatch("rows", rows.to_string(), computed.rows.to_string()));
+    }
+    if let Some(total) = candidate.total
+        && Some(total) != computed.total
+    {
+        failures.push(mismatch("total", total.to_string(), computed.total.map_or_else(|| "an overflowing sum".into(), |t| t.to_string())));
+    }
+    if let Some(digest) = &candidate.digest
+        && *digest != computed.digest
+    {
+        failures.push(mismatch("digest", digest.clone(), computed.digest.clone()));
+    }
+    failures
 }
 
 /// A file or directory of a candidate that could not be made durable: its sync failed.
@@ -105,9 +220,9 @@ mod tests {
     fn candidate() -> Candidate {
         Candidate {
             snapshot: "s1".into(),
-            rows: 10,
+            rows: Some(10),
             total: Some(500),
-            digest: "d".into(),
+            digest: Some("d".into()),
             files: vec![FileEntry { path: "part.csv".into(), size_bytes: 7, crc32: 42 }],
         }
     }
@@ -118,16 +233,16 @@ mod tests {
 
     #[test]
     fn matching_candidate_is_valid() {
-        assert_eq!(verdict("s1", &task(), &candidate(), &present()), Verdict::Valid);
+        assert_eq!(verdict("s1", &task(), &candidate(), &present(), None).0, Verdict::Valid);
     }
 
     #[test]
     fn each_mismatch_is_named() {
         let mut c = candidate();
-        c.rows = 9;
+        c.rows = Some(9);
         c.total = Some(499);
         c.snapshot = "s2".into();
-        let Verdict::Invalid(failures) = verdict("s1", &task(), &c, &[FileObservation::Missing]) else {
+        let Verdict::Invalid(failures) = verdict("s1", &task(), &c, &[FileObservation::Missing], None).0 else {
             panic!("expected invalid");
         };
         assert_eq!(
@@ -143,9 +258,9 @@ mod tests {
 
     #[test]
     fn size_and_checksum_are_checked() {
-        let v = verdict("s1", &task(), &candidate(), &[FileObservation::Present { size_bytes: 8, crc32: None }]);
+        let v = verdict("s1", &task(), &candidate(), &[FileObservation::Present { size_bytes: 8, crc32: None }], None).0;
         assert!(matches!(v, Verdict::Invalid(ref f) if matches!(f[0], GateFailure::FileSizeMismatch { got: 8, .. })));
-        let v = verdict("s1", &task(), &candidate(), &[FileObservation::Present { size_bytes: 7, crc32: Some(1) }]);
+        let v = verdict("s1", &task(), &candidate(), &[FileObservation::Present { size_bytes: 7, crc32: Some(1) }], None).0;
         assert!(matches!(v, Verdict::Invalid(ref f) if matches!(f[0], GateFailure::FileChecksumMismatch { got: 1, .. })));
     }
 
@@ -155,7 +270,74 @@ mod tests {
         t.expected_total = None;
         let mut c = candidate();
         c.total = None;
-        assert_eq!(verdict("s1", &t, &c, &present()), Verdict::Valid);
+        assert_eq!(verdict("s1", &t, &c, &present(), None).0, Verdict::Valid);
+    }
+
+    fn computed() -> Computed {
+        Computed {
+            rows: 10,
+            total: Some(500),
+            rejected: 0,
+            duplicates: 0,
+            first_duplicate: None,
+            digest: "ms256:10:ab".into(),
+            files: 1,
+            bytes: 7,
+            runs_spilled: 0,
+            failures: vec![],
+        }
+    }
+
+    #[test]
+    fn with_a_grain_the_computed_figures_decide_and_reported_ones_are_cross_checks() {
+        let mut c = candidate();
+        c.rows = None;
+        c.total = None;
+        c.digest = None;
+        let (v, r) = verdict("s1", &task(), &c, &present(), Some((DataFormat::Csv, &computed())));
+        assert_eq!(v, Verdict::Valid);
+        assert_eq!(r.basis, ReconcileBasis::Read { format: DataFormat::Csv });
+        assert_eq!((r.computed_rows, r.computed_total, r.computed_digest.as_deref()), (Some(10), Some(500), Some("ms256:10:ab")));
+        // Correct-looking reported figures do not save wrong data.
+        let mut wrong = computed();
+        wrong.rows = 0;
+        wrong.total = Some(0);
+        let (v, _) = verdict("s1", &task(), &candidate(), &present(), Some((DataFormat::Csv, &wrong)));
+        let Verdict::Invalid(f) = v else { panic!("must be invalid") };
+        assert!(f.contains(&GateFailure::RowsMismatch { expected: 10, got: 0 }));
+        assert!(f.contains(&GateFailure::TotalMismatch { expected: 500, got: Some(0) }));
+        assert!(f.iter().any(|f| matches!(f, GateFailure::ReportedMismatch { figure, .. } if figure == "rows")));
+        assert!(f.iter().any(|f| matches!(f, GateFailure::ReportedMismatch { figure, .. } if figure == "digest")));
+    }
+
+    #[test]
+    fn duplicates_and_overflow_are_named() {
+        let mut dup = computed();
+        dup.duplicates = 1;
+        dup.first_duplicate = Some(vec!["1".into(), "7".into()]);
+        dup.total = None;
+        let mut c = candidate();
+        c.digest = None;
+        let (v, _) = verdict("s1", &task(), &c, &present(), Some((DataFormat::Csv, &dup)));
+        let Verdict::Invalid(f) = v else { panic!("must be invalid") };
+        assert!(f.contains(&GateFailure::DuplicateGrainKey { duplicates: 1, key: vec!["1".into(), "7".into()] }));
+        assert!(f.contains(&GateFailure::TotalOverflow));
+    }
+
+    #[test]
+    fn without_a_grain_unreported_figures_fail_and_the_basis_says_reported() {
+        let mut c = candidate();
+        c.rows = None;
+        c.digest = None;
+        let (v, r) = verdict("s1", &task(), &c, &present(), None);
+        assert_eq!(r.basis, ReconcileBasis::Reported);
+        assert_eq!(
+            v,
+            Verdict::Invalid(vec![
+                GateFailure::FigureNotReported { figure: "rows".into() },
+                GateFailure::FigureNotReported { figure: "digest".into() }
+            ])
+        );
     }
 
     #[test]

@@ -149,10 +149,11 @@ mod tests {
             run: run.into(),
             snapshot: run.into(),
             tasks: vec![TaskSpec { partition: "p".into(), expected_rows: 0, expected_total: None }],
+            grain: None,
         };
         store.declare_run(&spec)?;
         let ticket = store.begin_attempt(&TaskKey::new("ds", run, "p"))?;
-        let candidate = Candidate { snapshot: run.into(), rows: 0, total: None, digest: "d".into(), files: vec![] };
+        let candidate = Candidate { snapshot: run.into(), rows: Some(0), total: None, digest: Some("d".into()), files: vec![] };
         store.finish_attempt(&ticket.key, &candidate)?;
         assert!(store.validate_attempt(&ticket.key, FileCheck::Size)?.is_valid());
         store.publish("ds", run, &PublishOptions::default())

@@ -103,7 +103,7 @@ impl Store {
             }
             BatchOp::Validate { dataset, run, partition, attempt, checksums } => {
                 let key = BatchOp::attempt(dataset, run, partition, *attempt);
-                write::prepare_validation(snapshot, &self.staging_root, &key, BatchOp::file_check(*checksums)).map(
+                write::prepare_validation(snapshot, &self.staging_root, self.read_limits(), &key, BatchOp::file_check(*checksums)).map(
                     |prepared| match prepared.stored_verdict() {
                         Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
                         None => Prepared::Validate(prepared),

@@ -332,6 +332,7 @@ mod tests {
             run: "r1".into(),
             snapshot: "snap".into(),
             tasks: partitions.iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
+            grain: None,
         };
         store.declare_run(&spec).unwrap();
     }
@@ -369,7 +370,7 @@ mod tests {
     }
 
     fn empty_candidate(digest: &str) -> Candidate {
-        Candidate { snapshot: "snap".into(), rows: 0, total: None, digest: digest.into(), files: Vec::new() }
+        Candidate { snapshot: "snap".into(), rows: Some(0), total: None, digest: Some(digest.into()), files: Vec::new() }
     }
 
     #[test]
@@ -437,7 +438,7 @@ mod tests {
             }
         }
         let conflicts = outcomes.iter().filter(|o| o.is_err()).count();
-        assert_eq!(conflicts, if stored.digest == "same" { 1 } else { 2 });
+        assert_eq!(conflicts, if stored.digest.as_deref() == Some("same") { 1 } else { 2 });
     }
 
     #[test]
@@ -451,7 +452,7 @@ mod tests {
         let faulty = || {
             store.write_grouped("a faulty body", |txn| {
                 let mut runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let ghost = RunRecord { snapshot: "s".into(), task_count: 1, declared_at_ms: 0, published_generation: None };
+                let ghost = RunRecord { snapshot: "s".into(), task_count: 1, declared_at_ms: 0, published_generation: None, grain: None };
                 crate::store::tables::put(&mut runs, &key(&["ds", "ghost"]), &ghost)?;
                 Err::<TxnEnd<()>, _>(Error::invalid("test", "ghost", "refused after writing"))
             })

@@ -277,6 +277,36 @@ pub(crate) fn is_absent(e: &io::Error) -> bool {
         || [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR].iter().any(|errno| e.raw_os_error() == Some(errno.raw_os_error()))
 }
 
+/// Opens a reported file for reading through handles, as [`observe_file`] finds it: every
+/// directory from `root` without following symlinks, the file itself with `O_NOFOLLOW`, its
+/// type and size from the same descriptor. `Ok(None)`: no regular file there.
+///
+/// # Errors
+/// Any other I/O error, for the caller to retry: never a verdict.
+pub(crate) fn open_regular_file(root: &Path, dirs: &str, file_path: &str) -> io::Result<Option<(std::fs::File, u64)>> {
+    let absent = |e: io::Error| if is_absent(&e) { Ok(None) } else { Err(e) };
+    let mut components: Vec<&str> = dirs.split('/').filter(|c| !c.is_empty()).collect();
+    components.extend(file_path.split('/'));
+    let Some(leaf) = components.pop() else { return Ok(None) };
+    let root_fd = match open_root(root) {
+        Ok(fd) => fd,
+        Err(e) => return absent(e),
+    };
+    let parent = match open_dir_chain(root_fd.as_fd(), &components) {
+        Ok(fd) => fd,
+        Err(e) => return absent(e),
+    };
+    let file = match open_file_at(parent.as_fd(), leaf) {
+        Ok(file) => file,
+        Err(e) => return absent(e),
+    };
+    let stat = fstat(file.as_fd())?;
+    if stat.kind != Kind::File {
+        return Ok(None);
+    }
+    Ok(Some((file, stat.size_bytes)))
+}
+
 /// What was seen of a reported file, through handles: `root` opened by path, then every
 /// directory of `dirs` (`/`-separated, may be empty) and of `file_path` relative to its parent
 /// without following symlinks, the file described (and with `checksum`, read) through one

@@ -62,6 +62,15 @@ pub struct StoreOptions {
     /// same transaction): opening, a dry run or a refused operation records nothing. A lease
     /// longer than [`ATTEMPT_LIFETIME_MAX`] is refused when the store is opened.
     pub attempt_lifetime_max: Option<std::time::Duration>,
+    /// Validation of a run with a grain: the longest CSV record (one row, quoted newlines
+    /// included) it reads, in bytes. A longer record makes the row unparsable and stops reading
+    /// that file, so a 2 GiB line costs no more memory than this. Default 16 MiB.
+    pub csv_record_bytes_max: usize,
+    /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
+    /// grain keys, in bytes (key bytes plus about 48 bytes per key). Past it the set is sorted
+    /// and spilled to a private directory under the staging root, and the runs are merged at
+    /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
+    pub grain_key_bytes_in_memory_max: usize,
     /// Publish views: after every publish and rollback commit, the dataset's current
     /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
     /// accepted files plus `_manifest.json`) and `<root>/<dataset>/current` is moved to it
@@ -76,7 +85,13 @@ pub struct StoreOptions {
 
 impl Default for StoreOptions {
     fn default() -> Self {
-        StoreOptions { cache_size_bytes: 64 * 1024 * 1024, attempt_lifetime_max: None, views: None }
+        StoreOptions {
+            cache_size_bytes: 64 * 1024 * 1024,
+            attempt_lifetime_max: None,
+            views: None,
+            csv_record_bytes_max: 16 * 1024 * 1024,
+            grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
+        }
     }
 }
 
@@ -101,6 +116,10 @@ pub struct Store {
     staging_identity: String,
     /// The queue of grouped writes (see `group.rs`).
     group: group::GroupCommit,
+    /// [`StoreOptions::csv_record_bytes_max`].
+    csv_record_bytes_max: usize,
+    /// [`StoreOptions::grain_key_bytes_in_memory_max`].
+    grain_key_bytes_in_memory_max: usize,
     /// The view root, if the store publishes views.
     views: Option<Views>,
 }
@@ -347,6 +366,8 @@ impl Store {
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
             staging_identity: init.staging_identity,
             group: group::GroupCommit::default(),
+            csv_record_bytes_max: options.csv_record_bytes_max,
+            grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
             views,
         };
 
@@ -812,7 +833,8 @@ impl ReadOnlyStore {
     /// Prepares a validation from this read-only handle ([`Store::prepare_validation`]): reads
     /// the attempt's files and decides the verdict, so that a writer stores it
     /// ([`Store::store_validation`]) without reading files while it holds the store. Needs the
-    /// staging root ([`ReadOnlyStore::with_staging_root`]), which the writer must share.
+    /// staging root ([`ReadOnlyStore::with_staging_root`]), which the writer must share. Data
+    /// read at a grain is read with the limits of [`StoreOptions::default`].
     ///
     /// # Errors
     /// [`Error::InvalidInput`] without a staging root; otherwise as
@@ -823,7 +845,12 @@ impl ReadOnlyStore {
         };
         self.poison.contain("preparing a validation", || {
             let snapshot = self.snapshot()?;
-            write::prepare_validation(&snapshot, root, attempt, check)
+            let defaults = StoreOptions::default();
+            let limits = write::ReadLimits {
+                record_bytes_max: defaults.csv_record_bytes_max,
+                key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
+            };
+            write::prepare_validation(&snapshot, root, limits, attempt, check)
         })
     }
 

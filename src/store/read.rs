@@ -302,6 +302,7 @@ impl Snapshot {
                 declared_at_ms: record.declared_at_ms,
                 published_generation: record.published_generation,
                 tasks: specs,
+                grain: record.grain,
             }))
         })
     }
@@ -485,6 +486,7 @@ fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
         staging_rel: record.staging_rel,
         candidate: record.candidate,
         status,
+        reconciliation: record.reconciliation,
     }
 }
 

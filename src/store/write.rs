@@ -8,11 +8,13 @@ use redb::{ReadableTable, WriteTransaction};
 use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
+use crate::grain::Reconciliation;
 use crate::model::{
     AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
     FileCheck, FileEntry, FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec,
     TaskKey, TaskSpec, Verdict,
 };
+use crate::readers;
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
@@ -103,6 +105,7 @@ impl Store {
                     task_count: spec.tasks.len() as u64,
                     declared_at_ms: now_ms(),
                     published_generation: None,
+                    grain: spec.grain.clone(),
                 },
             )?;
             for task in &spec.tasks {
@@ -199,6 +202,7 @@ impl Store {
                 staging_rel,
                 candidate: None,
                 verdict: None,
+                reconciliation: None,
             },
         )?;
         Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
@@ -222,6 +226,14 @@ impl Store {
     /// the task's accepted one becomes the accepted one. A verdict, once stored, is final:
     /// validating again returns it without looking at the files.
     ///
+    /// For a run with a [`crate::Grain`], validation reads every file (streaming, outside the
+    /// write transaction, memory bounded by [`crate::StoreOptions`]) and computes the rows, the
+    /// measure's total, the duplicate grain keys, the rejected rows and the canonical digest
+    /// ([`crate::RowDigest`]); those computed figures are compared with the expectations, the
+    /// reported ones are only cross-checks. The figures are stored beside the verdict
+    /// ([`crate::AttemptInfo::reconciliation`]); without a grain they say that only reported
+    /// figures were compared.
+    ///
     /// Data durability (DOMAIN 11): before a Valid verdict is stored, every file of the
     /// candidate is `fdatasync`ed and every directory from the files' own up to the staging root
     /// `fsync`ed, once each, outside the write transaction. A candidate whose sync fails is
@@ -233,12 +245,13 @@ impl Store {
     ///
     /// # Errors
     /// [`Error::UnknownAttempt`], [`Error::AttemptState`] if the attempt has not finished,
-    /// [`Error::Io`] if a file or directory of a valid candidate cannot be opened to sync it
-    /// (nothing is stored), storage errors.
+    /// [`Error::Io`] if a file cannot be read while reading at the grain, or if a file or
+    /// directory of a valid candidate cannot be opened to sync it (nothing is stored: validate
+    /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
             let snapshot = self.snapshot()?;
-            let prepared = prepare_validation(&snapshot, &self.staging_root, attempt, check)?;
+            let prepared = prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)?;
             drop(snapshot);
             self.store_validation(&prepared)
         })
@@ -255,7 +268,7 @@ impl Store {
     pub fn prepare_validation(&self, attempt: &AttemptKey, check: FileCheck) -> Result<PreparedValidation> {
         self.poison.contain("preparing a validation", || {
             let snapshot = self.snapshot()?;
-            prepare_validation(&snapshot, &self.staging_root, attempt, check)
+            prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)
         })
     }
 
@@ -267,9 +280,9 @@ impl Store {
     /// [`Error::InvalidInput`] if the verdict was prepared under another staging root than
     /// this store's; [`Error::UnknownAttempt`]; storage errors.
     pub fn store_validation(&self, prepared: &PreparedValidation) -> Result<Verdict> {
-        let (candidate, verdict) = match &prepared.decided {
+        let (candidate, verdict, reconciliation) = match &prepared.decided {
             Decided::Stored(verdict) => return Ok(verdict.clone()),
-            Decided::New { candidate, verdict } => (candidate, verdict),
+            Decided::New { candidate, verdict, reconciliation } => (candidate, verdict, reconciliation),
         };
         if prepared.staging_root != self.staging_root {
             return Err(Error::invalid(
@@ -278,7 +291,7 @@ impl Store {
                 format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
             ));
         }
-        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict))
+        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation))
     }
 
     /// Publishes a run in one write transaction.
@@ -346,19 +359,19 @@ impl Store {
             let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
             let number = current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &pointer_key, "generation number overflows"))?;
             let mut versions = open(txn, VERSIONS)?;
-            for (partition, accepted) in &plan.partitions {
-                let candidate = &accepted.candidate;
+            for planned in &plan.partitions {
+                let (accepted, candidate) = (&planned.accepted, &planned.accepted.candidate);
                 put(
                     &mut versions,
-                    &key_u64(&[dataset, partition], number),
+                    &key_u64(&[dataset, &planned.partition], number),
                     &PartitionVersionRecord {
                         entry: Some(PartitionEntryRecord {
                             run: run.to_owned(),
                             attempt: accepted.attempt,
                             snapshot: candidate.snapshot.clone(),
-                            rows: candidate.rows,
-                            total: candidate.total,
-                            digest: candidate.digest.clone(),
+                            rows: planned.rows,
+                            total: planned.total,
+                            digest: planned.digest.clone(),
                             staging_rel: accepted.staging_rel.clone(),
                             files: candidate.files.clone(),
                         }),
@@ -367,11 +380,11 @@ impl Store {
             }
             let mut digests = open(txn, DIGESTS)?;
             for &index in &plan.digests_to_record {
-                let (partition, accepted) = &plan.partitions[index];
+                let planned = &plan.partitions[index];
                 put(
                     &mut digests,
-                    &key(&[dataset, &run_record.snapshot, partition]),
-                    &DigestRecord { digest: accepted.candidate.digest.clone(), run: run.to_owned(), generation: number },
+                    &key(&[dataset, &run_record.snapshot, &planned.partition]),
+                    &DigestRecord { digest: planned.digest.clone(), run: run.to_owned(), generation: number },
                 )?;
             }
             let record = GenerationRecord {
@@ -539,6 +552,9 @@ fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables
     if existing.snapshot != spec.snapshot {
         return Err(conflict(format!("snapshot {:?} was declared, not {:?}", existing.snapshot, spec.snapshot)));
     }
+    if existing.grain != spec.grain {
+        return Err(conflict(format!("grain {:?} was declared, not {:?}", existing.grain, spec.grain)));
+    }
     if existing.task_count != spec.tasks.len() as u64 {
         return Err(conflict(format!("{} tasks were declared, not {}", existing.task_count, spec.tasks.len())));
     }
@@ -560,7 +576,7 @@ fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables
 
 fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
     if existing.rows != new.rows {
-        format!("rows {} recorded, {} now", existing.rows, new.rows)
+        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
     } else if existing.total != new.total {
         format!("total {:?} recorded, {:?} now", existing.total, new.total)
     } else if existing.digest != new.digest {
@@ -598,7 +614,12 @@ fn gather_publish_inputs(
                 let (Some(candidate), Some(Verdict::Valid)) = (record.candidate, record.verdict) else {
                     return Err(tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} is not validated valid")));
                 };
-                state.accepted = Some(rules::publish::Accepted { attempt, candidate, staging_rel: record.staging_rel });
+                state.accepted = Some(rules::publish::Accepted {
+                    attempt,
+                    candidate,
+                    staging_rel: record.staging_rel,
+                    reconciliation: record.reconciliation,
+                });
                 state.published = get::<DigestRecord>(&digests, DIGESTS, &key(&[dataset, &run_record.snapshot, &partition]))?
                     .map(|d| rules::publish::PublishedDigest { digest: d.digest, run: d.run, generation: d.generation });
             }
@@ -675,7 +696,14 @@ enum Decided {
     /// A verdict was stored already: it is final.
     Stored(Verdict),
     /// Decided now from the candidate's files.
-    New { candidate: Candidate, verdict: Verdict },
+    New { candidate: Candidate, verdict: Verdict, reconciliation: Reconciliation },
+}
+
+impl Store {
+    /// The limits of reading a candidate at its grain, as this store was opened with.
+    pub(super) fn read_limits(&self) -> ReadLimits {
+        ReadLimits { record_bytes_max: self.csv_record_bytes_max, key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max }
+    }
 }
 
 impl PreparedValidation {
@@ -706,6 +734,7 @@ impl PreparedValidation {
 pub(super) fn prepare_validation(
     snapshot: &super::Snapshot,
     staging_root: &std::path::Path,
+    limits: ReadLimits,
     attempt: &AttemptKey,
     check: FileCheck,
 ) -> Result<PreparedValidation> {
@@ -742,7 +771,12 @@ pub(super) fn prepare_validation(
         });
     };
     let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
-    let verdict = rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed);
+    let computed = match &run.grain {
+        Some(grain) => Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed)?)),
+        None => None,
+    };
+    let (verdict, reconciliation) =
+        rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
     // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
     // directory from the attempt's up to the staging root is durable. Synced here, outside
     // the write transaction; a failed sync refuses the candidate.
@@ -752,7 +786,56 @@ pub(super) fn prepare_validation(
     } else {
         verdict
     };
-    Ok(prepared(Decided::New { candidate, verdict }))
+    Ok(prepared(Decided::New { candidate, verdict, reconciliation }))
+}
+
+/// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadLimits {
+    pub(super) record_bytes_max: usize,
+    pub(super) key_bytes_in_memory_max: usize,
+}
+
+/// Reads the candidate's files at the run's grain (outside any transaction: it may read
+/// gigabytes) and computes rows, total, duplicate keys and the canonical digest. Files
+/// that observation found missing or unreadable are left out (their failure is already
+/// in the verdict).
+///
+/// # Errors
+/// [`Error::Io`] when a file or the key spill cannot be read or written: a fault to retry,
+/// not a verdict on the candidate.
+fn read_candidate_data(
+    staging_root: &std::path::Path,
+    limits: ReadLimits,
+    grain: &crate::grain::Grain,
+    staging_rel: &str,
+    candidate: &Candidate,
+    observed: &[FileObservation],
+) -> Result<rules::validate::Computed> {
+    let present: Vec<FileEntry> = candidate
+        .files
+        .iter()
+        .zip(observed)
+        .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
+        .map(|(file, _)| file.clone())
+        .collect();
+    let options = readers::ReadOptions {
+        record_bytes_max: limits.record_bytes_max,
+        key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
+        spill_parent: staging_root.to_path_buf(),
+    };
+    // Each file is opened through directory handles from the staging root, without
+    // following a symlink: what is read is what observation saw (or the file is missing).
+    let open = |file: &FileEntry| super::handles::open_regular_file(staging_root, staging_rel, &file.path);
+    let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
+    tracing::debug!(
+        rows = computed.rows,
+        files = computed.files,
+        bytes = computed.bytes,
+        runs_spilled = computed.runs_spilled,
+        "read a candidate at its grain"
+    );
+    Ok(computed)
 }
 
 /// Storing a prepared verdict in a batch's transaction (prepared by the batch itself, under
@@ -760,7 +843,9 @@ pub(super) fn prepare_validation(
 pub(super) fn store_prepared_body(txn: &WriteTransaction, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
     match &prepared.decided {
         Decided::Stored(verdict) => Ok(TxnEnd::Abort(verdict.clone())),
-        Decided::New { candidate, verdict } => store_verdict_body(txn, &prepared.attempt, candidate, verdict),
+        Decided::New { candidate, verdict, reconciliation } => {
+            store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation)
+        }
     }
 }
 
@@ -770,6 +855,7 @@ pub(super) fn store_verdict_body(
     attempt: &AttemptKey,
     candidate: &Candidate,
     verdict: &Verdict,
+    reconciliation: &Reconciliation,
 ) -> Result<TxnEnd<Verdict>> {
     let task = &attempt.task;
     let task_key = key(&[&task.dataset, &task.run, &task.partition]);
@@ -790,6 +876,7 @@ pub(super) fn store_verdict_body(
     let run = read_run(&runs, &task.dataset, &task.run)?;
     let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
     record.verdict = Some(verdict.clone());
+    record.reconciliation = Some(reconciliation.clone());
     put(&mut attempts, &attempt_key, &record)?;
     if run.published_generation.is_none() {
         let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
@@ -850,6 +937,18 @@ pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidat
             expected: run.snapshot,
             got: candidate.snapshot.clone(),
         });
+    }
+    if run.grain.is_none() {
+        // Without a grain the store has nothing to compute the figures from.
+        for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
+            if missing {
+                return Err(Error::invalid(
+                    "candidate",
+                    &candidate.snapshot,
+                    format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
+                ));
+            }
+        }
     }
     match &record.candidate {
         Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),

@@ -34,7 +34,7 @@ fn a_batch_runs_every_operation_with_its_own_outcome_and_a_refused_one_fails_alo
     let file = write_rows(&a1.staging_dir, 2, 700);
     let good = candidate("s1", 2, 700, file.clone());
     let mut other = good.clone();
-    other.digest = "different".into();
+    other.digest = Some("different".into());
     let finish = |attempt: u32, c: &manifestdb::Candidate| BatchOp::Finish {
         dataset: "units".into(),
         run: "r1".into(),

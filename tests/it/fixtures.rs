@@ -4,7 +4,10 @@
 //!   run to the end; it must open, equal the reference state and verify clean;
 //! - `flipped-bit.redb`: one bit flipped inside a record's value;
 //! - `truncated.redb`: the good file cut to half its length;
-//! - `wrong-magic.redb`: the good file with its first byte changed.
+//! - `wrong-magic.redb`: the good file with its first byte changed;
+//! - `format-v2.redb`: a store written by the released format version 2 (main's `good.redb`
+//!   before the bump to 3). It is frozen, never regenerated: this build must refuse it with
+//!   the format-version error, for writing and for reading.
 //!
 //! Each damaged file must give a clear error (corruption, or a storage error naming what is
 //! wrong) when opened, read or verified, and never a panic.
@@ -133,16 +136,21 @@ fn a_wrong_magic_number_gives_a_clear_error() {
     assert!(text.contains("magic number"), "{text}");
 }
 
-/// `format-2.redb` is the good fixture as format 2 wrote it (before effect claims): this build
-/// refuses it for writing and reading with the format-version error, naming both versions,
-/// and writes no record into it.
 #[test]
-fn a_store_of_the_previous_format_is_refused_with_the_format_version_error() {
-    let (dir, path) = copy_of("format-2.redb");
-    let writable = Store::open(&path, dir.path().join("staging"));
-    assert!(matches!(writable, Err(manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 })), "{:?}", writable.err());
-    let readable = ReadOnlyStore::open(&path);
-    assert!(matches!(readable, Err(manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 })), "{:?}", readable.err());
-    // Refused again on a second open: the first refusal did not rewrite its format record.
-    assert!(matches!(Store::open(&path, dir.path().join("staging")), Err(manifestdb::Error::UnsupportedFormat { found: 2, .. })));
+fn a_version_2_store_is_refused_with_the_format_version_error() {
+    let (dir, path) = copy_of("format-v2.redb");
+    match Store::open(&path, dir.path().join("staging")) {
+        Err(e @ manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 }) => {
+            assert_eq!(e.to_string(), "store format version 2 is not supported (this build reads version 3)");
+        }
+        Err(e) => panic!("open: expected the format-version error, got {e:?}"),
+        Ok(_) => panic!("a version-2 store opened for writing"),
+    }
+    // The refused writer committed nothing (redb may rewrite its own header on open): the
+    // file still reads as version 2, and the read-only open refuses it the same way.
+    match ReadOnlyStore::open(&path) {
+        Err(manifestdb::Error::UnsupportedFormat { found: 2, supported: 3 }) => {}
+        Err(e) => panic!("read-only open: expected the format-version error, got {e:?}"),
+        Ok(_) => panic!("a version-2 store opened for reading"),
+    }
 }

@@ -93,8 +93,12 @@ fn state(store: &Store, tasks: usize) -> Vec<TaskState> {
     (0..tasks)
         .map(|i| {
             let task = TaskKey::new("ds", "run-1", partition(i));
-            let attempts =
-                snapshot.attempts(&task).unwrap().into_iter().map(|a| (a.key.attempt, a.status, a.candidate.map(|c| c.digest))).collect();
+            let attempts = snapshot
+                .attempts(&task)
+                .unwrap()
+                .into_iter()
+                .map(|a| (a.key.attempt, a.status, a.candidate.and_then(|c| c.digest)))
+                .collect();
             (attempts, snapshot.accepted(&task).unwrap())
         })
         .collect()

@@ -48,7 +48,7 @@ fn dead_attempt(store: &Store, run: &str, partition: &str, files: usize) -> Path
         std::fs::write(&path, format!("inside {i}\n")).expect("write");
         backdated(&path);
     }
-    let candidate = Candidate { snapshot: "s".into(), rows: 999, total: None, digest: "d".into(), files: vec![] };
+    let candidate = Candidate { snapshot: "s".into(), rows: Some(999), total: None, digest: Some("d".into()), files: vec![] };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");
     assert!(!store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate").is_valid());
     ticket.staging_dir

@@ -66,7 +66,7 @@ fn unknown_run_task_and_attempt_are_refused() {
     assert!(matches!(t.store.begin_attempt(&TaskKey::new("units", "r9", "p")), Err(Error::UnknownRun { .. })));
     assert!(matches!(t.store.begin_attempt(&TaskKey::new("units", "r1", "q")), Err(Error::UnknownTask { .. })));
     let ghost = TaskKey::new("units", "r1", "p").attempt(7);
-    let c = Candidate { snapshot: "s1".into(), rows: 1, total: Some(1), digest: "d".into(), files: vec![] };
+    let c = Candidate { snapshot: "s1".into(), rows: Some(1), total: Some(1), digest: Some("d".into()), files: vec![] };
     assert!(matches!(t.store.finish_attempt(&ghost, &c), Err(Error::UnknownAttempt { attempt: 7, .. })));
     assert!(matches!(t.store.validate_attempt(&ghost, FileCheck::Size), Err(Error::UnknownAttempt { .. })));
     assert!(matches!(t.store.publish("units", "r9", &manifestdb::PublishOptions::default()), Err(Error::UnknownRun { .. })));
@@ -101,7 +101,7 @@ fn finishing_is_idempotent_and_conflicting_content_is_refused() {
     assert_eq!(t.store.finish_attempt(&ticket.key, &c).unwrap(), FinishOutcome::Recorded);
     assert_eq!(t.store.finish_attempt(&ticket.key, &c).unwrap(), FinishOutcome::AlreadyRecorded);
     let mut other = c.clone();
-    other.rows = 4;
+    other.rows = Some(4);
     assert!(matches!(t.store.finish_attempt(&ticket.key, &other), Err(Error::CandidateConflict { .. })));
     let stored = t.store.snapshot().unwrap().attempt(&ticket.key).unwrap().unwrap();
     assert_eq!(stored.candidate, Some(c.clone()));

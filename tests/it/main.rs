@@ -11,6 +11,7 @@ mod effects;
 mod fixtures;
 mod fuzz_regressions;
 mod gates;
+mod grain;
 mod group_commit;
 mod hostile;
 mod inputs;

@@ -94,7 +94,8 @@ fn valid_attempt(store: &Store, task: &TaskKey, snapshot: &str, rows: u64, valid
     write_file(&ticket.staging_dir, "part.csv", old());
     let file = describe_file(&ticket.staging_dir, "part.csv").expect("describe");
     let reported = if valid { rows } else { rows + 1 };
-    let candidate = Candidate { snapshot: snapshot.into(), rows: reported, total: Some(0), digest: format!("{task}"), files: vec![file] };
+    let candidate =
+        Candidate { snapshot: snapshot.into(), rows: Some(reported), total: Some(0), digest: Some(format!("{task}")), files: vec![file] };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");
     assert_eq!(store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate").is_valid(), valid);
     let rel = ticket.staging_dir.strip_prefix(store.staging_root()).expect("inside root").join("part.csv");
@@ -231,7 +232,7 @@ fn an_attempt_past_its_lease_is_abandoned_and_cannot_finish_but_a_heartbeat_keep
 
     write_file(&silent.staging_dir, "part.csv", old());
     let file = describe_file(&silent.staging_dir, "part.csv").unwrap();
-    let candidate = Candidate { snapshot: "s".into(), rows: 1, total: Some(0), digest: "d".into(), files: vec![file] };
+    let candidate = Candidate { snapshot: "s".into(), rows: Some(1), total: Some(0), digest: Some("d".into()), files: vec![file] };
     assert!(matches!(store.finish_attempt(&silent.key, &candidate), Err(Error::AttemptAbandoned { attempt: 1, .. })));
     assert!(matches!(store.heartbeat(&silent.key), Err(Error::AttemptAbandoned { .. })));
     // The attempt that kept its lease finishes normally.
@@ -676,7 +677,8 @@ impl Sim {
                 let file = describe_file(&a.dir, "part.csv").unwrap();
                 let rows = if *valid { 1 } else { 2 };
                 let snapshot = format!("snap-{}", a.task.run);
-                let candidate = Candidate { snapshot, rows, total: None, digest: a.task.partition.clone(), files: vec![file] };
+                let candidate =
+                    Candidate { snapshot, rows: Some(rows), total: None, digest: Some(a.task.partition.clone()), files: vec![file] };
                 self.store().finish_attempt(&key, &candidate).unwrap();
                 let mut state = ModelState::Finished;
                 if *validate {
@@ -721,9 +723,9 @@ impl Sim {
                 if let Ok(file) = file {
                     let candidate = Candidate {
                         snapshot: format!("snap-{}", a.task.run),
-                        rows: 1,
+                        rows: Some(1),
                         total: None,
-                        digest: a.task.partition.clone(),
+                        digest: Some(a.task.partition.clone()),
                         files: vec![file],
                     };
                     let result = self.f.store.finish_attempt(&a.task.attempt(a.number), &candidate);

@@ -23,7 +23,7 @@ fn attempt_with_digest(store: &Store, run: &str, snapshot: &str, digest: &str) -
     let task = TaskKey::new("units", run, "p");
     let ticket = store.begin_attempt(&task).expect("begin");
     let file = write_rows(&ticket.staging_dir, 2, 10);
-    let candidate = Candidate { snapshot: snapshot.into(), rows: 2, total: Some(10), digest: digest.into(), files: vec![file] };
+    let candidate = Candidate { snapshot: snapshot.into(), rows: Some(2), total: Some(10), digest: Some(digest.into()), files: vec![file] };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");
     assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate").is_valid());
     ticket.key.attempt
@@ -232,6 +232,7 @@ fn declare_run_checks_the_staging_path_of_every_task() {
             manifestdb::TaskSpec { partition: "short".into(), expected_rows: 1, expected_total: None },
             manifestdb::TaskSpec { partition: long, expected_rows: 1, expected_total: None },
         ],
+        grain: None,
     };
     let err = t.store.declare_run(&spec).expect_err("the second task could never begin");
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
@@ -251,7 +252,7 @@ fn an_attempt_abandoned_explicitly_reads_as_abandoned_and_is_fenced_at_once() {
     assert_eq!(info.status, AttemptStatus::Abandoned { abandoned_at_ms });
     assert!(matches!(store.heartbeat(&ticket.key), Err(Error::AttemptAbandoned { .. })));
     let file = write_rows(&ticket.staging_dir, 2, 10);
-    let candidate = Candidate { snapshot: "s".into(), rows: 2, total: Some(10), digest: "d".into(), files: vec![file] };
+    let candidate = Candidate { snapshot: "s".into(), rows: Some(2), total: Some(10), digest: Some("d".into()), files: vec![file] };
     assert!(matches!(store.finish_attempt(&ticket.key, &candidate), Err(Error::AttemptAbandoned { .. })));
     assert!(matches!(store.validate_attempt(&ticket.key, FileCheck::Size), Err(Error::AttemptAbandoned { .. })));
     let PublishOutcome::Refused(refusal) = publish(store, "r1", None) else { panic!("published") };

@@ -43,6 +43,7 @@ pub fn run_spec(dataset: &str, run: &str, snapshot: &str, tasks: &[(&str, u64, i
             .iter()
             .map(|(partition, rows, total)| TaskSpec { partition: (*partition).into(), expected_rows: *rows, expected_total: Some(*total) })
             .collect(),
+        grain: None,
     }
 }
 
@@ -75,7 +76,13 @@ pub fn read_rows(path: &Path) -> (u64, i64) {
 
 /// The candidate of an attempt that wrote `rows` rows summing to `total`.
 pub fn candidate(snapshot: &str, rows: u64, total: i64, file: FileEntry) -> Candidate {
-    Candidate { snapshot: snapshot.into(), rows, total: Some(total), digest: format!("rows={rows};total={total}"), files: vec![file] }
+    Candidate {
+        snapshot: snapshot.into(),
+        rows: Some(rows),
+        total: Some(total),
+        digest: Some(format!("rows={rows};total={total}")),
+        files: vec![file],
+    }
 }
 
 /// Begins an attempt, writes its output and finishes it.

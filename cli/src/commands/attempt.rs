@@ -61,10 +61,12 @@ pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow
 #[serde(deny_unknown_fields)]
 struct CandidateInput {
     snapshot: String,
-    rows: u64,
+    #[serde(default)]
+    rows: Option<u64>,
     #[serde(default)]
     total: Option<i64>,
-    digest: String,
+    #[serde(default)]
+    digest: Option<String>,
     #[serde(default)]
     files: Vec<FileInput>,
 }
@@ -130,12 +132,26 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             (input.snapshot, input.rows, input.total, input.digest, files)
         }
         None => {
-            let (Some(snapshot), Some(rows), Some(digest)) = (&args.snapshot, args.rows, &args.digest) else {
-                return Err(usage("--snapshot, --rows and --digest are required without --from"));
+            let Some(snapshot) = &args.snapshot else {
+                return Err(usage("--snapshot is required without --from"));
             };
-            (snapshot.clone(), rows, args.total, digest.clone(), Vec::new())
+            (snapshot.clone(), args.rows, args.total, args.digest.clone(), Vec::new())
         }
     };
+    if rows.is_none() || digest.is_none() {
+        // Only a run with a grain lets the store compute them; say so before anything is read
+        // (through a read-only handle: the writer is opened only for the write).
+        let task = task_key(&args.task);
+        let reader = location.open_reader()?;
+        let grain = reader.snapshot()?.run(&task.dataset, &task.run)?.and_then(|info| info.grain);
+        crate::location::close_reader(reader)?;
+        if grain.is_none() {
+            return Err(usage(format!(
+                "run {:?} of {:?} declares no grain, so --rows and --digest are required (declare the run with --grain/--measure to have the store compute them)",
+                task.run, task.dataset
+            )));
+        }
+    }
     // Files are checksummed before the store is opened for writing: a big file never blocks
     // other writers.
     if !args.files.is_empty() || args.scan {
@@ -174,9 +190,9 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             w,
             "candidate of attempt {} {verb}: rows {}, total {}, digest {}",
             escape(&key.to_string()),
-            candidate.rows,
+            opt(candidate.rows),
             opt(candidate.total),
-            escape(&candidate.digest)
+            escape(candidate.digest.as_deref().unwrap_or("-"))
         )?;
         let mut table = Table::new(vec!["FILE", "BYTES", "CRC32"]);
         for f in &candidate.files {
@@ -199,7 +215,10 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
     crate::location::close_reader(reader)?;
     let store = location.open_writer()?;
     let verdict = store.store_validation(&prepared)?;
-    let accepted = store.snapshot()?.accepted(&task)?;
+    let snapshot = store.snapshot()?;
+    let accepted = snapshot.accepted(&task)?;
+    let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+    drop(snapshot);
     let (verdict_name, failures) = json::verdict(&verdict);
     let doc = json!({
         "dataset": task.dataset,
@@ -209,10 +228,31 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         "verdict": verdict_name,
         "failures": failures,
         "accepted_attempt": accepted,
+        "reconciliation": reconciliation.as_ref().map(json::reconciliation),
     });
     crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         writeln!(w, "attempt {} is {verdict_name}; accepted attempt of the task: {}", escape(&key.to_string()), opt(accepted))?;
+        if let Some(r) = &reconciliation {
+            let basis = match r.basis {
+                manifestdb::ReconcileBasis::Read { format } => {
+                    format!("read from {} {format} file(s), {} bytes", r.files_read, r.bytes_read)
+                }
+                _ => "reported figures only (the run declares no grain)".to_owned(),
+            };
+            writeln!(w, "  checked: {basis}")?;
+            let mut table = Table::new(vec!["", "EXPECTED", "REPORTED", "COMPUTED"]);
+            table.row(vec!["rows".into(), r.expected_rows.to_string(), opt(r.reported_rows), opt(r.computed_rows)]);
+            table.row(vec!["total".into(), opt(r.expected_total), opt(r.reported_total), opt(r.computed_total)]);
+            table.row(vec![
+                "digest".into(),
+                "-".into(),
+                r.reported_digest.clone().unwrap_or_else(|| "-".into()),
+                r.computed_digest.clone().unwrap_or_else(|| "-".into()),
+            ]);
+            table.row(vec!["duplicate keys".into(), "0".into(), "-".into(), r.duplicate_keys.to_string()]);
+            table.write(w)?;
+        }
         if let manifestdb::Verdict::Invalid(failures) = &verdict {
             for failure in failures {
                 writeln!(w, "  {}", escape(&failure.to_string()))?;

@@ -1,6 +1,6 @@
 //! `run declare`, `run show` and `run list`.
 
-use manifestdb::{DeclareOutcome, RunSpec, RunSummary, TaskKey, TaskSpec};
+use manifestdb::{DataFormat, DeclareOutcome, Grain, RunSpec, RunSummary, TaskKey, TaskSpec};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -19,6 +19,29 @@ struct RunInput {
     run: String,
     snapshot: String,
     tasks: Vec<TaskInput>,
+    #[serde(default)]
+    grain: Option<GrainInput>,
+}
+
+/// The `grain` object of a `--from` run declaration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GrainInput {
+    #[serde(default = "csv")]
+    format: String,
+    keys: Vec<String>,
+    measure: String,
+    #[serde(default)]
+    scale: u32,
+}
+
+fn csv() -> String {
+    "csv".to_owned()
+}
+
+fn grain_from(format: &str, keys: Vec<String>, measure: String, scale: u32) -> anyhow::Result<Grain> {
+    let format = DataFormat::from_name(format).ok_or_else(|| usage(format!("unknown grain format {format:?} (csv or parquet)")))?;
+    Ok(Grain { format, keys, measure, measure_scale: scale })
 }
 
 #[derive(Debug, Deserialize)]
@@ -42,13 +65,18 @@ fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
                 .into_iter()
                 .map(|t| TaskSpec { partition: t.partition, expected_rows: t.expected_rows, expected_total: t.expected_total })
                 .collect(),
+            grain: input.grain.map(|g| grain_from(&g.format, g.keys, g.measure, g.scale)).transpose()?,
         });
     }
     // clap enforces these when --from is absent; the checks keep this function honest alone.
     let (Some(dataset), Some(run), Some(snapshot)) = (&args.dataset, &args.run, &args.snapshot) else {
         return Err(usage("--dataset, --run and --snapshot are required without --from"));
     };
-    Ok(RunSpec { dataset: dataset.clone(), run: run.clone(), snapshot: snapshot.clone(), tasks: args.tasks.clone() })
+    let grain = match &args.measure {
+        Some(measure) if !args.grain.is_empty() => Some(grain_from(&args.format, args.grain.clone(), measure.clone(), args.scale)?),
+        _ => None,
+    };
+    Ok(RunSpec { dataset: dataset.clone(), run: run.clone(), snapshot: snapshot.clone(), tasks: args.tasks.clone(), grain })
 }
 
 fn task_json(t: &TaskSpec) -> Value {
@@ -69,6 +97,7 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
         "run": spec.run,
         "snapshot": spec.snapshot,
         "outcome": outcome_name,
+        "grain": spec.grain.as_ref().map(json::grain),
         "tasks": spec.tasks.iter().map(task_json).collect::<Vec<_>>(),
     });
     crate::location::close_writer(store)?;
@@ -82,6 +111,7 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
             escape(&spec.snapshot),
             spec.tasks.len()
         )?;
+        writeln!(w, "{}", escape(&json::grain_line(spec.grain.as_ref())))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED ROWS", "EXPECTED TOTAL"]);
         for t in &spec.tasks {
             table.row(vec![t.partition.clone(), t.expected_rows.to_string(), opt(t.expected_total)]);
@@ -111,6 +141,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
         "snapshot": info.snapshot,
         "declared_at_ms": info.declared_at_ms,
         "published_generation": info.published_generation,
+        "grain": info.grain.as_ref().map(json::grain),
         "tasks": tasks.iter().map(|(spec, accepted, attempts)| {
             let mut task = task_json(spec);
             task["accepted_attempt"] = json!(accepted);
@@ -129,6 +160,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
             escape(&info.snapshot),
             utc(info.declared_at_ms)
         )?;
+        writeln!(w, "{}", escape(&json::grain_line(info.grain.as_ref())))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED", "ATTEMPT", "STATUS", "ROWS", "TOTAL", "ACCEPTED", "NOTE"]);
         for (spec, accepted, attempts) in &tasks {
             let expected = format!("{} / {}", spec.expected_rows, opt(spec.expected_total));
@@ -157,8 +189,8 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
                     expected.clone(),
                     a.key.attempt.to_string(),
                     status.to_owned(),
-                    opt(a.candidate.as_ref().map(|c| c.rows)),
-                    opt(a.candidate.as_ref().and_then(|c| c.total)),
+                    opt(a.reconciliation.as_ref().and_then(|r| r.effective().0).or(a.candidate.as_ref().and_then(|c| c.rows))),
+                    opt(a.reconciliation.as_ref().and_then(|r| r.effective().1).or(a.candidate.as_ref().and_then(|c| c.total))),
                     if *accepted == Some(a.key.attempt) { "*".into() } else { String::new() },
                     note,
                 ]);

@@ -3,6 +3,7 @@
 mod batch;
 mod concurrent;
 mod damage;
+mod grain;
 mod maintain;
 mod operator;
 mod readonly;

@@ -197,7 +197,7 @@ fn table_cells_escape_control_characters_and_cut_long_names_while_json_stays_exa
     let human = env.run(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).stdout.clone();
     let row = human.lines().find(|l| l.starts_with("p0=nnn")).expect("the long partition's row");
     assert!(row.contains('…') && row.chars().count() < 200 && row.contains("no attempt"), "{row}");
-    assert_eq!(human.lines().count(), 3, "one headline, one header, one line for the task:\n{human}");
+    assert_eq!(human.lines().count(), 4, "one headline, the grain line, one header, one line for the task:\n{human}");
     let doc = env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json();
     assert_eq!(doc["tasks"][0]["partition"], long.as_str());
 }

@@ -13,15 +13,16 @@ fn publish(store: &Store, run: &str, total: i64) -> u64 {
         run: run.into(),
         snapshot: format!("s-{run}"),
         tasks: vec![TaskSpec { partition: EU.into(), expected_rows: 2, expected_total: Some(total) }],
+        grain: None,
     };
     store.declare_run(&spec).expect("declare");
     let ticket = store.begin_attempt(&TaskKey::new("daily", run, EU)).expect("begin");
     write_rows(&ticket.staging_dir, 2, total);
     let candidate = Candidate {
         snapshot: spec.snapshot.clone(),
-        rows: 2,
+        rows: Some(2),
         total: Some(total),
-        digest: format!("total={total}"),
+        digest: Some(format!("total={total}")),
         files: vec![describe_file(&ticket.staging_dir, "part.csv").expect("describe")],
     };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");

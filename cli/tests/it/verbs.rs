@@ -27,7 +27,8 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     let args =
         ["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &format!("{EU}:2:700"), "--task", &format!("{US}:3")];
     let doc = env.json(&args).code(0).json();
-    assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "outcome", "tasks"]);
+    assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "outcome", "grain", "tasks"]);
+    assert_eq!(doc["grain"], serde_json::Value::Null);
     assert_eq!(doc["outcome"], "declared");
     assert_eq!(
         doc["tasks"],
@@ -181,7 +182,8 @@ fn attempt_validate_exits_0_when_valid_and_3_when_invalid() {
     invalid.code(3);
     assert!(invalid.stdout.contains("total 600 != expected 700"), "{}", invalid.stdout);
     let doc = env.json(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", "2"]).code(3).json();
-    assert_eq!(keys(&doc), ["dataset", "run", "partition", "attempt", "verdict", "failures", "accepted_attempt"]);
+    assert_eq!(keys(&doc), ["dataset", "run", "partition", "attempt", "verdict", "failures", "accepted_attempt", "reconciliation"]);
+    assert_eq!(doc["reconciliation"]["basis"], "reported");
     assert_eq!(doc["verdict"], "invalid");
     assert_eq!(doc["failures"][0]["kind"], "total_mismatch");
     assert_eq!(doc["failures"][0]["expected"], 700);
@@ -359,11 +361,11 @@ fn run_show_lists_attempts_and_the_accepted_one() {
     env.attempt("r1", "s1", EU, 1, 700).code(3);
     env.attempt("r1", "s1", EU, 2, 700).code(0);
     let doc = env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json();
-    assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "declared_at_ms", "published_generation", "tasks"]);
+    assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "declared_at_ms", "published_generation", "grain", "tasks"]);
     let eu = &doc["tasks"][0];
     assert_eq!(keys(eu), ["partition", "expected_rows", "expected_total", "accepted_attempt", "attempts"]);
     assert_eq!(eu["accepted_attempt"], 2);
-    assert_eq!(keys(&eu["attempts"][0]), ["attempt", "status", "failures", "started_at_ms", "staging_rel", "candidate"]);
+    assert_eq!(keys(&eu["attempts"][0]), ["attempt", "status", "failures", "started_at_ms", "staging_rel", "candidate", "reconciliation"]);
     assert_eq!((eu["attempts"][0]["status"].as_str(), eu["attempts"][1]["status"].as_str()), (Some("invalid"), Some("valid")));
     assert_eq!(eu["attempts"][0]["failures"][0]["kind"], "rows_mismatch");
     assert_eq!((doc["tasks"][1]["attempts"].as_array().map(Vec::len), doc["tasks"][1]["accepted_attempt"].is_null()), (Some(0), true));
