@@ -696,7 +696,7 @@ enum Decided {
     /// A verdict was stored already: it is final.
     Stored(Verdict),
     /// Decided now from the candidate's files.
-    New { candidate: Candidate, verdict: Verdict, reconciliation: Reconciliation },
+    New { candidate: Box<Candidate>, verdict: Verdict, reconciliation: Box<Reconciliation> },
 }
 
 impl Store {
@@ -786,7 +786,7 @@ pub(super) fn prepare_validation(
     } else {
         verdict
     };
-    Ok(prepared(Decided::New { candidate, verdict, reconciliation }))
+    Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
 }
 
 /// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
