@@ -131,10 +131,11 @@ fn a_prepared_validation_stores_its_verdict_unless_another_was_stored_first() {
     let ticket = run_attempt(&t.store, &TaskKey::new("units", "r1", "a"), "s1", 2, 700);
     let prepared = t.store.prepare_validation(&ticket.key, FileCheck::SizeAndChecksum).unwrap();
     assert!(prepared.verdict().is_valid());
-    // Nothing is stored by preparing.
-    assert_eq!(t.store.snapshot().unwrap().attempt(&ticket.key).unwrap().unwrap().status, manifestdb::AttemptStatus::Finished);
-    // Another validator stores an (operator-forced) invalid verdict first: it stands.
-    t.store.invalidate_attempt(&ticket.key, "op", "files lost").unwrap_or_else(|e| panic!("{e}"));
+    // Nothing is stored by preparing: the task has no accepted attempt yet.
+    assert_eq!(t.store.snapshot().unwrap().accepted(&TaskKey::new("units", "r1", "a")).unwrap(), None);
+    // Another validator stores its verdict first (the file is gone by then: invalid); it stands.
+    std::fs::remove_file(ticket.staging_dir.join("part.csv")).unwrap();
+    assert!(!t.store.validate_attempt(&ticket.key, FileCheck::Size).unwrap().is_valid());
     let stored = t.store.store_validation(&prepared).unwrap();
     assert!(matches!(stored, Verdict::Invalid(_)), "{stored:?}");
 
