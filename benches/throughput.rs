@@ -6,7 +6,9 @@
 //! standard output as each figure is measured; the last line is one JSON object with every raw
 //! figure, the sizes used and the ratios. Every run also prints the exact fsync/fdatasync
 //! count of each operation (redb's of the store file and the staging syncs of DOMAIN 11);
-//! `-- --fsyncs` prints only those.
+//! `-- --fsyncs` prints only those; `-- --server-only` only the server's figures (attempt cycles
+//! through `manifestdb::server` from 1, 8 and 64 clients beside the library directly and the CLI
+//! without a server).
 //!
 //! Everything lives in one temporary directory under cargo's target directory, so the raw
 //! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
@@ -30,10 +32,12 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use manifestdb::server::{Client, Listen, Server, ServerOptions, socket_path};
 use manifestdb::{
     Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, Store, StoreOptions, TaskKey, TaskSpec, VerifyOptions, ViewOptions,
 };
@@ -932,6 +936,12 @@ fn main() -> Res<()> {
     let mut report = Report { figures: Map::new() };
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
+    if args.iter().any(|a| a == "--server-only") {
+        // Only the server's figures (issue 12): `cargo bench --bench throughput -- --server-only`.
+        server_figures(dir, &mut report, sizes)?;
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--views-only") {
         // Only the cost of views (issue 13): `cargo bench --bench throughput -- --views-only`.
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
@@ -1032,6 +1042,9 @@ fn main() -> Res<()> {
     println!("views: publishes of 1 and 1,000 partitions with and without views");
     view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
 
+    // The server: cycles through it from 1, 8 and 64 clients beside the library and the CLI.
+    server_figures(dir, &mut report, sizes)?;
+
     // History: 10 vs `history` earlier generations.
     println!("building a history of {} generations", sizes.history);
     let setup = Instant::now();
@@ -1084,5 +1097,153 @@ fn main() -> Res<()> {
     ]);
     report.figures.insert("sizes".to_owned(), json!(sizes_json));
     println!("{}", serde_json::to_string(&report.figures)?);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server (issue 12): attempt cycles through `manifestdb::server` from 1, 8 and 64 clients
+// (each a thread with its own connection over the Unix socket), beside the library called
+// directly from as many threads on the same store, and beside the CLI without a server (each
+// call a process that opens the store, as a scheduler calling the tool does).
+
+/// Begin + finish + validate of one attempt through the server.
+fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, snapshot: &str) -> Res<()> {
+    let task = json!({"dataset": dataset, "run": run, "partition": partition});
+    let ticket = client.request("POST", "/v1/attempts/begin", Some(&task))?;
+    let attempt = ticket.body["attempt"].as_u64().ok_or_else(|| format!("begin failed: {}", ticket.body))?;
+    let finish = json!({
+        "dataset": dataset, "run": run, "partition": partition, "attempt": attempt,
+        "snapshot": snapshot, "rows": 0, "digest": "sha256:0",
+    });
+    let finished = client.request("POST", "/v1/attempts/finish", Some(&finish))?;
+    if finished.status != 200 {
+        return Err(format!("finish failed: {}", finished.body).into());
+    }
+    let validate = json!({"dataset": dataset, "run": run, "partition": partition, "attempt": attempt});
+    let verdict = client.request("POST", "/v1/attempts/validate", Some(&validate))?;
+    if verdict.body["verdict"] != "valid" {
+        return Err(format!("validate failed: {}", verdict.body).into());
+    }
+    Ok(())
+}
+
+/// Attempt cycles per second through the server from `clients` client threads.
+fn server_cycles(store: &Store, address: &Listen, run: &str, clients: usize, measure: Duration) -> Res<(u64, Duration)> {
+    let spec = run_spec("cycles", run, (0..clients).map(partition));
+    store.declare_run(&spec)?;
+    let count = AtomicU64::new(0);
+    let mut connected: Vec<Client> = (0..clients).map(|_| Client::new(address.clone())).collect::<Result<_, _>>()?;
+    let start = Instant::now();
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = connected
+            .iter_mut()
+            .enumerate()
+            .map(|(t, client)| {
+                let (spec, count) = (&spec, &count);
+                scope.spawn(move || -> Res<()> {
+                    let partition = partition(t);
+                    while start.elapsed() < measure {
+                        server_cycle(client, "cycles", run, &partition, &spec.snapshot)?;
+                        count.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().map_err(|_| "client thread panicked")??;
+        }
+        Ok(())
+    })?;
+    Ok((count.load(Ordering::Relaxed), start.elapsed()))
+}
+
+/// The built `manifestdb` binary beside this bench's (`target/release/`), built if missing.
+fn cli_binary() -> Res<std::path::PathBuf> {
+    let exe = std::env::current_exe()?;
+    let profile_dir = exe.parent().and_then(Path::parent).ok_or("no target directory")?;
+    let binary = profile_dir.join("manifestdb");
+    if !binary.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo).args(["build", "--release", "-p", "manifestdb-cli"]).status()?;
+        if !status.success() || !binary.exists() {
+            return Err(format!("could not build {}", binary.display()).into());
+        }
+    }
+    Ok(binary)
+}
+
+/// Attempt cycles per second through the CLI without a server: three processes per cycle,
+/// each opening the store for writing.
+fn cli_cycles(cli: &Path, dir: &Path, run: &str, measure: Duration) -> Res<(u64, Duration)> {
+    let call = |args: &[&str]| -> Res<Value> {
+        let output = std::process::Command::new(cli).arg("--dir").arg(dir).arg("--json").args(args).output()?;
+        if !output.status.success() {
+            return Err(format!("manifestdb {args:?} failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+        }
+        Ok(serde_json::from_slice(&output.stdout)?)
+    };
+    let snapshot = format!("snap-{run}");
+    call(&["run", "declare", "-d", "cycles", "-r", run, "--snapshot", &snapshot, "--task", "p=0:0"])?;
+    let mut count = 0;
+    let start = Instant::now();
+    while start.elapsed() < measure {
+        let ticket = call(&["attempt", "begin", "-d", "cycles", "-r", run, "-p", "p=0"])?;
+        let attempt = ticket["attempt"].as_u64().ok_or("no attempt number")?.to_string();
+        let key = ["-d", "cycles", "-r", run, "-p", "p=0", "--attempt", attempt.as_str()];
+        let mut finish = vec!["attempt", "finish"];
+        finish.extend(key);
+        finish.extend(["--snapshot", snapshot.as_str(), "--rows", "0", "--digest", "sha256:0"]);
+        call(&finish)?;
+        let mut validate = vec!["attempt", "validate"];
+        validate.extend(key);
+        call(&validate)?;
+        count += 1;
+    }
+    Ok((count, start.elapsed()))
+}
+
+/// The server figures and their ratios, measured in rounds so that each variant samples the
+/// same stretches of the disk.
+fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
+    let served_dir = dir.join("served");
+    fs::create_dir_all(&served_dir)?;
+    let store = Arc::new(Store::open(served_dir.join("store.redb"), served_dir.join("staging"))?);
+    let server = Server::start(Arc::clone(&store), &ServerOptions::unix(socket_path(&served_dir.join("store.redb"))))?;
+    let cli_dir = dir.join("cli");
+    let cli = cli_binary()?;
+    let output = std::process::Command::new(&cli).arg("--dir").arg(&cli_dir).arg("init").output()?;
+    if !output.status.success() {
+        return Err(format!("manifestdb init failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let mut tally: BTreeMap<String, (u64, Duration)> = BTreeMap::new();
+    for round in 0..sizes.rounds {
+        println!("server attempt cycles, round {} of {}", round + 1, sizes.rounds);
+        for clients in [1, 8, 64] {
+            let run = format!("server-{clients}-{round}");
+            let (count, elapsed) = server_cycles(&store, server.address(), &run, clients, sizes.measure)?;
+            let entry = tally.entry(format!("server_attempt_cycles_per_s_{clients}c")).or_default();
+            (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+            let run = format!("direct-{clients}-{round}");
+            let (count, elapsed) = md_cycles(&store, &run, clients, sizes.measure)?;
+            let entry = tally.entry(format!("server_store_direct_cycles_per_s_{clients}t")).or_default();
+            (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+        }
+        let (count, elapsed) = cli_cycles(&cli, &cli_dir, &format!("cli-{round}"), sizes.measure)?;
+        let entry = tally.entry("cli_no_server_attempt_cycles_per_s".to_owned()).or_default();
+        (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+    }
+    server.shutdown()?;
+    for (key, (count, elapsed)) in &tally {
+        report.put(key, per_second(*count, *elapsed), "cycles/s (3 durable writes each)");
+    }
+    for n in [1, 8, 64] {
+        report.ratio(
+            &format!("server_vs_direct_{n}"),
+            &format!("server_attempt_cycles_per_s_{n}c"),
+            &format!("server_store_direct_cycles_per_s_{n}t"),
+        );
+    }
+    report.ratio("server_64c_vs_cli_no_server", "server_attempt_cycles_per_s_64c", "cli_no_server_attempt_cycles_per_s");
     Ok(())
 }

@@ -83,6 +83,8 @@ mod readers;
 mod records;
 mod rules;
 mod schema;
+#[cfg(feature = "server")]
+pub mod server;
 mod store;
 #[cfg(feature = "testing")]
 pub mod testing;

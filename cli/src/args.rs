@@ -155,6 +155,14 @@ pub enum Command {
     #[command(after_long_help = BATCH_JSON)]
     Batch,
 
+    /// Serve the store to many worker processes at once over HTTP/1.1 with JSON bodies (the
+    /// routes: docs/openapi.json). Holds the store open for writing until SIGINT or SIGTERM;
+    /// concurrent requests share the store's group commits. Listens on the Unix socket
+    /// `manifestdb.sock` in the store's directory (mode 0600, or 0660 with --socket-group) unless
+    /// --listen names a TCP address; a non-loopback address requires --token-file.
+    #[command(after_long_help = crate::commands::serve::SERVE_HELP)]
+    Serve(crate::commands::serve::ServeArgs),
+
     /// Print a shell completion script for SHELL on stdout (e.g. `manifestdb completions bash
     /// > /etc/bash_completion.d/manifestdb`).
     Completions(CompletionsArgs),

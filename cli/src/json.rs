@@ -6,6 +6,7 @@ use manifestdb::{
     AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
     PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
 };
+use manifestdb::{ClaimOutcome, MarkOutcome};
 use serde_json::{Value, json};
 
 /// `{"path", "size_bytes", "crc32"}`.
@@ -266,8 +267,8 @@ pub fn effect(e: &Effect) -> Value {
 }
 
 /// `{"outcome": "claimed"|"held_by_other"|"already_emitted", "took_over_from", "effect"}`.
-pub fn claim_outcome(outcome: &manifestdb::ClaimOutcome) -> Value {
-    use manifestdb::ClaimOutcome as O;
+pub fn claim_outcome(outcome: &ClaimOutcome) -> Value {
+    use ClaimOutcome as O;
     let (name, took_over_from) = match outcome {
         O::Claimed { took_over_from, .. } => ("claimed", took_over_from.clone()),
         O::HeldByOther { .. } => ("held_by_other", None),
@@ -277,8 +278,8 @@ pub fn claim_outcome(outcome: &manifestdb::ClaimOutcome) -> Value {
 }
 
 /// `{"outcome": "marked"|"already_emitted"|"claimed_by_other", "effect"}`.
-pub fn mark_outcome(outcome: &manifestdb::MarkOutcome) -> Value {
-    use manifestdb::MarkOutcome as O;
+pub fn mark_outcome(outcome: &MarkOutcome) -> Value {
+    use MarkOutcome as O;
     let name = match outcome {
         O::Marked { .. } => "marked",
         O::AlreadyEmitted { .. } => "already_emitted",

@@ -22,6 +22,7 @@ mod readers;
 mod retention;
 mod rule_holes;
 mod scenario;
+mod server;
 mod support;
 mod verify;
 mod views;

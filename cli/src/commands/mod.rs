@@ -8,6 +8,7 @@ pub(crate) mod inspect;
 mod publish;
 mod rollback;
 mod run;
+pub(crate) mod serve;
 mod verify;
 mod view;
 
@@ -56,6 +57,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
         Command::Batch => batch::batch(location, out),
+        Command::Serve(args) => serve::serve(location, out, args),
     }
 }
 

@@ -239,7 +239,7 @@ fn verbs() -> Vec<String> {
 /// Verbs that name no dataset, run, attempt, effect, generation or plan.
 // `batch` names things only in its input lines, each of which reports a name it does not know
 // as not_found on its own result line (tests: `batch::*`).
-const NAMES_NOTHING: [&str; 8] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man", "batch"];
+const NAMES_NOTHING: [&str; 9] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man", "serve", "batch"];
 
 #[test]
 fn every_verb_naming_something_unknown_exits_4_and_names_it() {

@@ -1,0 +1,394 @@
+//! `manifestdb serve` as its own process: many worker processes (the Python example in
+//! `examples/python/`) at once, a SIGKILL under load, bad requests, slow clients, the token and
+//! the socket's mode.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use manifestdb::server::{Client, ErrorKind, Listen};
+use serde_json::{Value, json};
+
+use crate::support::{Env, command};
+
+/// The Python example (worker, scheduler, client), in the repository.
+fn python_example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python").join(name)
+}
+
+/// A `manifestdb serve` process; SIGTERM and wait when dropped.
+pub struct Serve {
+    child: Child,
+    pub address: Listen,
+}
+
+impl Serve {
+    /// Starts `manifestdb --dir <env> --json serve ARGS` and waits for its "listening" line.
+    pub fn start(env: &Env, args: &[&str]) -> Serve {
+        let mut child = command()
+            .arg("--dir")
+            .arg(env.dir())
+            .arg("--json")
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start manifestdb serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
+        let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("serve printed {line:?}: {e}"));
+        let address = manifestdb::server::parse_target(doc["listening"].as_str().expect("listening")).expect("address");
+        Serve { child, address }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.address.clone()).expect("client")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        match &self.address {
+            Listen::Unix(path) => path.clone(),
+            other => panic!("not a Unix socket: {other:?}"),
+        }
+    }
+
+    /// SIGKILL: the server dies without a word, mid-request.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        self.child.wait().expect("reap the server");
+        std::mem::forget(self);
+    }
+
+    /// SIGTERM and the exit code.
+    pub fn stop(mut self) -> i32 {
+        let code = self.terminate();
+        std::mem::forget(self);
+        code
+    }
+
+    fn terminate(&mut self) -> i32 {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        self.child.wait().expect("wait for the server").code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
+
+/// Runs the example scheduler against the server and returns its summary document.
+fn scheduler(address: &Listen, args: &[&str]) -> (i32, Value, String) {
+    let mut cmd = Command::new("python3");
+    cmd.arg(python_example("scheduler.py"));
+    match address {
+        Listen::Unix(path) => cmd.arg("--socket").arg(path),
+        Listen::Tcp(addr) => cmd.arg("--url").arg(format!("http://{addr}")),
+        other => panic!("{other:?}"),
+    };
+    let output = cmd.args(args).stdin(Stdio::null()).output().expect("python3 runs (it is a test requirement, as in CI)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let summary = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("scheduler printed no summary ({e}):\n{stdout}\n{stderr}"));
+    (output.status.code().unwrap_or(-1), summary, stderr)
+}
+
+#[track_caller]
+fn assert_scheduler_ok(code: i32, summary: &Value, stderr: &str, partitions: u64) {
+    assert_eq!(code, 0, "the scheduler's checks failed:\n{summary:#}\n{stderr}");
+    assert_eq!(summary["ok"], true, "{summary:#}");
+    for (check, holds) in summary["checks"].as_object().expect("checks") {
+        assert_eq!(holds, &json!(true), "check {check} failed: {summary:#}");
+    }
+    assert_eq!(summary["partitions"], partitions);
+    assert_eq!(summary["published_totals"], summary["input_totals"], "{summary:#}");
+}
+
+#[test]
+fn sixty_four_worker_processes_at_once_all_succeed_through_the_server_and_publish_once() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &[]);
+    // 64 workers at once, 4 of their tasks run twice at the same time, one worker killed
+    // mid-write before them and its task retried.
+    let (code, summary, stderr) = scheduler(&serve.address, &["--partitions", "64", "--parallel", "68", "--duplicates", "4"]);
+    assert_scheduler_ok(code, &summary, &stderr, 64);
+    // Every worker's calls succeeded the first time: no busy, no failure, no retry.
+    assert_eq!(summary["worker_failures"], json!([]), "{summary:#}");
+    assert_eq!(summary["client_retries"], 0, "{summary:#}");
+    assert_eq!(summary["acknowledged"].as_array().unwrap().len(), 68);
+    // The killed attempt 1 of the first task is not the published one; its retry is.
+    let killed = &summary["killed"];
+    assert_eq!(killed["attempt"], 1);
+    assert!(killed["written_bytes"].as_u64().unwrap() > 0, "the killed worker had written part of its file");
+    assert_eq!(serve.stop(), 0, "serve exits 0 on SIGTERM");
+    assert!(!env.dir().join("manifestdb.sock").exists(), "the socket is removed at shutdown");
+
+    // Without the server, the CLI reads the same published generation; the store verifies clean.
+    let show = env.json(&["show", "-d", "daily_units"]).code(0).json();
+    assert_eq!(show["totals"]["rows"], summary["input_totals"]["rows"]);
+    assert_eq!(show["totals"]["total"], summary["input_totals"]["total"]);
+    let killed_partition = killed["partition"].as_str().unwrap();
+    let entry = show["partitions"].as_array().unwrap().iter().find(|p| p["partition"] == killed_partition).expect("killed partition");
+    assert_ne!(entry["attempt"], 1);
+    env.run(&["verify", "--files"]).code(0);
+}
+
+#[test]
+fn a_server_killed_under_load_restarts_and_every_acknowledged_operation_is_in_the_store() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &[]);
+    let socket = serve.socket();
+    let address = serve.address.clone();
+    let scheduler = std::thread::spawn(move || {
+        scheduler(&address, &["--partitions", "48", "--parallel", "16", "--duplicates", "2", "--retry-for", "120"])
+    });
+    // Let the workers get going, then kill the server in the middle of their calls.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let run = env.json(&["run", "show", "-d", "daily_units", "-r", "2026-11-29"]);
+        let finished = if run.code == 0 {
+            run.json()["tasks"].as_array().unwrap().iter().filter(|t| t["accepted_attempt"].is_u64()).count()
+        } else {
+            0
+        };
+        if finished >= 8 || Instant::now() > deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    serve.kill();
+    assert!(socket.exists(), "a SIGKILLed server leaves its socket behind");
+    std::thread::sleep(Duration::from_millis(300));
+    // The restarted server replaces the stale socket and recovers the store.
+    let serve = Serve::start(&env, &[]);
+    let (code, summary, stderr) = scheduler.join().expect("scheduler thread");
+    assert_scheduler_ok(code, &summary, &stderr, 48);
+    assert_eq!(serve.stop(), 0);
+
+    // Every attempt a worker saw validated is in the store, validated.
+    let run = env.json(&["run", "show", "-d", "daily_units", "-r", "2026-11-29"]).code(0).json();
+    for ack in summary["acknowledged"].as_array().unwrap() {
+        let task = run["tasks"].as_array().unwrap().iter().find(|t| t["partition"] == ack["partition"]).expect("task");
+        let attempt = task["attempts"].as_array().unwrap().iter().find(|a| a["attempt"] == ack["attempt"]);
+        assert_eq!(attempt.map(|a| &a["status"]), Some(&json!("valid")), "acknowledged {ack} is not in the store: {task:#}");
+    }
+    env.run(&["verify", "--files"]).code(0);
+}
+
+/// The tables' entry counts, to show that a refused request wrote nothing.
+fn table_counts(client: &mut Client) -> Value {
+    client.request("GET", "/v1/stats", None).expect("stats").body["tables"].clone()
+}
+
+#[track_caller]
+fn assert_error(answer: &manifestdb::server::Answer, status: u16, kind: ErrorKind, needle: &str) {
+    assert_eq!(answer.status, status, "{}", answer.body);
+    let (got, message) = answer.error().unwrap_or_else(|| panic!("not an error document: {}", answer.body));
+    assert_eq!(got, kind, "{}", answer.body);
+    assert!(message.contains(needle), "{message:?} does not mention {needle:?}");
+    assert_eq!(answer.body["error"]["exit_code"], kind.exit_code(), "{}", answer.body);
+}
+
+#[test]
+fn bad_requests_get_json_errors_and_write_nothing() {
+    let env = Env::new();
+    env.declare("r1", "s@1", &[("p=1", 1, 5)]);
+    let serve = Serve::start(&env, &["--body-limit", "2048"]);
+    let mut client = serve.client();
+    let before = table_counts(&mut client);
+
+    let begin = "/v1/attempts/begin";
+    assert_error(
+        &client.request_bytes("POST", begin, Some("application/json"), b"{\"dataset\": ".to_vec()).unwrap(),
+        400,
+        ErrorKind::Usage,
+        "not valid",
+    );
+    assert_error(
+        &client.request_bytes("POST", begin, Some("text/plain"), br#"{"dataset":"d","run":"r1","partition":"p=1"}"#.to_vec()).unwrap(),
+        415,
+        ErrorKind::Usage,
+        "application/json",
+    );
+    assert_error(
+        &client.request_bytes("POST", begin, None, br#"{"dataset":"d"}"#.to_vec()).unwrap(),
+        415,
+        ErrorKind::Usage,
+        "application/json",
+    );
+    let big = json!({"dataset": "d", "run": "r1", "partition": "x".repeat(4096)});
+    assert_error(&client.request("POST", begin, Some(&big)).unwrap(), 413, ErrorKind::Usage, "limit");
+    assert_error(
+        &client.request("POST", begin, Some(&json!({"dataset": "d", "run": "r1", "partition": "p=1", "extra": 1}))).unwrap(),
+        400,
+        ErrorKind::Usage,
+        "unknown field",
+    );
+    for (dataset, run, partition) in [("..", "r1", "p=1"), ("d", "..", "p=1"), ("d", "r1", "../../etc"), ("d", "r1", "a/../b")] {
+        let answer = client.request("POST", begin, Some(&json!({"dataset": dataset, "run": run, "partition": partition}))).unwrap();
+        assert_error(&answer, 400, ErrorKind::Usage, "..");
+    }
+    assert_error(&client.request("GET", "/v1/attempts/begin", None).unwrap(), 405, ErrorKind::Usage, "does not take GET");
+    assert_error(&client.request("GET", "/v1/unknown", None).unwrap(), 404, ErrorKind::NotFound, "no route");
+    assert_error(&client.request("GET", "/../v1/stats", None).unwrap(), 404, ErrorKind::NotFound, "no route");
+    assert_error(&client.request("GET", "/v1/manifest?generation=x", None).unwrap(), 400, ErrorKind::Usage, "query");
+    assert_error(
+        &client.request("POST", begin, Some(&json!({"dataset": "d", "run": "nope", "partition": "p=1"}))).unwrap(),
+        404,
+        ErrorKind::NotFound,
+        "nope",
+    );
+
+    // A request head that is not HTTP: the connection is answered 400 or closed, and the server
+    // goes on serving.
+    let mut raw = UnixStream::connect(serve.socket()).unwrap();
+    raw.write_all(b"\x00\x01 not http at all\r\n\r\n").unwrap();
+    let mut answer = Vec::new();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = raw.read_to_end(&mut answer);
+    assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 400"), "{}", String::from_utf8_lossy(&answer));
+
+    assert_eq!(table_counts(&mut client), before, "a refused request wrote nothing");
+    assert_eq!(client.request("GET", "/v1/health", None).unwrap().status, 200);
+}
+
+#[test]
+fn a_slow_client_is_timed_out_while_the_server_keeps_serving_others() {
+    let env = Env::new();
+    env.declare("r1", "s@1", &[("p=1", 1, 5)]);
+    let serve = Serve::start(&env, &["--idle-timeout", "1s", "--request-timeout", "1s"]);
+    let mut client = serve.client();
+    let before = table_counts(&mut client);
+
+    // One client never finishes its request head, another never finishes its body.
+    let mut head = UnixStream::connect(serve.socket()).unwrap();
+    head.write_all(b"POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: appl").unwrap();
+    let mut body = UnixStream::connect(serve.socket()).unwrap();
+    body.write_all(
+        b"POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60\r\n\r\n{\"dataset\": \"d\",",
+    )
+    .unwrap();
+    let started = Instant::now();
+
+    // Meanwhile others are served.
+    for _ in 0..5 {
+        assert_eq!(client.request("GET", "/v1/health", None).unwrap().status, 200);
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "the healthy client waited for the slow ones");
+
+    // The slow head's connection is closed; the slow body is answered 408 (and closed).
+    for stream in [&mut head, &mut body] {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    }
+    let mut answer = Vec::new();
+    head.read_to_end(&mut answer).expect("the server closes the slow head's connection");
+    assert!(answer.is_empty() || answer.starts_with(b"HTTP/1.1 408"), "{}", String::from_utf8_lossy(&answer));
+    let mut answer = Vec::new();
+    body.read_to_end(&mut answer).expect("the server ends the slow body's connection");
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408") && text.contains("\"kind\":\"usage\""), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    assert_eq!(table_counts(&mut client), before, "nothing was written for the slow requests");
+    let ok = client.request("POST", "/v1/attempts/begin", Some(&json!({"dataset": "daily", "run": "r1", "partition": "p=1"}))).unwrap();
+    assert_eq!(ok.status, 200, "{}", ok.body);
+}
+
+#[test]
+fn tcp_needs_the_token_and_a_non_loopback_address_is_refused_without_one() {
+    let env = Env::new();
+    let token_file = env.tmp.path().join("token");
+    std::fs::write(&token_file, "s3cret-token\n").unwrap();
+    let token_arg = token_file.to_str().unwrap();
+
+    let refused = env.json(&["serve", "--listen", "0.0.0.0:0"]);
+    refused.code(2);
+    assert!(refused.error_json()["error"]["message"].as_str().unwrap().contains("token"), "{}", refused.stderr);
+
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0", "--token-file", token_arg]);
+    assert!(matches!(serve.address, Listen::Tcp(addr) if addr.ip().is_loopback() && addr.port() != 0));
+    assert!(!env.dir().join("manifestdb.sock").exists(), "a TCP server makes no socket");
+    assert_error(&serve.client().request("GET", "/v1/health", None).unwrap(), 401, ErrorKind::Unauthorized, "token");
+    assert_error(
+        &serve.client().with_token("s3cret-tokeN").request("GET", "/v1/health", None).unwrap(),
+        401,
+        ErrorKind::Unauthorized,
+        "token",
+    );
+    assert_error(&serve.client().with_token("s3cret").request("GET", "/v1/health", None).unwrap(), 401, ErrorKind::Unauthorized, "token");
+    let declare = json!({"dataset": "d", "run": "r1", "snapshot": "s", "tasks": [{"partition": "p=1", "expected_rows": 1}]});
+    assert_eq!(serve.client().request("POST", "/v1/runs/declare", Some(&declare)).unwrap().status, 401);
+    assert_eq!(env.json(&["run", "show", "-d", "d", "-r", "r1"]).code, 4, "an unauthorised request wrote nothing");
+    let mut client = serve.client().with_token("s3cret-token");
+    assert_eq!(client.request("POST", "/v1/runs/declare", Some(&declare)).unwrap().status, 200);
+    assert_eq!(client.request("GET", "/v1/health", None).unwrap().status, 200);
+}
+
+#[test]
+fn the_socket_is_for_the_owner_only_unless_the_group_is_allowed() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &[]);
+    let socket = serve.socket();
+    assert_eq!(socket, env.dir().join("manifestdb.sock"));
+    assert_eq!(std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777, 0o600);
+    let running_as_root = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(env.db_path()).unwrap()) == 0;
+    if running_as_root {
+        // Another user who can reach the directory cannot connect to the socket.
+        for dir in [env.tmp.path().to_path_buf(), env.dir()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let probe = "import os, socket, sys\nos.setgid(65534); os.setuid(65534)\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect(sys.argv[1])\nexcept PermissionError:\n    sys.exit(13)\nsys.exit(0)\n";
+        let status = Command::new("python3").args(["-c", probe]).arg(&socket).status().expect("python3");
+        assert_eq!(status.code(), Some(13), "another user connected to the owner's socket");
+    }
+    serve.stop();
+    let serve = Serve::start(&env, &["--socket-group"]);
+    assert_eq!(std::fs::metadata(serve.socket()).unwrap().permissions().mode() & 0o777, 0o660);
+    assert_eq!(serve.client().request("GET", "/v1/health", None).unwrap().status, 200);
+}
+
+#[test]
+fn a_second_server_of_the_same_store_is_refused_busy() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &[]);
+    let second = env.json(&["serve"]);
+    second.code(6);
+    assert_eq!(second.error_json()["error"]["kind"], "busy");
+    assert_eq!(serve.client().request("GET", "/v1/health", None).unwrap().status, 200, "the first server still serves");
+}
+
+/// The functions of a Rust source file by name: from `fn NAME` to the closing brace at the
+/// start of a line, with `pub(crate)`/`pub` and doc comments left out.
+fn functions(source: &str) -> std::collections::BTreeMap<String, String> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut rest = source;
+    while let Some(start) = rest.find("\npub") {
+        let text = &rest[start + 1..];
+        let Some(end) = text.find("\n}\n") else { break };
+        let item = &text[..end + 2];
+        if let Some(fn_at) = item.find("fn ") {
+            let name: String = item[fn_at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            found.insert(name, item[fn_at..].to_owned());
+        }
+        rest = &text[end..];
+    }
+    found
+}
+
+#[test]
+fn the_servers_json_shapes_are_the_clis_own() {
+    // The server builds its answers with a copy of the CLI's document functions (the library
+    // cannot depend on the binary); each must stay the same text as its namesake.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cli = functions(&std::fs::read_to_string(root.join("src/json.rs")).unwrap());
+    let server = functions(&std::fs::read_to_string(root.join("../src/server/docs.rs")).unwrap());
+    assert!(server.len() >= 10, "found only {:?}", server.keys());
+    for (name, body) in &server {
+        assert_eq!(Some(body), cli.get(name), "src/server/docs.rs `{name}` differs from cli/src/json.rs");
+    }
+}

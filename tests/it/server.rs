@@ -1,0 +1,223 @@
+//! The library's server (`manifestdb::server`) embedded in a process that holds the `Store`:
+//! the routes it serves are exactly those of `docs/openapi.json`, and every answer has the
+//! document's shape. (The server as its own process, under 64 worker processes, bad requests
+//! and auth: the CLI's `serve` tests.)
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use manifestdb::Store;
+use manifestdb::server::{Answer, Client, ErrorKind, Listen, ROUTES, Server, ServerOptions};
+use serde_json::{Value, json};
+
+fn openapi() -> Value {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json")).expect("read docs/openapi.json");
+    serde_json::from_str(&text).expect("docs/openapi.json is JSON")
+}
+
+fn documented_routes(doc: &Value) -> BTreeSet<(String, String)> {
+    let mut routes = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in item.as_object().expect("path item").keys() {
+            routes.insert((method.to_uppercase(), path.clone()));
+        }
+    }
+    routes
+}
+
+/// Checks `value` against the document's `schema`: every property of an object is declared,
+/// every required one present, each of the declared type; `$ref`, arrays, `oneOf` and `enum`
+/// are followed. Returns the first mismatch with its JSON path.
+fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+        let name = reference.trim_start_matches("#/components/schemas/");
+        return conforms(doc, &doc["components"]["schemas"][name], value, at);
+    }
+    if let Some(options) = schema.get("oneOf").and_then(Value::as_array) {
+        let errors: Vec<String> = options.iter().filter_map(|o| conforms(doc, o, value, at).err()).collect();
+        return if errors.len() < options.len() { Ok(()) } else { Err(errors.join(" / ")) };
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(value)
+    {
+        return Err(format!("{at}: {value} is not one of {allowed:?}"));
+    }
+    let ok = match schema.get("type").and_then(Value::as_str) {
+        Some("object") => value.is_object(),
+        Some("array") => value.is_array(),
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("boolean") => value.is_boolean(),
+        Some("null") => value.is_null(),
+        _ => true,
+    };
+    if !ok {
+        return Err(format!("{at}: {value} is not of type {}", schema["type"]));
+    }
+    if let Some(object) = value.as_object() {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for required in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
+            let name = required.as_str().unwrap_or_default();
+            if !object.contains_key(name) {
+                return Err(format!("{at}: required property {name:?} is missing"));
+            }
+        }
+        for (name, child) in object {
+            match properties.and_then(|p| p.get(name)) {
+                Some(child_schema) => conforms(doc, child_schema, child, &format!("{at}.{name}"))?,
+                None => match schema.get("additionalProperties") {
+                    Some(Value::Bool(false)) => return Err(format!("{at}: property {name:?} is not in the document")),
+                    Some(extra @ Value::Object(_)) => conforms(doc, extra, child, &format!("{at}.{name}"))?,
+                    _ => {}
+                },
+            }
+        }
+    }
+    if let (Some(items), Some(array)) = (schema.get("items"), value.as_array()) {
+        for (i, item) in array.iter().enumerate() {
+            conforms(doc, items, item, &format!("{at}[{i}]"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The answer's body conforms to the document's response schema of that route and status.
+#[track_caller]
+fn assert_documented(doc: &Value, method: &str, path: &str, answer: &Answer) {
+    let route = path.split('?').next().unwrap_or(path);
+    let responses = &doc["paths"][route][method.to_lowercase()]["responses"];
+    let response = if answer.status == 200 { &responses["200"] } else { &responses["default"] };
+    let schema = &response["content"]["application/json"]["schema"];
+    assert!(!schema.is_null(), "{method} {route} {} is not documented", answer.status);
+    if let Err(mismatch) = conforms(doc, schema, &answer.body, "$") {
+        panic!("{method} {path} answered {} with a body the document does not describe: {mismatch}\n{}", answer.status, answer.body);
+    }
+}
+
+struct Served {
+    _dir: tempfile::TempDir,
+    store: Arc<Store>,
+    server: Option<Server>,
+    client: Client,
+    doc: Value,
+}
+
+impl Served {
+    fn new() -> Served {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::open(dir.path().join("store.redb"), dir.path().join("staging")).expect("open store"));
+        let socket = manifestdb::server::socket_path(&dir.path().join("store.redb"));
+        let server = Server::start(Arc::clone(&store), &ServerOptions::unix(&socket)).expect("start the server");
+        assert_eq!(server.address(), &Listen::Unix(socket.clone()));
+        let client = Client::new(Listen::Unix(socket)).expect("client");
+        Served { _dir: dir, store, server: Some(server), client, doc: openapi() }
+    }
+
+    /// One request whose answer must have `status` and the documented shape.
+    #[track_caller]
+    fn call(&mut self, method: &str, path: &str, body: Option<Value>, status: u16) -> Value {
+        let answer = self.client.request(method, path, body.as_ref()).expect("request");
+        assert_eq!(answer.status, status, "{method} {path}: {}", answer.body);
+        assert_documented(&self.doc, method, path, &answer);
+        answer.body
+    }
+}
+
+#[test]
+fn the_routes_served_are_exactly_those_of_the_openapi_document() {
+    let doc = openapi();
+    let served: BTreeSet<(String, String)> = ROUTES.iter().map(|(m, p)| ((*m).to_owned(), (*p).to_owned())).collect();
+    assert_eq!(documented_routes(&doc), served, "docs/openapi.json and manifestdb::server::ROUTES differ");
+
+    // Each documented route is routed (not the unknown-route fallback, not a wrong method),
+    // even with an empty body or query; and an undocumented one is the JSON 404.
+    let mut s = Served::new();
+    for (method, path) in documented_routes(&doc) {
+        let body = (method == "POST").then(|| json!({}));
+        let answer = s.client.request(&method, &path, body.as_ref()).expect("request");
+        let unrouted = answer.status == 405
+            || answer.error().is_some_and(|(kind, message)| kind == ErrorKind::NotFound && message.starts_with("no route"));
+        assert!(!unrouted, "{method} {path} is documented but not served: {}", answer.body);
+        assert_documented(&doc, &method, &path, &answer);
+    }
+    let answer = s.client.request("GET", "/v1/nothing-here", None).expect("request");
+    assert_eq!(answer.status, 404);
+    assert_documented(&doc, "GET", "/v1/health", &Answer { status: 404, ..answer });
+}
+
+#[test]
+fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
+    let mut s = Served::new();
+    let declare = json!({
+        "dataset": "daily_units", "run": "r1", "snapshot": "sales@v1",
+        "tasks": [{"partition": "region=eu", "expected_rows": 2, "expected_total": 700}, {"partition": "region=us", "expected_rows": 2, "expected_total": 700}],
+    });
+    assert_eq!(s.call("POST", "/v1/runs/declare", Some(declare.clone()), 200)["outcome"], "declared");
+    assert_eq!(s.call("POST", "/v1/runs/declare", Some(declare), 200)["outcome"], "already_declared");
+    for partition in ["region=eu", "region=us"] {
+        let task = json!({"dataset": "daily_units", "run": "r1", "partition": partition});
+        let ticket = s.call("POST", "/v1/attempts/begin", Some(task.clone()), 200);
+        let attempt = ticket["attempt"].as_u64().unwrap();
+        let dir = std::path::PathBuf::from(ticket["staging_dir"].as_str().unwrap());
+        assert!(dir.starts_with(s.store.staging_root()), "{}", dir.display());
+        crate::support::write_rows(&dir, 2, 700);
+        let mut key = task.clone();
+        key["attempt"] = json!(attempt);
+        s.call("POST", "/v1/attempts/heartbeat", Some(key.clone()), 200);
+        let mut finish = key.clone();
+        for (k, v) in [("snapshot", json!("sales@v1")), ("rows", json!(2)), ("total", json!(700)), ("digest", json!("sha256:x"))] {
+            finish[k] = v;
+        }
+        finish["describe"] = json!(["part.csv"]);
+        let finished = s.call("POST", "/v1/attempts/finish", Some(finish.clone()), 200);
+        assert_eq!(finished["outcome"], "recorded");
+        // The server described the file: its size and CRC32 are the file's.
+        let described = manifestdb::describe_file(&dir, "part.csv").unwrap();
+        assert_eq!(finished["candidate"]["files"][0]["crc32"], json!(described.crc32));
+        assert_eq!(s.call("POST", "/v1/attempts/finish", Some(finish), 200)["outcome"], "already_recorded");
+        let mut validate = key.clone();
+        validate["checksums"] = json!(true);
+        let verdict = s.call("POST", "/v1/attempts/validate", Some(validate), 200);
+        assert_eq!((verdict["verdict"].as_str(), verdict["accepted_attempt"].as_u64()), (Some("valid"), Some(attempt)));
+    }
+    let effect = json!({"dataset": "daily_units", "run": "r1", "effect": "notify", "payload": "done"});
+    assert_eq!(s.call("POST", "/v1/effects/record", Some(effect), 200)["newly_recorded"], true);
+    let published = s.call("POST", "/v1/publish", Some(json!({"dataset": "daily_units", "run": "r1"})), 200);
+    assert_eq!((published["outcome"].as_str(), published["generation"]["number"].as_u64()), (Some("published"), Some(1)));
+    assert_eq!(s.call("POST", "/v1/publish", Some(json!({"dataset": "daily_units", "run": "r1"})), 200)["outcome"], "already_published");
+    let emitted = s.call("POST", "/v1/effects/mark-emitted", Some(json!({"dataset": "daily_units", "run": "r1", "effect": "notify"})), 200);
+    assert_eq!(emitted["effect"]["status"], "emitted");
+    assert_eq!(s.call("GET", "/v1/effects?dataset=daily_units&run=r1", None, 200)["effects"].as_array().unwrap().len(), 1);
+    assert_eq!(s.call("GET", "/v1/current?dataset=daily_units", None, 200)["generation"]["number"], 1);
+    let manifest = s.call("GET", "/v1/manifest?dataset=daily_units", None, 200);
+    assert_eq!(manifest["totals"], json!({"partitions": 2, "rows": 4, "total": 1400, "files": 2, "bytes": manifest["totals"]["bytes"]}));
+    assert_eq!(s.call("GET", "/v1/history?dataset=daily_units", None, 200)["datasets"][0]["generations"].as_array().unwrap().len(), 1);
+    assert_eq!(s.call("GET", "/v1/diff?dataset=daily_units&from=1&to=1", None, 200)["unchanged"], 2);
+    let run = s.call("GET", "/v1/runs/show?dataset=daily_units&run=r1", None, 200);
+    assert_eq!(run["published_generation"], 1);
+    assert_eq!(s.call("GET", "/v1/datasets", None, 200)["datasets"][0]["dataset"], "daily_units");
+    assert!(s.call("GET", "/v1/stats", None, 200)["tables"]["attempts"].as_u64().unwrap() >= 2);
+    assert_eq!(s.call("GET", "/v1/health", None, 200)["status"], "serving");
+
+    // Errors carry the tool's kinds and statuses.
+    let not_found = s.call("GET", "/v1/manifest?dataset=nope", None, 404);
+    assert_eq!(not_found["error"]["kind"], "not_found");
+    let conflict = s.call(
+        "POST",
+        "/v1/runs/declare",
+        Some(
+            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
+        ),
+        409,
+    );
+    assert_eq!((conflict["error"]["kind"].as_str(), conflict["error"]["exit_code"].as_u64()), (Some("conflict"), Some(5)));
+
+    // Shutting down removes the socket and leaves the store with its owner, still usable.
+    let socket = match s.client.target() {
+        Listen::Unix(path) => path.clone(),
+        other => panic!("{other:?}"),
+    };
+    s.server.take().expect("server").shutdown().expect("shut down");
+    assert!(!socket.exists(), "the socket is removed at shutdown");
+    assert_eq!(s.store.snapshot().unwrap().current("daily_units").unwrap().unwrap().number, 1);
+}
