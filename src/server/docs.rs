@@ -5,11 +5,11 @@
 //! so the enums' catch-all arms, needed there, are unreachable here.
 #![allow(unreachable_patterns, reason = "the same text as cli/src/json.rs, where these enums are non_exhaustive")]
 
+use crate::MarkOutcome;
 use crate::{
     AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
     PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
 };
-use crate::{ClaimOutcome, MarkOutcome};
 use serde_json::{Value, json};
 
 /// `{"path", "size_bytes", "crc32"}`.
