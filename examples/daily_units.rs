@@ -367,7 +367,7 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     // Emit side effects once: they became ready in the publishing transaction.
     let ready = store.snapshot()?.ready_effects(DATASET)?;
     for effect in &ready {
-        store.mark_effect_emitted(&effect.key)?;
+        store.mark_effect_emitted(&effect.key, None)?;
     }
     println!("  emitted {} notifications for {} partitions", ready.len(), input.sales.len());
 

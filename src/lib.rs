@@ -15,7 +15,8 @@
 //! - readers ([`Snapshot`], also from other processes through [`ReadOnlyStore`]) see the last
 //!   complete generation, never a candidate and never a mix;
 //! - side effects are recorded under a natural key ([`Store::record_effect`]) and become ready
-//!   to emit in the transaction that publishes their run.
+//!   to emit in the transaction that publishes their run; of several emitters, the one holding
+//!   a claim ([`Store::claim_effect`]) emits it and marks it emitted.
 //! - retention bounds what retries leave behind: attempts past their lease are fenced
 //!   ([`Store::abandon_expired_attempts`]), old generations expire
 //!   ([`Store::expire_generations`]), a retained one can be made current again
@@ -72,6 +73,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod batch;
 mod codec;
 mod error;
 mod grain;
@@ -89,6 +91,7 @@ pub mod testing;
 mod verify;
 mod views;
 
+pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 pub use error::{Corruption, Error, Result};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
@@ -96,15 +99,15 @@ pub use lifecycle::{
     RetentionPolicy, RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
 };
 pub use model::{
-    AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus,
-    FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest, NondeterminismOverride,
-    PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey,
-    TaskRefusal, TaskSpec, Verdict,
+    AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim,
+    EffectKey, EffectStatus, FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest,
+    MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason,
+    RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{
-    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, ReadOnlyStore, STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file,
-    file_crc32,
+    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER,
+    Snapshot, Store, StoreOptions, describe_file, file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};

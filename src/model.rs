@@ -675,6 +675,87 @@ pub struct Effect {
     pub recorded_at_ms: u64,
     /// Where it stands.
     pub status: EffectStatus,
+    /// The last claim on it ([`crate::Store::claim_effect`]), live or expired; kept after the
+    /// effect is marked emitted, so it says who emitted it.
+    pub claim: Option<EffectClaim>,
+}
+
+/// An emitter's claim on a ready side effect: while it is live (until `expires_at_ms`), only
+/// `claimant` may emit the effect and mark it emitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EffectClaim {
+    /// Who claimed it: an identifier the emitter chose (host and process, worker id).
+    pub claimant: String,
+    /// When the claim was granted or last renewed (ms since the Unix epoch).
+    pub claimed_at_ms: u64,
+    /// When the claim runs out (ms since the Unix epoch); from then on another emitter may
+    /// take it over.
+    pub expires_at_ms: u64,
+}
+
+/// What [`crate::Store::claim_effect`] decided. Only [`ClaimOutcome::Claimed`] lets the caller
+/// emit; the other outcomes are refusals, returned as values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ClaimOutcome {
+    /// The caller holds the claim (newly, renewed, or taken over from an expired claim): emit
+    /// the effect, then mark it emitted with the same claimant, before the lease runs out.
+    Claimed {
+        /// The effect with its new claim.
+        effect: Effect,
+        /// The claimant of the expired claim this one took over, if any.
+        took_over_from: Option<String>,
+    },
+    /// Another emitter holds a live claim: do not emit.
+    HeldByOther {
+        /// The effect with the other emitter's claim.
+        effect: Effect,
+    },
+    /// The effect was already marked emitted: do not emit.
+    AlreadyEmitted {
+        /// The emitted effect.
+        effect: Effect,
+    },
+}
+
+impl ClaimOutcome {
+    /// The effect as stored after the call.
+    pub fn effect(&self) -> &Effect {
+        match self {
+            ClaimOutcome::Claimed { effect, .. } | ClaimOutcome::HeldByOther { effect } | ClaimOutcome::AlreadyEmitted { effect } => effect,
+        }
+    }
+}
+
+/// What [`crate::Store::mark_effect_emitted`] decided.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum MarkOutcome {
+    /// Marked emitted now.
+    Marked {
+        /// The emitted effect.
+        effect: Effect,
+    },
+    /// It had already been marked emitted; nothing changed.
+    AlreadyEmitted {
+        /// The effect as first marked.
+        effect: Effect,
+    },
+    /// Another emitter holds a live claim on it; nothing changed. Only the claimant may mark
+    /// it while its claim is live.
+    ClaimedByOther {
+        /// The effect with the other emitter's claim.
+        effect: Effect,
+    },
+}
+
+impl MarkOutcome {
+    /// The effect as stored after the call.
+    pub fn effect(&self) -> &Effect {
+        match self {
+            MarkOutcome::Marked { effect } | MarkOutcome::AlreadyEmitted { effect } | MarkOutcome::ClaimedByOther { effect } => effect,
+        }
+    }
 }
 
 /// What [`crate::Store::record_effect`] did.

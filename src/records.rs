@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
-use crate::model::{AttemptKey, Candidate, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
+use crate::model::{AttemptKey, Candidate, EffectClaim, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
 use crate::schema::{self, Def};
 
 /// A record that can check its own consistency once decoded.
@@ -209,9 +209,20 @@ pub(crate) struct EffectRecord {
     pub(crate) payload: Vec<u8>,
     pub(crate) recorded_at_ms: u64,
     pub(crate) status: EffectStatus,
+    /// The last claim (format 3); kept once emitted.
+    pub(crate) claim: Option<EffectClaim>,
 }
 impl Checked for EffectRecord {
     const TABLE: Def = schema::EFFECTS;
+    fn check(&self) -> Result<(), String> {
+        match (&self.status, &self.claim) {
+            (EffectStatus::Recorded, Some(_)) => Err("an effect whose run is not published holds a claim".into()),
+            (_, Some(claim)) if claim.expires_at_ms <= claim.claimed_at_ms => {
+                Err(format!("claim by {:?} expires before it was granted", claim.claimant))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A persisted cleanup plan (see `rules::cleanup`): everything it considered deleting, kept so

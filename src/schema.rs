@@ -67,7 +67,8 @@ pub(crate) const ALL_TABLES: [Def; 12] =
 ///   (`codec.rs`), and the meta record holds the staging identity.
 /// - 3: a run records its declared grain, a candidate's rows and digest are optional, and a
 ///   verdict is stored with its figures (`Reconciliation`). A version-2 store is refused with
-///   [`crate::Error::UnsupportedFormat`] (`tests/fixtures/format-v2.redb` guards it).
+///   [`crate::Error::UnsupportedFormat`] (`tests/fixtures/format-v2.redb` guards it). An
+///   effect record holds its emitter's last claim (`EffectRecord::claim`).
 pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// The key of the format record in `meta_v1`.

@@ -632,7 +632,12 @@ fn samples() -> Samples {
             nondeterminism_accepted: None,
             kind: crate::GenerationKind::Rollback { restored: 1, actor: "a".into(), reason: "b".into() },
         },
-        EffectRecord { payload: vec![1, 2, 3], recorded_at_ms: 9, status: crate::EffectStatus::Ready { generation: 2 } },
+        EffectRecord {
+            payload: vec![1, 2, 3],
+            recorded_at_ms: 9,
+            status: crate::EffectStatus::Ready { generation: 2 },
+            claim: Some(crate::EffectClaim { claimant: "w1".into(), claimed_at_ms: 10, expires_at_ms: 20 }),
+        },
     )
 }
 
@@ -923,7 +928,7 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
             PublishOutcome::Refused(r) => format!("refused {} tasks", r.tasks.len()),
         }),
         Op::Emit { run, part, name } => {
-            store.mark_effect_emitted(&effect_key(run, part, name)).map(|e| format!("{:?}", normalize(&e.status)))
+            store.mark_effect_emitted(&effect_key(run, part, name), None).map(|o| format!("{:?}", normalize(&o.effect().status)))
         }
         Op::Read => dump(&store.snapshot()?).map(|lines| format!("{} lines", lines.len())),
         Op::Rollback { to } => store.rollback(DATASET, u64::from(to), "operator", "crash test").map(|o| match o {

@@ -106,7 +106,7 @@ pub enum Command {
     #[command(after_long_help = DIFF_JSON)]
     Diff(DiffArgs),
 
-    /// Side effects: list them, record one, mark one emitted.
+    /// Side effects: list them, record one, claim one, mark one emitted.
     #[command(subcommand)]
     Effects(EffectsCommand),
 
@@ -146,6 +146,14 @@ pub enum Command {
     /// a store closed cleanly or held by a live writer is left alone.
     #[command(after_long_help = "JSON: {\"store\": PATH, \"recovered\": BOOL}")]
     Recover,
+
+    /// Run many operations in one commit: newline-delimited JSON operations on stdin (begin,
+    /// finish, validate, record_effect, claim_effect, mark_emitted), one JSON result line each
+    /// on stdout, in order; a refused or malformed line fails alone. Exit 0 when every line
+    /// succeeded, 3 when any failed (its line says why); a store that stays busy exits 6 and
+    /// runs nothing.
+    #[command(after_long_help = BATCH_JSON)]
+    Batch,
 
     /// Serve the store to many worker processes at once over HTTP/1.1 with JSON bodies (the
     /// routes: docs/openapi.json). Holds the store open for writing until SIGINT or SIGTERM;
@@ -634,9 +642,42 @@ pub enum EffectsCommand {
     /// first record (exit 0 both ways).
     #[command(after_long_help = EFFECT_RECORD_JSON)]
     Record(EffectRecordArgs),
-    /// Mark a ready side effect emitted (exit 5 if its run is not published yet).
+    /// Claim a ready side effect for a lease, so that of several emitters only one emits it.
+    /// Exit 0: claimed (emit, then mark-emitted with the same --claimant); exit 3: refused,
+    /// another emitter holds a live claim or it was already emitted (do not emit); exit 5 if
+    /// its run is not published yet. An expired claim is taken over.
+    #[command(after_long_help = EFFECT_CLAIM_JSON)]
+    Claim(EffectClaimArgs),
+    /// Mark a ready side effect emitted (exit 5 if its run is not published yet). Marking it
+    /// again reports "already_emitted" (exit 0, nothing written); while another emitter's
+    /// claim is live the mark is refused (exit 3, nothing written).
     #[command(name = "mark-emitted", after_long_help = EFFECT_MARK_JSON)]
-    MarkEmitted(EffectKeyArgs),
+    MarkEmitted(EffectMarkArgs),
+}
+
+/// `effects claim` flags.
+#[derive(Debug, Args)]
+pub struct EffectClaimArgs {
+    /// The effect.
+    #[command(flatten)]
+    pub key: EffectKeyArgs,
+    /// Who claims it: any identifier unique to this emitter (e.g. host and process id).
+    #[arg(long)]
+    pub claimant: String,
+    /// How long the claim lasts (e.g. 30s, 5m; at most 1d); claiming again renews it.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub lease: std::time::Duration,
+}
+
+/// `effects mark-emitted` flags.
+#[derive(Debug, Args)]
+pub struct EffectMarkArgs {
+    /// The effect.
+    #[command(flatten)]
+    pub key: EffectKeyArgs,
+    /// The claimant that claimed it with `effects claim` (omit if this emitter does not claim).
+    #[arg(long)]
+    pub claimant: Option<String>,
 }
 
 /// `effects list` flags.
@@ -799,13 +840,34 @@ macro_rules! effect_json {
     () => {
         "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null,
         \"status\": \"recorded\"|\"ready\"|\"emitted\", \"generation\": N|null, \"recorded_at_ms\",
-        \"emitted_at_ms\": N|null, \"payload\": STR|null (null if not UTF-8), \"payload_hex\"}"
+        \"emitted_at_ms\": N|null, \"payload\": STR|null (null if not UTF-8), \"payload_hex\",
+        \"claim\": {\"claimant\", \"claimed_at_ms\", \"expires_at_ms\"}|null}"
     };
 }
 
 const EFFECTS_LIST_JSON: &str = concat!("JSON: {\"effects\": [EFFECT]}\n", effect_json!());
 const EFFECT_RECORD_JSON: &str = concat!("JSON: {\"newly_recorded\": BOOL, \"effect\": EFFECT}\n", effect_json!());
-const EFFECT_MARK_JSON: &str = concat!("JSON: {\"effect\": EFFECT}\n", effect_json!());
+const EFFECT_MARK_JSON: &str =
+    concat!("JSON: {\"outcome\": \"marked\"|\"already_emitted\"|\"claimed_by_other\", \"effect\": EFFECT}\n", effect_json!());
+const BATCH_JSON: &str = "\
+INPUT, one per line (blank lines skipped):
+  {\"op\": \"begin\", \"dataset\", \"run\", \"partition\"}
+  {\"op\": \"finish\", \"dataset\", \"run\", \"partition\", \"attempt\", \"candidate\": {\"snapshot\", \"rows\",
+   \"total\"?, \"digest\", \"files\"?: [{\"path\", \"size_bytes\", \"crc32\"}]}}
+  {\"op\": \"validate\", \"dataset\", \"run\", \"partition\", \"attempt\", \"checksums\"?: BOOL}
+  {\"op\": \"record_effect\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"payload\"?: STR}
+  {\"op\": \"claim_effect\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"claimant\", \"lease_ms\"}
+  {\"op\": \"mark_emitted\", \"dataset\", \"run\", \"effect\", \"partition\"?, \"claimant\"?}
+OUTPUT, one line per input line: {\"line\": N, \"op\": STR|null, \"ok\": true, \"result\": RESULT}
+  or {\"line\": N, \"op\": STR|null, \"ok\": false, \"error\": {\"exit_code\", \"kind\", \"message\"}}
+RESULT: begin as `attempt begin --json`; finish {\"outcome\"}; validate {\"verdict\", \"failures\"};
+  record_effect as `effects record`; claim_effect as `effects claim`; mark_emitted as
+  `effects mark-emitted`.";
+const EFFECT_CLAIM_JSON: &str = concat!(
+    "JSON: {\"outcome\": \"claimed\"|\"held_by_other\"|\"already_emitted\", \"took_over_from\": STR|null,
+       \"effect\": EFFECT}\n",
+    effect_json!()
+);
 
 const STATS_JSON: &str = "\
 JSON: {\"store\": PATH, \"file_bytes\", \"tables\": {\"meta\", \"runs\", \"tasks\", \"attempts\", \"accepted\",

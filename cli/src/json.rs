@@ -6,6 +6,7 @@ use manifestdb::{
     AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
     PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
 };
+use manifestdb::{ClaimOutcome, MarkOutcome};
 use serde_json::{Value, json};
 
 /// `{"path", "size_bytes", "crc32"}`.
@@ -242,7 +243,7 @@ pub fn effect_status(s: &EffectStatus) -> (&'static str, Option<u64>, Option<u64
 }
 
 /// `{"dataset", "run", "effect", "partition", "status", "generation", "recorded_at_ms",
-/// "emitted_at_ms", "payload", "payload_hex"}`; `payload` is the payload as UTF-8 text, or null
+/// "emitted_at_ms", "payload", "payload_hex", "claim"}`; `payload` is the payload as UTF-8 text, or null
 /// if it is not UTF-8.
 pub fn effect(e: &Effect) -> Value {
     let (status, generation, emitted_at_ms) = effect_status(&e.status);
@@ -257,5 +258,32 @@ pub fn effect(e: &Effect) -> Value {
         "emitted_at_ms": emitted_at_ms,
         "payload": std::str::from_utf8(&e.payload).ok(),
         "payload_hex": hex::encode(&e.payload),
+        "claim": e.claim.as_ref().map(|c| json!({
+            "claimant": c.claimant,
+            "claimed_at_ms": c.claimed_at_ms,
+            "expires_at_ms": c.expires_at_ms,
+        })),
     })
+}
+
+/// `{"outcome": "claimed"|"held_by_other"|"already_emitted", "took_over_from", "effect"}`.
+pub fn claim_outcome(outcome: &ClaimOutcome) -> Value {
+    use ClaimOutcome as O;
+    let (name, took_over_from) = match outcome {
+        O::Claimed { took_over_from, .. } => ("claimed", took_over_from.clone()),
+        O::HeldByOther { .. } => ("held_by_other", None),
+        O::AlreadyEmitted { .. } => ("already_emitted", None),
+    };
+    json!({ "outcome": name, "took_over_from": took_over_from, "effect": effect(outcome.effect()) })
+}
+
+/// `{"outcome": "marked"|"already_emitted"|"claimed_by_other", "effect"}`.
+pub fn mark_outcome(outcome: &MarkOutcome) -> Value {
+    use MarkOutcome as O;
+    let name = match outcome {
+        O::Marked { .. } => "marked",
+        O::AlreadyEmitted { .. } => "already_emitted",
+        O::ClaimedByOther { .. } => "claimed_by_other",
+    };
+    json!({ "outcome": name, "effect": effect(outcome.effect()) })
 }

@@ -48,6 +48,26 @@ pub struct LocationArgs {
     /// How views hold files: hard links (default; no copy) or copies (any file system).
     #[arg(long, global = true, value_enum, default_value = "hard-link", env = "MANIFESTDB_VIEW_MODE")]
     pub view_mode: ViewModeArg,
+
+    /// How long a writing verb waits for another process to release the store before it fails
+    /// busy (exit 6): it retries with backoff (5ms doubling to 250ms, jittered). 0s fails at
+    /// once.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
+    pub wait: std::time::Duration,
+}
+
+/// The pause before retry number `retry` (0-based) of a busy open: 5ms doubling up to 250ms,
+/// scaled by `jitter` in [0.5, 1.0] so that writers released together do not retry together.
+pub fn busy_backoff(retry: u32, jitter: f64) -> std::time::Duration {
+    let base_ms = 5u64.saturating_mul(1u64 << retry.min(6)).min(250);
+    std::time::Duration::from_secs_f64(base_ms as f64 / 1000.0 * jitter.clamp(0.5, 1.0))
+}
+
+/// A random factor in [0.5, 1.0) from the standard library's randomly keyed hasher.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new().build_hasher().finish();
+    0.5 + (random % 1000) as f64 / 2000.0
 }
 
 /// `--view-mode`.
@@ -107,12 +127,32 @@ impl LocationArgs {
     }
 
     /// Opens an existing store for writing. A missing store is an error rather than created,
-    /// so that a mistyped `--dir` does not silently start a new, empty store.
+    /// so that a mistyped `--dir` does not silently start a new, empty store. While another
+    /// process holds the store for writing, retries with backoff for up to `--wait`.
     pub fn open_writer(&self) -> anyhow::Result<Store> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
-        Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {} for writing", path.display()))
+        let deadline = std::time::Instant::now() + self.wait;
+        let mut retry = 0;
+        loop {
+            match Store::open_with_options(&path, &staging, &self.options()) {
+                Err(manifestdb::Error::AlreadyOpen { .. }) if std::time::Instant::now() < deadline => {
+                    let pause = busy_backoff(retry, jitter()).min(deadline.saturating_duration_since(std::time::Instant::now()));
+                    tracing::debug!(retry, pause_ms = pause.as_millis() as u64, "store busy; waiting for its writer");
+                    std::thread::sleep(pause);
+                    retry += 1;
+                }
+                Err(err @ manifestdb::Error::AlreadyOpen { .. }) => {
+                    return Err(anyhow::Error::new(err).context(format!(
+                        "opening store {} for writing (still busy after waiting {}; raise --wait)",
+                        path.display(),
+                        crate::output::duration(self.wait.as_millis() as u64)
+                    )));
+                }
+                result => return result.with_context(|| format!("opening store {} for writing", path.display())),
+            }
+        }
     }
 
     /// Opens an existing store read-only; works while another process holds it for writing.

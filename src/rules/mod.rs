@@ -9,6 +9,7 @@
 pub(crate) mod accept;
 pub(crate) mod cleanup;
 pub(crate) mod digest;
+pub(crate) mod effects;
 pub(crate) mod ids;
 pub(crate) mod publish;
 pub(crate) mod retention;

@@ -5,6 +5,7 @@
 //! so the enums' catch-all arms, needed there, are unreachable here.
 #![allow(unreachable_patterns, reason = "the same text as cli/src/json.rs, where these enums are non_exhaustive")]
 
+use crate::MarkOutcome;
 use crate::{
     AttemptInfo, AttemptStatus, Candidate, Effect, EffectStatus, FileEntry, GateFailure, Generation, GenerationKind, Grain, PartitionEntry,
     PublishRefusal, ReconcileBasis, Reconciliation, RefusalReason, Verdict,
@@ -246,5 +247,21 @@ pub(crate) fn effect(e: &Effect) -> Value {
         "emitted_at_ms": emitted_at_ms,
         "payload": std::str::from_utf8(&e.payload).ok(),
         "payload_hex": hex::encode(&e.payload),
+        "claim": e.claim.as_ref().map(|c| json!({
+            "claimant": c.claimant,
+            "claimed_at_ms": c.claimed_at_ms,
+            "expires_at_ms": c.expires_at_ms,
+        })),
     })
+}
+
+/// `{"outcome": "marked"|"already_emitted"|"claimed_by_other", "effect"}`.
+pub(crate) fn mark_outcome(outcome: &MarkOutcome) -> Value {
+    use MarkOutcome as O;
+    let name = match outcome {
+        O::Marked { .. } => "marked",
+        O::AlreadyEmitted { .. } => "already_emitted",
+        O::ClaimedByOther { .. } => "claimed_by_other",
+    };
+    json!({ "outcome": name, "effect": effect(outcome.effect()) })
 }

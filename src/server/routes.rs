@@ -527,8 +527,8 @@ async fn effect_record(State(state): State<AppState>, Body(body): Body<EffectRec
 
 async fn effect_mark_emitted(State(state): State<AppState>, Body(body): Body<EffectRef>) -> Answer {
     blocking(&state, move |store| {
-        let effect = store.mark_effect_emitted(&body.key())?;
-        Ok(axum::Json(json!({ "effect": docs::effect(&effect) })))
+        let outcome = store.mark_effect_emitted(&body.key(), None)?;
+        Ok(axum::Json(docs::mark_outcome(&outcome)))
     })
     .await
 }

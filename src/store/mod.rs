@@ -5,6 +5,7 @@
 //! on a write path the handle refuses further writes until reopened.
 
 mod attempts;
+mod batch;
 mod contain;
 mod files;
 mod group;
@@ -31,6 +32,7 @@ pub(crate) use files::observe;
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 pub use read::Snapshot;
+pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
 use crate::records::{MetaRecord, ViewsRecord};
@@ -635,6 +637,16 @@ enum TxnEnd<T> {
     Abort(T),
 }
 
+impl<T> TxnEnd<T> {
+    /// The same ending with the value mapped.
+    fn map<U>(self, f: impl FnOnce(T) -> U) -> TxnEnd<U> {
+        match self {
+            TxnEnd::Commit(value) => TxnEnd::Commit(f(value)),
+            TxnEnd::Abort(value) => TxnEnd::Abort(f(value)),
+        }
+    }
+}
+
 /// Creates the staging root if missing (every directory it creates synced into its parent) and
 /// resolves it.
 fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
@@ -816,6 +828,30 @@ impl ReadOnlyStore {
         };
         self.staging_root = Some(absolute);
         Ok(self)
+    }
+
+    /// Prepares a validation from this read-only handle ([`Store::prepare_validation`]): reads
+    /// the attempt's files and decides the verdict, so that a writer stores it
+    /// ([`Store::store_validation`]) without reading files while it holds the store. Needs the
+    /// staging root ([`ReadOnlyStore::with_staging_root`]), which the writer must share. Data
+    /// read at a grain is read with the limits of [`StoreOptions::default`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] without a staging root; otherwise as
+    /// [`Store::validate_attempt`].
+    pub fn prepare_validation(&self, attempt: &crate::AttemptKey, check: crate::FileCheck) -> Result<PreparedValidation> {
+        let Some(root) = &self.staging_root else {
+            return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
+        };
+        self.poison.contain("preparing a validation", || {
+            let snapshot = self.snapshot()?;
+            let defaults = StoreOptions::default();
+            let limits = write::ReadLimits {
+                record_bytes_max: defaults.csv_record_bytes_max,
+                key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
+            };
+            write::prepare_validation(&snapshot, root, limits, attempt, check)
+        })
     }
 
     /// Closes the store and releases its locks at once, even if snapshots are still alive

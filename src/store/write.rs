@@ -8,15 +8,18 @@ use redb::{ReadableTable, WriteTransaction};
 use super::tables::{self, get, put, scan};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
+use crate::grain::Reconciliation;
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, DeclareOutcome, Effect, EffectKey, EffectStatus, FileCheck, FileEntry,
-    FinishOutcome, Generation, GenerationKind, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
+    FileCheck, FileEntry, FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec,
+    TaskKey, TaskSpec, Verdict,
 };
 use crate::readers;
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
 };
+use crate::rules::effects::{ClaimDecision, MarkDecision};
 use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
 use crate::schema::{
@@ -127,70 +130,82 @@ impl Store {
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
-            check_task_key(task)?;
-            // The task's directory does not depend on the attempt number, so it is made (and
-            // checked for symlinks) before the write, outside the single writer's critical
-            // section; inside it there is one `mkdir`. A read first, so that no directory is
-            // made for a task that does not exist.
-            {
-                let snapshot = self.snapshot()?;
-                let txn = snapshot.txn();
-                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                read_run(&runs, &task.dataset, &task.run)?;
-                read_task(&tasks, task)?;
-            }
-            let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
-            // Nothing is created under a root that is not this store's (its marker checked).
-            drop(self.checked_staging_root()?);
-            let mut created = Vec::new();
-            let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
-            let ticket = self.write_grouped("beginning an attempt", |txn| {
-                let runs = open(txn, RUNS)?;
-                let mut tasks = open(txn, TASKS)?;
-                let mut attempts = open(txn, ATTEMPTS)?;
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                if let Some(generation) = run.published_generation {
-                    return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-                }
-                let mut record = read_task(&tasks, task)?;
-                let attempt = record.next_attempt;
-                record.next_attempt =
-                    attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
-                let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
-                let started_at_ms = now_ms();
-                let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
-                if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
-                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
-                }
-                // The directory is made before the commit: if the commit fails, the number is not
-                // taken and the next begin reuses the (empty, never handed out) directory.
-                let staging_dir = match files::create_attempt_dir(&parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
-                    Some(dir) => dir,
-                    None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut created)?,
-                };
-                put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
-                put(
-                    &mut attempts,
-                    &attempt_key,
-                    &AttemptRecord {
-                        started_at_ms,
-                        heartbeat_at_ms: started_at_ms,
-                        abandoned_at_ms: None,
-                        staging_rel,
-                        candidate: None,
-                        verdict: None,
-                        reconciliation: None,
-                    },
-                )?;
-                Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
-            })?;
+            let snapshot = self.snapshot()?;
+            let mut prepared = self.prepare_begin(&snapshot, task)?;
+            drop(snapshot);
+            let ticket = self.write_grouped("beginning an attempt", |txn| self.begin_body(txn, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
-            files::sync_created_dirs(&ticket.staging_dir, &created)?;
+            files::sync_created_dirs(&ticket.staging_dir, &prepared.created)?;
             Ok(ticket)
         })
+    }
+
+    /// What a begin does before its write: the task's directory does not depend on the attempt
+    /// number, so it is made (and checked for symlinks) before the write, outside the single
+    /// writer's critical section; inside it there is one `mkdir`. A read first (of `snapshot`),
+    /// so that no directory is made for a task that does not exist.
+    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey) -> Result<PreparedBegin> {
+        check_task_key(task)?;
+        {
+            let txn = snapshot.txn();
+            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            read_run(&runs, &task.dataset, &task.run)?;
+            read_task(&tasks, task)?;
+        }
+        let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+        // Nothing is created under a root that is not this store's (its marker checked).
+        drop(self.checked_staging_root()?);
+        let mut created = Vec::new();
+        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
+        Ok(PreparedBegin { task: task.clone(), parent, created })
+    }
+
+    /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
+    /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
+    /// commit.
+    pub(super) fn begin_body(&self, txn: &WriteTransaction, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
+        let task = &prepared.task;
+        let runs = open(txn, RUNS)?;
+        let mut tasks = open(txn, TASKS)?;
+        let mut attempts = open(txn, ATTEMPTS)?;
+        let run = read_run(&runs, &task.dataset, &task.run)?;
+        if let Some(generation) = run.published_generation {
+            return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
+        }
+        let mut record = read_task(&tasks, task)?;
+        let attempt = record.next_attempt;
+        record.next_attempt =
+            attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+        let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
+        let started_at_ms = now_ms();
+        let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
+        if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
+        }
+        // The directory is made before the commit: if the commit fails, the number is not
+        // taken and the next begin reuses the (empty, never handed out) directory.
+        let staging_dir = match files::create_attempt_dir(&prepared.parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
+            Some(dir) => dir,
+            None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut prepared.created)?,
+        };
+        put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
+        put(
+            &mut attempts,
+            &attempt_key,
+            &AttemptRecord {
+                started_at_ms,
+                heartbeat_at_ms: started_at_ms,
+                abandoned_at_ms: None,
+                staging_rel,
+                candidate: None,
+                verdict: None,
+                reconciliation: None,
+            },
+        )?;
+        Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -201,52 +216,8 @@ impl Store {
     /// snapshot than the run's, [`Error::CandidateConflict`] if a different candidate was
     /// recorded, [`Error::InvalidInput`] for a bad file path or digest.
     pub fn finish_attempt(&self, attempt: &AttemptKey, candidate: &Candidate) -> Result<FinishOutcome> {
-        check_task_key(&attempt.task)?;
-        ids::check_candidate(candidate)?;
-        let task = &attempt.task;
-        self.write_grouped("finishing an attempt", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let run = read_run(&runs, &task.dataset, &task.run)?;
-            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            super::retention::refuse_if_abandoned(attempt, &record)?;
-            if candidate.snapshot != run.snapshot {
-                return Err(Error::ForeignSnapshot {
-                    run: task.run.clone(),
-                    partition: task.partition.clone(),
-                    attempt: attempt.attempt,
-                    expected: run.snapshot,
-                    got: candidate.snapshot.clone(),
-                });
-            }
-            if run.grain.is_none() {
-                // Without a grain the store has nothing to compute the figures from.
-                for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
-                    if missing {
-                        return Err(Error::invalid(
-                            "candidate",
-                            &candidate.snapshot,
-                            format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
-                        ));
-                    }
-                }
-            }
-            match &record.candidate {
-                Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
-                Some(existing) => {
-                    return Err(Error::CandidateConflict {
-                        partition: task.partition.clone(),
-                        attempt: attempt.attempt,
-                        detail: candidate_difference(existing, candidate),
-                    });
-                }
-                None => {}
-            }
-            record.candidate = Some(candidate.clone());
-            put(&mut attempts, &attempt_key, &record)?;
-            Ok(TxnEnd::Commit(FinishOutcome::Recorded))
-        })
+        check_finish(attempt, candidate)?;
+        self.write_grouped("finishing an attempt", |txn| finish_body(txn, attempt, candidate))
     }
 
     /// Validates a finished attempt: its snapshot is the run's, its rows and total match the
@@ -279,146 +250,48 @@ impl Store {
     /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
-            check_task_key(&attempt.task)?;
-            let task = &attempt.task;
-            let task_key = key(&[&task.dataset, &task.run, &task.partition]);
-            let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-            // File checks happen outside the write transaction: they may read whole files.
-            let (spec, run, record) = {
-                let snapshot = self.snapshot()?;
-                let txn = snapshot.txn();
-                let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                let task_record = read_task(&tasks, task)?;
-                let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-                let spec = TaskSpec {
-                    partition: task.partition.clone(),
-                    expected_rows: task_record.expected_rows,
-                    expected_total: task_record.expected_total,
-                };
-                (spec, run, record)
-            };
-            if let Some(verdict) = record.verdict {
-                return Ok(verdict);
-            }
-            super::retention::refuse_if_abandoned(attempt, &record)?;
-            let Some(candidate) = record.candidate else {
-                return Err(Error::AttemptState {
-                    partition: task.partition.clone(),
-                    attempt: attempt.attempt,
-                    state: "running",
-                    operation: "validation",
-                    needed: "a finished attempt",
-                });
-            };
-            let observed = self.observe_files(&record.staging_rel, &candidate.files, check)?;
-            let computed = match &run.grain {
-                Some(grain) => Some((grain.format, self.read_candidate_data(grain, &record.staging_rel, &candidate, &observed)?)),
-                None => None,
-            };
-            let (verdict, reconciliation) =
-                rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
-            // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
-            // directory from the attempt's up to the staging root is durable. Synced here, outside
-            // the write transaction; a failed sync refuses the candidate.
-            let verdict = if verdict.is_valid() {
-                let failures = files::make_candidate_durable(&self.staging_root, &record.staging_rel, &candidate.files)?;
-                rules::validate::after_sync(verdict, &failures)
-            } else {
-                verdict
-            };
-            self.write_grouped("storing a verdict", |txn| {
-                let runs = open(txn, RUNS)?;
-                let mut attempts = open(txn, ATTEMPTS)?;
-                let mut accepted = open(txn, ACCEPTED)?;
-                let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-                if let Some(stored) = record.verdict {
-                    // Another validator got there first; its verdict stands.
-                    return Ok(TxnEnd::Abort(stored));
-                }
-                if record.candidate.as_ref() != Some(&candidate) {
-                    return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
-                }
-                // Every read that may fail comes before the first write: a grouped body that fails
-                // must have written nothing (see `group.rs`).
-                let run = read_run(&runs, &task.dataset, &task.run)?;
-                let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
-                record.verdict = Some(verdict.clone());
-                record.reconciliation = Some(reconciliation.clone());
-                put(&mut attempts, &attempt_key, &record)?;
-                if run.published_generation.is_none() {
-                    let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
-                    if next != current
-                        && let Some(attempt) = next
-                    {
-                        put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
-                    }
-                }
-                Ok(TxnEnd::Commit(verdict))
-            })
+            let snapshot = self.snapshot()?;
+            let prepared = prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)?;
+            drop(snapshot);
+            self.store_validation(&prepared)
         })
     }
 
-    /// Reads the candidate's files at the run's grain (outside any transaction: it may read
-    /// gigabytes) and computes rows, total, duplicate keys and the canonical digest. Files
-    /// that observation found missing or unreadable are left out (their failure is already
-    /// in the verdict).
+    /// The first half of [`Store::validate_attempt`], which reads files but writes nothing:
+    /// checks the attempt's files and, for a valid candidate, makes them durable, and decides
+    /// the verdict. [`Store::store_validation`] stores it. A process can prepare through a
+    /// [`crate::ReadOnlyStore`] ([`crate::ReadOnlyStore::prepare_validation`]) while another
+    /// holds the store for writing, so reading big files never holds the writer.
     ///
     /// # Errors
-    /// [`Error::Io`] when a file or the key spill cannot be read or written: a fault to retry,
-    /// not a verdict on the candidate.
-    fn read_candidate_data(
-        &self,
-        grain: &crate::grain::Grain,
-        staging_rel: &str,
-        candidate: &Candidate,
-        observed: &[FileObservation],
-    ) -> Result<rules::validate::Computed> {
-        let present: Vec<FileEntry> = candidate
-            .files
-            .iter()
-            .zip(observed)
-            .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
-            .map(|(file, _)| file.clone())
-            .collect();
-        let options = readers::ReadOptions {
-            record_bytes_max: self.csv_record_bytes_max,
-            key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max,
-            spill_parent: self.staging_root.clone(),
-        };
-        // Each file is opened through directory handles from the staging root, without
-        // following a symlink: what is read is what observation saw (or the file is missing).
-        let open = |file: &FileEntry| super::handles::open_regular_file(&self.staging_root, staging_rel, &file.path);
-        let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
-        tracing::debug!(
-            rows = computed.rows,
-            files = computed.files,
-            bytes = computed.bytes,
-            runs_spilled = computed.runs_spilled,
-            "read a candidate at its grain"
-        );
-        Ok(computed)
+    /// As [`Store::validate_attempt`].
+    pub fn prepare_validation(&self, attempt: &AttemptKey, check: FileCheck) -> Result<PreparedValidation> {
+        self.poison.contain("preparing a validation", || {
+            let snapshot = self.snapshot()?;
+            prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)
+        })
     }
 
-    /// What is seen of each reported file of an attempt, through directory handles from the
-    /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
-    /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
-    fn observe_files(&self, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
-        files
-            .iter()
-            .map(|file| {
-                match super::handles::observe_file(&self.staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
-                    Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
-                    Ok(None) => Ok(FileObservation::Missing),
-                    Err(e) => Err(Error::io(
-                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
-                        e,
-                    )),
-                }
-            })
-            .collect()
+    /// Stores a prepared verdict ([`Store::prepare_validation`]): the second half of
+    /// [`Store::validate_attempt`], one grouped write. If a verdict was stored meanwhile (by
+    /// another validator), that one stands and is returned.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] if the verdict was prepared under another staging root than
+    /// this store's; [`Error::UnknownAttempt`]; storage errors.
+    pub fn store_validation(&self, prepared: &PreparedValidation) -> Result<Verdict> {
+        let (candidate, verdict, reconciliation) = match &prepared.decided {
+            Decided::Stored(verdict) => return Ok(verdict.clone()),
+            Decided::New { candidate, verdict, reconciliation } => (candidate, verdict, reconciliation),
+        };
+        if prepared.staging_root != self.staging_root {
+            return Err(Error::invalid(
+                "prepared validation",
+                &prepared.staging_root.display().to_string(),
+                format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
+            ));
+        }
+        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation))
     }
 
     /// Publishes a run in one write transaction.
@@ -473,7 +346,8 @@ impl Store {
             // error is an error to retry, never a refusal.
             for state in &mut states {
                 if let Some(accepted) = &state.accepted {
-                    state.files_seen = self.observe_files(&accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
+                    state.files_seen =
+                        observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
                 }
             }
             let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
@@ -542,61 +416,115 @@ impl Store {
     /// [`Error::UnknownRun`], [`Error::UnknownTask`] if the partition is not one of the run's,
     /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
-        check_effect_key(effect)?;
-        if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
-            return Err(Error::invalid(
-                "effect payload",
-                &effect.effect,
-                format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
-            ));
-        }
-        self.write_grouped("recording a side effect", |txn| {
-            let runs = open(txn, RUNS)?;
-            let tasks = open(txn, TASKS)?;
-            let mut effects = open(txn, EFFECTS)?;
-            let run = read_run(&runs, &effect.dataset, &effect.run)?;
-            if let Some(partition) = &effect.partition {
-                read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
-            }
-            let effect_key = effect_key_bytes(effect);
-            if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
-                return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
-            }
-            let status = match run.published_generation {
-                Some(generation) => EffectStatus::Ready { generation },
-                None => EffectStatus::Recorded,
-            };
-            let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status };
-            put(&mut effects, &effect_key, &record)?;
-            Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
-        })
+        check_record(effect, payload)?;
+        self.write_grouped("recording a side effect", |txn| record_body(txn, effect, payload))
     }
 
-    /// Marks a ready side effect as emitted. Marking it again returns it unchanged.
+    /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
+    /// one emits it. The claim is granted if nobody holds a live claim, if `claimant` holds it
+    /// already (the lease is renewed from now), or if the holder's lease ran out (taken over:
+    /// the outcome names the previous claimant, who may have emitted before dying, so an
+    /// emitter that takes over should emit idempotently where it can). A live claim of another
+    /// emitter, or an effect already marked emitted, is a refusal returned as a value; nothing
+    /// is written then.
+    ///
+    /// The lease is measured with this host's clock; emitters on several hosts need clocks
+    /// that agree to well within the lease.
     ///
     /// # Errors
-    /// [`Error::UnknownEffect`], [`Error::EffectNotReady`] if its run is not published.
-    pub fn mark_effect_emitted(&self, effect: &EffectKey) -> Result<Effect> {
-        check_effect_key(effect)?;
-        self.write_grouped("marking a side effect emitted", |txn| {
-            let mut effects = open(txn, EFFECTS)?;
-            let effect_key = effect_key_bytes(effect);
-            let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| Error::UnknownEffect {
-                dataset: effect.dataset.clone(),
-                run: effect.run.clone(),
-                effect: effect.effect.clone(),
-                partition: effect.partition.clone().unwrap_or_default(),
-            })?;
-            match record.status {
-                EffectStatus::Recorded => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
-                EffectStatus::Emitted { .. } => Ok(TxnEnd::Abort(effect_from(effect.clone(), record))),
-                EffectStatus::Ready { generation } => {
-                    record.status = EffectStatus::Emitted { generation, emitted_at_ms: now_ms() };
-                    put(&mut effects, &effect_key, &record)?;
-                    Ok(TxnEnd::Commit(effect_from(effect.clone(), record)))
-                }
-            }
-        })
+    /// [`Error::InvalidInput`] for a bad key or claimant, a zero lease or one longer than
+    /// [`EFFECT_CLAIM_LEASE_MAX`]; [`Error::UnknownEffect`]; [`Error::EffectNotReady`] if its
+    /// run is not published.
+    pub fn claim_effect(&self, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<ClaimOutcome> {
+        check_claim(effect, claimant, lease)?;
+        self.write_grouped("claiming a side effect", |txn| claim_body(txn, effect, claimant, lease))
+    }
+
+    /// Marks a ready side effect as emitted. `claimant` is the caller's claim
+    /// ([`Store::claim_effect`]), or `None` for an emitter that does not claim. While another
+    /// emitter's claim is live the mark is refused ([`MarkOutcome::ClaimedByOther`]); marking
+    /// an effect already emitted changes nothing and says so ([`MarkOutcome::AlreadyEmitted`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a bad key or claimant, [`Error::UnknownEffect`],
+    /// [`Error::EffectNotReady`] if its run is not published.
+    pub fn mark_effect_emitted(&self, effect: &EffectKey, claimant: Option<&str>) -> Result<MarkOutcome> {
+        check_mark(effect, claimant)?;
+        self.write_grouped("marking a side effect emitted", |txn| mark_body(txn, effect, claimant))
+    }
+}
+
+/// The longest lease [`Store::claim_effect`] grants: a day. An emitter that needs longer renews
+/// its claim.
+pub const EFFECT_CLAIM_LEASE_MAX: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+pub(super) fn check_claim(effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<()> {
+    check_effect_key(effect)?;
+    ids::check_name("claimant", claimant)?;
+    if lease.is_zero() || lease > EFFECT_CLAIM_LEASE_MAX {
+        return Err(Error::invalid("claim lease", &format!("{}ms", lease.as_millis()), "must be more than zero and at most a day"));
+    }
+    Ok(())
+}
+
+pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<()> {
+    check_effect_key(effect)?;
+    match claimant {
+        Some(claimant) => ids::check_name("claimant", claimant),
+        None => Ok(()),
+    }
+}
+
+fn unknown_effect(effect: &EffectKey) -> Error {
+    Error::UnknownEffect {
+        dataset: effect.dataset.clone(),
+        run: effect.run.clone(),
+        effect: effect.effect.clone(),
+        partition: effect.partition.clone().unwrap_or_default(),
+    }
+}
+
+/// The claim, in a write transaction (a single call's or a batch's).
+pub(super) fn claim_body(
+    txn: &WriteTransaction,
+    effect: &EffectKey,
+    claimant: &str,
+    lease: std::time::Duration,
+) -> Result<TxnEnd<ClaimOutcome>> {
+    let mut effects = open(txn, EFFECTS)?;
+    let effect_key = effect_key_bytes(effect);
+    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
+    let now = now_ms();
+    match rules::effects::claim(&record.status, record.claim.as_ref(), claimant, now) {
+        ClaimDecision::NotReady => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
+        ClaimDecision::HeldByOther => Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(effect.clone(), record) })),
+        ClaimDecision::AlreadyEmitted => Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
+        ClaimDecision::Grant { took_over_from } => {
+            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
+            record.claim =
+                Some(EffectClaim { claimant: claimant.to_owned(), claimed_at_ms: now, expires_at_ms: now.saturating_add(lease_ms) });
+            put(&mut effects, &effect_key, &record)?;
+            Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(effect.clone(), record), took_over_from }))
+        }
+    }
+}
+
+/// Marking emitted, in a write transaction (a single call's or a batch's).
+pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
+    let mut effects = open(txn, EFFECTS)?;
+    let effect_key = effect_key_bytes(effect);
+    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
+    let now = now_ms();
+    match (rules::effects::mark(&record.status, record.claim.as_ref(), claimant, now), record.status.clone()) {
+        (MarkDecision::NotReady, _) => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
+        (MarkDecision::AlreadyEmitted, _) => Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
+        (MarkDecision::ClaimedByOther, _) => Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(effect.clone(), record) })),
+        (MarkDecision::Mark, EffectStatus::Ready { generation }) => {
+            record.status = EffectStatus::Emitted { generation, emitted_at_ms: now };
+            put(&mut effects, &effect_key, &record)?;
+            Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(effect.clone(), record) }))
+        }
+        (MarkDecision::Mark, _) => Err(tables::corrupted(EFFECTS, &effect_key, "an effect not ready was to be marked emitted")),
     }
 }
 
@@ -615,7 +543,7 @@ pub(crate) fn effect_key_bytes(effect: &EffectKey) -> Vec<u8> {
 }
 
 pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
-    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status }
+    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
 }
 
 /// Compares a re-declaration with the stored run.
@@ -753,4 +681,321 @@ fn mark_effects_ready(txn: &WriteTransaction, dataset: &str, run: &str, generati
         put(&mut effects, &effect_key, &record)?;
     }
     Ok(())
+}
+
+/// A verdict decided from the attempt's files ([`Store::prepare_validation`]), not yet stored.
+#[derive(Debug, Clone)]
+pub struct PreparedValidation {
+    attempt: AttemptKey,
+    staging_root: std::path::PathBuf,
+    decided: Decided,
+}
+
+#[derive(Debug, Clone)]
+enum Decided {
+    /// A verdict was stored already: it is final.
+    Stored(Verdict),
+    /// Decided now from the candidate's files.
+    New { candidate: Box<Candidate>, verdict: Verdict, reconciliation: Box<Reconciliation> },
+}
+
+impl Store {
+    /// The limits of reading a candidate at its grain, as this store was opened with.
+    pub(super) fn read_limits(&self) -> ReadLimits {
+        ReadLimits { record_bytes_max: self.csv_record_bytes_max, key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max }
+    }
+}
+
+impl PreparedValidation {
+    /// The verdict stored before it was prepared, if any: final, nothing to store.
+    pub(super) fn stored_verdict(&self) -> Option<&Verdict> {
+        match &self.decided {
+            Decided::Stored(verdict) => Some(verdict),
+            Decided::New { .. } => None,
+        }
+    }
+
+    /// The attempt.
+    pub fn attempt(&self) -> &AttemptKey {
+        &self.attempt
+    }
+
+    /// The verdict that storing it records (or the one already stored).
+    pub fn verdict(&self) -> &Verdict {
+        match &self.decided {
+            Decided::Stored(verdict) | Decided::New { verdict, .. } => verdict,
+        }
+    }
+}
+
+/// Reads what validating `attempt` needs from `snapshot`, observes its files under
+/// `staging_root` (outside any write transaction: it may read whole files), makes a valid
+/// candidate durable, and decides the verdict.
+pub(super) fn prepare_validation(
+    snapshot: &super::Snapshot,
+    staging_root: &std::path::Path,
+    limits: ReadLimits,
+    attempt: &AttemptKey,
+    check: FileCheck,
+) -> Result<PreparedValidation> {
+    check_task_key(&attempt.task)?;
+    let task = &attempt.task;
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let (spec, run, record) = {
+        let txn = snapshot.txn();
+        let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
+        let run = read_run(&runs, &task.dataset, &task.run)?;
+        let task_record = read_task(&tasks, task)?;
+        let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+        let spec = TaskSpec {
+            partition: task.partition.clone(),
+            expected_rows: task_record.expected_rows,
+            expected_total: task_record.expected_total,
+        };
+        (spec, run, record)
+    };
+    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
+    if let Some(verdict) = record.verdict {
+        return Ok(prepared(Decided::Stored(verdict)));
+    }
+    super::retention::refuse_if_abandoned(attempt, &record)?;
+    let Some(candidate) = record.candidate else {
+        return Err(Error::AttemptState {
+            partition: task.partition.clone(),
+            attempt: attempt.attempt,
+            state: "running",
+            operation: "validation",
+            needed: "a finished attempt",
+        });
+    };
+    let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
+    let computed = match &run.grain {
+        Some(grain) => Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed)?)),
+        None => None,
+    };
+    let (verdict, reconciliation) =
+        rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
+    // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
+    // directory from the attempt's up to the staging root is durable. Synced here, outside
+    // the write transaction; a failed sync refuses the candidate.
+    let verdict = if verdict.is_valid() {
+        let failures = files::make_candidate_durable(staging_root, &record.staging_rel, &candidate.files)?;
+        rules::validate::after_sync(verdict, &failures)
+    } else {
+        verdict
+    };
+    Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
+}
+
+/// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadLimits {
+    pub(super) record_bytes_max: usize,
+    pub(super) key_bytes_in_memory_max: usize,
+}
+
+/// Reads the candidate's files at the run's grain (outside any transaction: it may read
+/// gigabytes) and computes rows, total, duplicate keys and the canonical digest. Files
+/// that observation found missing or unreadable are left out (their failure is already
+/// in the verdict).
+///
+/// # Errors
+/// [`Error::Io`] when a file or the key spill cannot be read or written: a fault to retry,
+/// not a verdict on the candidate.
+fn read_candidate_data(
+    staging_root: &std::path::Path,
+    limits: ReadLimits,
+    grain: &crate::grain::Grain,
+    staging_rel: &str,
+    candidate: &Candidate,
+    observed: &[FileObservation],
+) -> Result<rules::validate::Computed> {
+    let present: Vec<FileEntry> = candidate
+        .files
+        .iter()
+        .zip(observed)
+        .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
+        .map(|(file, _)| file.clone())
+        .collect();
+    let options = readers::ReadOptions {
+        record_bytes_max: limits.record_bytes_max,
+        key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
+        spill_parent: staging_root.to_path_buf(),
+    };
+    // Each file is opened through directory handles from the staging root, without
+    // following a symlink: what is read is what observation saw (or the file is missing).
+    let open = |file: &FileEntry| super::handles::open_regular_file(staging_root, staging_rel, &file.path);
+    let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
+    tracing::debug!(
+        rows = computed.rows,
+        files = computed.files,
+        bytes = computed.bytes,
+        runs_spilled = computed.runs_spilled,
+        "read a candidate at its grain"
+    );
+    Ok(computed)
+}
+
+/// Storing a prepared verdict in a batch's transaction (prepared by the batch itself, under
+/// this store's staging root).
+pub(super) fn store_prepared_body(txn: &WriteTransaction, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
+    match &prepared.decided {
+        Decided::Stored(verdict) => Ok(TxnEnd::Abort(verdict.clone())),
+        Decided::New { candidate, verdict, reconciliation } => {
+            store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation)
+        }
+    }
+}
+
+/// Storing a decided verdict, in a write transaction (a single call's or a batch's).
+pub(super) fn store_verdict_body(
+    txn: &WriteTransaction,
+    attempt: &AttemptKey,
+    candidate: &Candidate,
+    verdict: &Verdict,
+    reconciliation: &Reconciliation,
+) -> Result<TxnEnd<Verdict>> {
+    let task = &attempt.task;
+    let task_key = key(&[&task.dataset, &task.run, &task.partition]);
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let runs = open(txn, RUNS)?;
+    let mut attempts = open(txn, ATTEMPTS)?;
+    let mut accepted = open(txn, ACCEPTED)?;
+    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    if let Some(stored) = record.verdict {
+        // Another validator got there first; its verdict stands.
+        return Ok(TxnEnd::Abort(stored));
+    }
+    if record.candidate.as_ref() != Some(candidate) {
+        return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+    }
+    // Every read that may fail comes before the first write: a grouped body that fails
+    // must have written nothing (see `group.rs`).
+    let run = read_run(&runs, &task.dataset, &task.run)?;
+    let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
+    record.verdict = Some(verdict.clone());
+    record.reconciliation = Some(reconciliation.clone());
+    put(&mut attempts, &attempt_key, &record)?;
+    if run.published_generation.is_none() {
+        let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
+        if next != current
+            && let Some(attempt) = next
+        {
+            put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
+        }
+    }
+    Ok(TxnEnd::Commit(verdict.clone()))
+}
+
+/// What is seen of each reported file of an attempt, through directory handles from the
+/// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
+/// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
+fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+    files
+        .iter()
+        .map(|file| match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+            Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
+            Ok(None) => Ok(FileObservation::Missing),
+            Err(e) => Err(Error::io(
+                format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                e,
+            )),
+        })
+        .collect()
+}
+
+/// A begin's state between its preparation and its write ([`Store::prepare_begin`]).
+pub(super) struct PreparedBegin {
+    task: TaskKey,
+    /// The task's directory (the attempt's parent), made and checked before the write.
+    parent: std::path::PathBuf,
+    /// Every directory created for this begin, to sync after the commit.
+    pub(super) created: Vec<std::path::PathBuf>,
+}
+
+pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Result<()> {
+    check_task_key(&attempt.task)?;
+    ids::check_candidate(candidate)
+}
+
+/// Recording a candidate, in a write transaction (a single call's or a batch's).
+pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+    let task = &attempt.task;
+    let runs = open(txn, RUNS)?;
+    let mut attempts = open(txn, ATTEMPTS)?;
+    let run = read_run(&runs, &task.dataset, &task.run)?;
+    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
+    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    super::retention::refuse_if_abandoned(attempt, &record)?;
+    if candidate.snapshot != run.snapshot {
+        return Err(Error::ForeignSnapshot {
+            run: task.run.clone(),
+            partition: task.partition.clone(),
+            attempt: attempt.attempt,
+            expected: run.snapshot,
+            got: candidate.snapshot.clone(),
+        });
+    }
+    if run.grain.is_none() {
+        // Without a grain the store has nothing to compute the figures from.
+        for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
+            if missing {
+                return Err(Error::invalid(
+                    "candidate",
+                    &candidate.snapshot,
+                    format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
+                ));
+            }
+        }
+    }
+    match &record.candidate {
+        Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
+        Some(existing) => {
+            return Err(Error::CandidateConflict {
+                partition: task.partition.clone(),
+                attempt: attempt.attempt,
+                detail: candidate_difference(existing, candidate),
+            });
+        }
+        None => {}
+    }
+    record.candidate = Some(candidate.clone());
+    put(&mut attempts, &attempt_key, &record)?;
+    Ok(TxnEnd::Commit(FinishOutcome::Recorded))
+}
+
+pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
+    check_effect_key(effect)?;
+    if payload.len() > EFFECT_PAYLOAD_BYTES_MAX {
+        return Err(Error::invalid(
+            "effect payload",
+            &effect.effect,
+            format!("is {} bytes, more than {EFFECT_PAYLOAD_BYTES_MAX}", payload.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Recording an effect, in a write transaction (a single call's or a batch's).
+pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
+    let runs = open(txn, RUNS)?;
+    let tasks = open(txn, TASKS)?;
+    let mut effects = open(txn, EFFECTS)?;
+    let run = read_run(&runs, &effect.dataset, &effect.run)?;
+    if let Some(partition) = &effect.partition {
+        read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
+    }
+    let effect_key = effect_key_bytes(effect);
+    if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
+        return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
+    }
+    let status = match run.published_generation {
+        Some(generation) => EffectStatus::Ready { generation },
+        None => EffectStatus::Recorded,
+    };
+    let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
+    put(&mut effects, &effect_key, &record)?;
+    Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
 }

@@ -2,6 +2,7 @@
 
 mod accepted_model;
 mod backend;
+mod batch;
 mod crash;
 mod damage;
 mod duckdb;

@@ -141,7 +141,7 @@ fn rollback_restores_an_earlier_generation_as_a_new_one_and_leaves_effects_alone
     assert_eq!(publish_run(store, "ds", "r2", &["b", "c"]), 2);
     let effect = EffectKey { dataset: "ds".into(), run: "r2".into(), effect: "notify".into(), partition: None };
     store.record_effect(&effect, b"sent once").unwrap();
-    store.mark_effect_emitted(&effect).unwrap();
+    store.mark_effect_emitted(&effect, None).unwrap();
 
     let RollbackOutcome::RolledBack(generation) = store.rollback("ds", 1, "alice", "bad data in r2").unwrap() else { panic!("refused") };
     assert_eq!((generation.number, generation.parent), (3, 2));

@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome, InvalidateOutcome, Store, TaskKey, describe_file};
+use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome, InvalidateOutcome, TaskKey, describe_file};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -79,16 +79,20 @@ struct FileInput {
     crc32: u32,
 }
 
-/// The attempt's staging directory, from the store's record of it.
-fn staging_dir(store: &Store, args: &FinishArgs) -> anyhow::Result<PathBuf> {
+/// The attempt's staging directory, from the store's record of it, read through a read-only
+/// handle (closed again at once), so that checksumming its files never holds the writer.
+fn staging_dir(location: &LocationArgs, args: &FinishArgs) -> anyhow::Result<PathBuf> {
     let key = task_key(&args.task).attempt(args.attempt);
+    let store = location.open_reader()?;
     let info = store.snapshot()?.attempt(&key)?.ok_or_else(|| manifestdb::Error::UnknownAttempt {
         dataset: key.task.dataset.clone(),
         run: key.task.run.clone(),
         partition: key.task.partition.clone(),
         attempt: key.attempt,
     })?;
-    Ok(store.staging_root().join(info.staging_rel))
+    crate::location::close_reader(store)?;
+    let root = location.staging_root().ok_or_else(|| usage("no staging root given: pass --dir DIR or --staging DIR"))?;
+    Ok(root.join(info.staging_rel))
 }
 
 /// Every regular file under `dir`, as `/`-separated relative paths in sorted order. Symlinks
@@ -134,11 +138,13 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             (snapshot.clone(), args.rows, args.total, args.digest.clone(), Vec::new())
         }
     };
-    let store = location.open_writer()?;
     if rows.is_none() || digest.is_none() {
-        // Only a run with a grain lets the store compute them; say so before anything is read.
+        // Only a run with a grain lets the store compute them; say so before anything is read
+        // (through a read-only handle: the writer is opened only for the write).
         let task = task_key(&args.task);
-        let grain = store.snapshot()?.run(&task.dataset, &task.run)?.and_then(|info| info.grain);
+        let reader = location.open_reader()?;
+        let grain = reader.snapshot()?.run(&task.dataset, &task.run)?.and_then(|info| info.grain);
+        crate::location::close_reader(reader)?;
         if grain.is_none() {
             return Err(usage(format!(
                 "run {:?} of {:?} declares no grain, so --rows and --digest are required (declare the run with --grain/--measure to have the store compute them)",
@@ -146,8 +152,10 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             )));
         }
     }
+    // Files are checksummed before the store is opened for writing: a big file never blocks
+    // other writers.
     if !args.files.is_empty() || args.scan {
-        let dir = staging_dir(&store, args)?;
+        let dir = staging_dir(location, args)?;
         let mut paths = args.files.clone();
         if args.scan {
             paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
@@ -161,6 +169,7 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
     }
     let key = task_key(&args.task).attempt(args.attempt);
     let candidate = Candidate { snapshot, rows, total, digest, files };
+    let store = location.open_writer()?;
     let outcome = store.finish_attempt(&key, &candidate)?;
     let outcome_name = match outcome {
         FinishOutcome::Recorded => "recorded",
@@ -196,11 +205,16 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
 
 /// `attempt validate`.
 pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let task = task_key(&args.task);
     let key = task.attempt(args.attempt);
     let check = if args.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-    let verdict = store.validate_attempt(&key, check)?;
+    // The files are read (and made durable) through a read-only handle, before the store is
+    // opened for writing: checksumming a big file never blocks other writers.
+    let reader = location.open_reader()?;
+    let prepared = reader.prepare_validation(&key, check)?;
+    crate::location::close_reader(reader)?;
+    let store = location.open_writer()?;
+    let verdict = store.store_validation(&prepared)?;
     let snapshot = store.snapshot()?;
     let accepted = snapshot.accepted(&task)?;
     let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);

@@ -1,16 +1,16 @@
-//! `effects list`, `effects record`, `effects mark-emitted`.
+//! `effects list`, `effects record`, `effects claim`, `effects mark-emitted`.
 
 use std::io::Write;
 
-use manifestdb::{Effect, EffectKey};
+use manifestdb::{ClaimOutcome, Effect, EffectKey, MarkOutcome};
 use serde_json::json;
 
 use super::{read_input, require_dataset};
-use crate::args::{EffectKeyArgs, EffectRecordArgs, EffectsListArgs};
+use crate::args::{EffectClaimArgs, EffectKeyArgs, EffectMarkArgs, EffectRecordArgs, EffectsListArgs};
 use crate::exit::{Exit, not_found};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, opt, utc};
+use crate::output::{Out, Table, escape, opt, utc};
 
 fn effect_key(args: &EffectKeyArgs) -> EffectKey {
     EffectKey { dataset: args.dataset.clone(), run: args.run.clone(), effect: args.effect.clone(), partition: args.partition.clone() }
@@ -84,12 +84,41 @@ pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -
     Ok(Exit::Success)
 }
 
-/// `effects mark-emitted`.
-pub fn mark_emitted(location: &LocationArgs, out: &mut Out, args: &EffectKeyArgs) -> anyhow::Result<Exit> {
+/// `effects claim`: exit 0 when claimed, 3 when refused.
+pub fn claim(location: &LocationArgs, out: &mut Out, args: &EffectClaimArgs) -> anyhow::Result<Exit> {
     let store = location.open_writer()?;
-    let effect = store.mark_effect_emitted(&effect_key(args))?;
-    let doc = json!({ "effect": json::effect(&effect) });
+    let outcome = store.claim_effect(&effect_key(&args.key), &args.claimant, args.lease)?;
     crate::location::close_writer(store)?;
-    out.emit(&doc, |w| effects_table(std::slice::from_ref(&effect), w))?;
-    Ok(Exit::Success)
+    let doc = json::claim_outcome(&outcome);
+    let effect = outcome.effect();
+    out.emit(&doc, |w| {
+        match &outcome {
+            ClaimOutcome::Claimed { took_over_from: Some(previous), .. } => {
+                writeln!(w, "claimed (taken over from {}, whose claim had expired): emit it, then mark it emitted", escape(previous))?
+            }
+            ClaimOutcome::Claimed { .. } => writeln!(w, "claimed: emit it, then mark it emitted")?,
+            ClaimOutcome::HeldByOther { .. } => writeln!(w, "refused: another emitter holds a live claim; do not emit")?,
+            ClaimOutcome::AlreadyEmitted { .. } => writeln!(w, "refused: already emitted; do not emit")?,
+        }
+        effects_table(std::slice::from_ref(effect), w)
+    })?;
+    Ok(if matches!(outcome, ClaimOutcome::Claimed { .. }) { Exit::Success } else { Exit::Refused })
+}
+
+/// `effects mark-emitted`: exit 0 when marked or already emitted, 3 while another emitter's
+/// claim is live.
+pub fn mark_emitted(location: &LocationArgs, out: &mut Out, args: &EffectMarkArgs) -> anyhow::Result<Exit> {
+    let store = location.open_writer()?;
+    let outcome = store.mark_effect_emitted(&effect_key(&args.key), args.claimant.as_deref())?;
+    crate::location::close_writer(store)?;
+    let doc = json::mark_outcome(&outcome);
+    out.emit(&doc, |w| {
+        match &outcome {
+            MarkOutcome::AlreadyEmitted { .. } => writeln!(w, "already emitted; nothing written")?,
+            MarkOutcome::ClaimedByOther { .. } => writeln!(w, "refused: another emitter holds a live claim; nothing written")?,
+            MarkOutcome::Marked { .. } => {}
+        }
+        effects_table(std::slice::from_ref(outcome.effect()), w)
+    })?;
+    Ok(if matches!(outcome, MarkOutcome::ClaimedByOther { .. }) { Exit::Refused } else { Exit::Success })
 }

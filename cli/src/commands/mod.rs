@@ -1,6 +1,7 @@
 //! One function per verb: call the library, print the outcome, return the exit code.
 
 mod attempt;
+mod batch;
 mod effects;
 mod gc;
 pub(crate) mod inspect;
@@ -37,6 +38,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Diff(args) => inspect::diff(location, out, args),
         Command::Effects(EffectsCommand::List(args)) => effects::list(location, out, args),
         Command::Effects(EffectsCommand::Record(args)) => effects::record(location, out, args),
+        Command::Effects(EffectsCommand::Claim(args)) => effects::claim(location, out, args),
         Command::Effects(EffectsCommand::MarkEmitted(args)) => effects::mark_emitted(location, out, args),
         Command::Stats => inspect::stats(location, out),
         Command::Attempt(AttemptCommand::Heartbeat(args)) => attempt::heartbeat(location, out, args),
@@ -54,6 +56,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
         Command::Man(args) => man(out, args),
         Command::View(args) => view::view(location, out, args),
         Command::Recover => recover(location, out),
+        Command::Batch => batch::batch(location, out),
         Command::Serve(args) => serve::serve(location, out, args),
     }
 }

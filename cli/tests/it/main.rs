@@ -1,5 +1,7 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
+mod batch;
+mod concurrent;
 mod damage;
 mod grain;
 mod maintain;

@@ -237,7 +237,9 @@ fn verbs() -> Vec<String> {
 }
 
 /// Verbs that name no dataset, run, attempt, effect, generation or plan.
-const NAMES_NOTHING: [&str; 8] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man", "serve"];
+// `batch` names things only in its input lines, each of which reports a name it does not know
+// as not_found on its own result line (tests: `batch::*`).
+const NAMES_NOTHING: [&str; 9] = ["init", "stats", "verify", "gc abandon", "recover", "completions", "man", "serve", "batch"];
 
 #[test]
 fn every_verb_naming_something_unknown_exits_4_and_names_it() {
@@ -281,6 +283,7 @@ fn every_verb_naming_something_unknown_exits_4_and_names_it() {
         ("effects list", &["effects", "list", "-d", "daily", "-r", "nosuch"], "nosuch"),
         ("effects record", &["effects", "record", "-d", "nosuch", "-r", "r1", "-e", "x"], "nosuch"),
         ("effects record", &["effects", "record", "-d", "daily", "-r", "nosuch", "-e", "x"], "nosuch"),
+        ("effects claim", &["effects", "claim", "-d", "daily", "-r", "r1", "-e", "nosuch", "--claimant", "w1"], "nosuch"),
         ("effects mark-emitted", &["effects", "mark-emitted", "-d", "daily", "-r", "r1", "-e", "nosuch"], "nosuch"),
         ("effects mark-emitted", &["effects", "mark-emitted", "-d", "daily", "-r", "nosuch", "-e", "notify"], "nosuch"),
         ("rollback", &["rollback", "-d", "nosuch", "--to", "1", "--actor", "a", "--reason", "r"], "nosuch"),

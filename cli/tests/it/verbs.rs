@@ -293,7 +293,19 @@ fn effects_are_recorded_once_and_emitted_after_publish() {
     assert_eq!(first["newly_recorded"], true);
     assert_eq!(
         keys(&first["effect"]),
-        ["dataset", "run", "effect", "partition", "status", "generation", "recorded_at_ms", "emitted_at_ms", "payload", "payload_hex"]
+        [
+            "dataset",
+            "run",
+            "effect",
+            "partition",
+            "status",
+            "generation",
+            "recorded_at_ms",
+            "emitted_at_ms",
+            "payload",
+            "payload_hex",
+            "claim"
+        ]
     );
     assert_eq!((first["effect"]["status"].as_str(), first["effect"]["payload_hex"].as_str()), (Some("recorded"), Some("68656c6c6f")));
     let mut repeat = record;
@@ -310,8 +322,14 @@ fn effects_are_recorded_once_and_emitted_after_publish() {
     let ready = env.json(&["effects", "list", "-d", "daily", "--ready"]).code(0).json();
     assert_eq!((ready["effects"][0]["status"].as_str(), ready["effects"][0]["generation"].as_u64()), (Some("ready"), Some(1)));
     let emitted = env.json(&mark).code(0).json();
-    assert_eq!(emitted["effect"]["status"], "emitted");
+    assert_eq!(keys(&emitted), ["outcome", "effect"]);
+    assert_eq!((emitted["outcome"].as_str(), emitted["effect"]["status"].as_str()), (Some("marked"), Some("emitted")));
     assert!(emitted["effect"]["emitted_at_ms"].is_u64());
+    // Marking again says it was already emitted, and changes nothing.
+    let again = env.json(&mark).code(0).json();
+    assert_eq!(again["outcome"], "already_emitted");
+    assert_eq!(again["effect"]["emitted_at_ms"], emitted["effect"]["emitted_at_ms"]);
+    assert!(env.run(&mark).code(0).stdout.contains("already emitted"));
     assert_eq!(env.json(&["effects", "list", "-d", "daily", "-r", "r1"]).code(0).json()["effects"].as_array().map(Vec::len), Some(1));
     assert_eq!(env.json(&["effects", "list", "-d", "daily", "--ready"]).code(0).json(), json!({ "effects": [] }));
     env.run(&["effects", "mark-emitted", "-d", "daily", "-r", "r1", "-e", "other"]).code(4);
@@ -377,4 +395,47 @@ fn a_closed_output_pipe_is_not_an_error() {
     let output = child.wait_with_output().expect("wait");
     assert_eq!(output.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&output.stderr));
     assert!(output.stderr.is_empty(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn effects_claim_lets_one_emitter_emit_and_only_it_marks() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    env.run(&["effects", "record", "-d", "daily", "-r", "r1", "-e", "notify"]).code(0);
+    let claim = |who: &str, lease: &str| {
+        env.json(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", who, "--lease", lease])
+    };
+    let mark = |who: &str| env.json(&["effects", "mark-emitted", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", who]);
+    // Not published yet: exit 5, like mark-emitted.
+    claim("w1", "1m").code(5);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+
+    let first = claim("w1", "1m").code(0).json();
+    assert_eq!(keys(&first), ["outcome", "took_over_from", "effect"]);
+    assert_eq!(first["outcome"], "claimed");
+    assert_eq!(first["effect"]["claim"]["claimant"], "w1");
+    let second = claim("w2", "1m").code(3).json();
+    assert_eq!((second["outcome"].as_str(), second["effect"]["claim"]["claimant"].as_str()), (Some("held_by_other"), Some("w1")));
+    assert_eq!(mark("w2").code(3).json()["outcome"], "claimed_by_other");
+    assert_eq!(mark("w1").code(0).json()["outcome"], "marked");
+    assert_eq!(claim("w2", "1m").code(3).json()["outcome"], "already_emitted");
+    assert_eq!(mark("w1").code(0).json()["outcome"], "already_emitted");
+    env.run(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", "w1", "--lease", "0s"]).code(2);
+}
+
+#[test]
+fn an_expired_claim_is_taken_over_through_the_cli() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    env.run(&["effects", "record", "-d", "daily", "-r", "r1", "-e", "notify"]).code(0);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    let claim = |who: &str, lease: &str| {
+        env.json(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", who, "--lease", lease])
+    };
+    claim("w1", "100ms").code(0);
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    let taken = claim("w2", "1m").code(0).json();
+    assert_eq!((taken["outcome"].as_str(), taken["took_over_from"].as_str()), (Some("claimed"), Some("w1")));
 }

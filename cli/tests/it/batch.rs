@@ -1,0 +1,104 @@
+//! `manifestdb batch`: newline-delimited JSON operations on stdin, one result line each.
+
+use std::io::Write;
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+
+use crate::support::{Env, Run, command, write_rows};
+
+const EU: &str = "date=2026-11-29/region=eu";
+const US: &str = "date=2026-11-29/region=us";
+
+/// Runs `manifestdb --dir <store> batch` with `input` on stdin.
+pub fn batch(env: &Env, input: &str) -> Run {
+    let mut child = command()
+        .arg("--dir")
+        .arg(env.dir())
+        .arg("batch")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start manifestdb batch");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    let output = child.wait_with_output().expect("wait for manifestdb batch");
+    Run {
+        code: output.status.code().expect("exited"),
+        stdout: String::from_utf8(output.stdout).expect("UTF-8"),
+        stderr: String::from_utf8(output.stderr).expect("UTF-8"),
+    }
+}
+
+fn lines(run: &Run) -> Vec<Value> {
+    run.stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"))).collect()
+}
+
+#[test]
+fn a_batch_prints_one_result_line_per_operation_in_order_and_a_bad_line_fails_alone() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let begin = |p: &str| json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string();
+    let input = [
+        begin(EU),
+        "{not json".to_owned(),
+        String::new(),
+        begin("date=nope"),
+        begin(EU),
+        json!({"op": "publish", "dataset": "daily", "run": "r1"}).to_string(),
+        begin(US),
+    ]
+    .join("\n");
+    let run = batch(&env, &input);
+    run.code(3);
+    let results = lines(&run);
+    let numbers: Vec<u64> = results.iter().map(|r| r["line"].as_u64().unwrap()).collect();
+    assert_eq!(numbers, [1, 2, 4, 5, 6, 7], "one line per non-blank input line, in order");
+    let ok: Vec<bool> = results.iter().map(|r| r["ok"].as_bool().unwrap()).collect();
+    assert_eq!(ok, [true, false, false, true, false, true]);
+    assert_eq!(results[0]["result"]["attempt"], 1);
+    assert_eq!(results[3]["result"]["attempt"], 2);
+    assert_eq!(results[5]["result"]["attempt"], 1);
+    assert_eq!((results[1]["op"].clone(), results[1]["error"]["kind"].as_str()), (Value::Null, Some("usage")));
+    assert_eq!((results[2]["op"].as_str(), results[2]["error"]["kind"].as_str()), (Some("begin"), Some("not_found")));
+    assert!(results[2]["error"]["message"].as_str().unwrap().contains("date=nope"));
+    assert_eq!(results[4]["error"]["kind"], "usage");
+    // What the batch acknowledged is in the store.
+    let attempts = env.json(&["attempt", "list", "-d", "daily", "-r", "r1"]).code(0).json();
+    assert_eq!(attempts["attempts"].as_array().map(Vec::len), Some(3));
+}
+
+#[test]
+fn a_whole_run_can_be_driven_through_batches() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let begun =
+        batch(&env, &[EU, US].map(|p| json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string()).join("\n"));
+    begun.code(0);
+    let begun = lines(&begun);
+    let mut finishes = Vec::new();
+    let mut validations = Vec::new();
+    for (line, (p, rows, total)) in begun.iter().zip([(EU, 2u64, 700i64), (US, 1, 5)]) {
+        let dir = std::path::PathBuf::from(line["result"]["staging_dir"].as_str().unwrap());
+        write_rows(&dir, rows, total);
+        let file = manifestdb::describe_file(&dir, "part.csv").unwrap();
+        let candidate = json!({
+            "snapshot": "s1", "rows": rows, "total": total, "digest": format!("rows={rows};total={total}"),
+            "files": [{"path": file.path, "size_bytes": file.size_bytes, "crc32": file.crc32}],
+        });
+        finishes.push(
+            json!({"op": "finish", "dataset": "daily", "run": "r1", "partition": p, "attempt": 1, "candidate": candidate}).to_string(),
+        );
+        validations
+            .push(json!({"op": "validate", "dataset": "daily", "run": "r1", "partition": p, "attempt": 1, "checksums": true}).to_string());
+    }
+    let finished = batch(&env, &finishes.join("\n"));
+    finished.code(0);
+    assert!(lines(&finished).iter().all(|l| l["result"]["outcome"] == "recorded"), "{}", finished.stdout);
+    let validated = batch(&env, &validations.join("\n"));
+    validated.code(0);
+    assert!(lines(&validated).iter().all(|l| l["result"]["verdict"] == "valid"), "{}", validated.stdout);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    let shown = env.json(&["show", "-d", "daily"]).code(0).json();
+    assert_eq!((shown["totals"]["rows"].as_u64(), shown["totals"]["total"].as_i64()), (Some(3), Some(705)));
+}

@@ -1,0 +1,175 @@
+//! Many operations in one commit: the types of [`crate::Store::run_batch`].
+//!
+//! A worker fleet driven through the command line pays one durable commit (several fsyncs)
+//! per call. A batch runs many begins, finishes, validations and effect operations in one
+//! write transaction and one commit, and still gives each operation its own outcome: an
+//! operation refused on its merits (an unknown task, a conflicting candidate, a claim held by
+//! another emitter) fails alone and writes nothing, while the others commit.
+//!
+//! [`BatchOp`] and [`BatchOutcome`] derive serde, so that a front end (the CLI's
+//! `manifestdb batch`, an HTTP route) can read operations as JSON and write outcomes. The
+//! JSON shape of an operation is flat, tagged by `op`:
+//!
+//! ```json
+//! {"op": "begin", "dataset": "daily", "run": "r1", "partition": "p=1"}
+//! {"op": "finish", "dataset": "daily", "run": "r1", "partition": "p=1", "attempt": 1,
+//!  "candidate": {"snapshot": "s1", "rows": 2, "total": 700, "digest": "d", "files": []}}
+//! {"op": "validate", "dataset": "daily", "run": "r1", "partition": "p=1", "attempt": 1, "checksums": true}
+//! {"op": "record_effect", "dataset": "daily", "run": "r1", "effect": "notify", "partition": null, "payload": "text"}
+//! {"op": "claim_effect", "dataset": "daily", "run": "r1", "effect": "notify", "claimant": "w1", "lease_ms": 60000}
+//! {"op": "mark_emitted", "dataset": "daily", "run": "r1", "effect": "notify", "claimant": "w1"}
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    AttemptKey, AttemptTicket, Candidate, ClaimOutcome, EffectKey, FileCheck, FinishOutcome, MarkOutcome, RecordedEffect, TaskKey, Verdict,
+};
+
+/// The most operations one batch may hold.
+pub const BATCH_OPS_MAX: usize = 10_000;
+
+/// One operation of a batch ([`crate::Store::run_batch`]); each runs as its single-call
+/// counterpart does, inside the batch's one transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
+pub enum BatchOp {
+    /// [`crate::Store::begin_attempt`].
+    Begin {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Partition (the task).
+        partition: String,
+    },
+    /// [`crate::Store::finish_attempt`].
+    Finish {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Partition (the task).
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// The candidate.
+        candidate: Candidate,
+    },
+    /// [`crate::Store::validate_attempt`]. Its files are checked before the batch's
+    /// transaction, against the store as it was when the batch began: an attempt finished in
+    /// the same batch is not finished yet for it (validate in a later batch).
+    Validate {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Partition (the task).
+        partition: String,
+        /// Attempt number.
+        attempt: u32,
+        /// Also compare every file's CRC32 (reads every byte); sizes only otherwise.
+        #[serde(default)]
+        checksums: bool,
+    },
+    /// [`crate::Store::record_effect`], with a text payload.
+    RecordEffect {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Effect name.
+        effect: String,
+        /// Partition, or none for a run-level effect.
+        #[serde(default)]
+        partition: Option<String>,
+        /// The payload (UTF-8 text; empty by default).
+        #[serde(default)]
+        payload: String,
+    },
+    /// [`crate::Store::claim_effect`].
+    ClaimEffect {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Effect name.
+        effect: String,
+        /// Partition, or none for a run-level effect.
+        #[serde(default)]
+        partition: Option<String>,
+        /// Who claims it.
+        claimant: String,
+        /// The lease, in milliseconds.
+        lease_ms: u64,
+    },
+    /// [`crate::Store::mark_effect_emitted`].
+    MarkEmitted {
+        /// Dataset.
+        dataset: String,
+        /// Run.
+        run: String,
+        /// Effect name.
+        effect: String,
+        /// Partition, or none for a run-level effect.
+        #[serde(default)]
+        partition: Option<String>,
+        /// The claimant, if the emitter claimed it.
+        #[serde(default)]
+        claimant: Option<String>,
+    },
+}
+
+impl BatchOp {
+    /// The task a begin names.
+    pub(crate) fn task(dataset: &str, run: &str, partition: &str) -> TaskKey {
+        TaskKey::new(dataset, run, partition)
+    }
+
+    /// The attempt a finish or validation names.
+    pub(crate) fn attempt(dataset: &str, run: &str, partition: &str, attempt: u32) -> AttemptKey {
+        TaskKey::new(dataset, run, partition).attempt(attempt)
+    }
+
+    /// The effect an effect operation names.
+    pub(crate) fn effect(dataset: &str, run: &str, effect: &str, partition: &Option<String>) -> EffectKey {
+        EffectKey { dataset: dataset.to_owned(), run: run.to_owned(), effect: effect.to_owned(), partition: partition.clone() }
+    }
+
+    /// The operation's name, as its JSON `op` tag.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BatchOp::Begin { .. } => "begin",
+            BatchOp::Finish { .. } => "finish",
+            BatchOp::Validate { .. } => "validate",
+            BatchOp::RecordEffect { .. } => "record_effect",
+            BatchOp::ClaimEffect { .. } => "claim_effect",
+            BatchOp::MarkEmitted { .. } => "mark_emitted",
+        }
+    }
+
+    /// The file check a validation asks for.
+    pub(crate) fn file_check(checksums: bool) -> FileCheck {
+        if checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size }
+    }
+}
+
+/// What one operation of a batch did: the value its single-call counterpart returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", content = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BatchOutcome {
+    /// A begun attempt.
+    Begin(AttemptTicket),
+    /// A finish.
+    Finish(FinishOutcome),
+    /// A stored verdict.
+    Validate(Verdict),
+    /// A recorded effect.
+    RecordEffect(RecordedEffect),
+    /// A claim's outcome.
+    ClaimEffect(ClaimOutcome),
+    /// A mark's outcome.
+    MarkEmitted(MarkOutcome),
+}

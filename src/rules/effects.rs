@@ -1,0 +1,116 @@
+//! Who may emit a side effect: claims with a lease, and marking an effect emitted.
+//!
+//! Several emitters (processes, hosts) may look at the same ready effect. To emit it once, an
+//! emitter first *claims* it for a lease; while the claim is live nobody else can claim it or
+//! mark it emitted, so only the claimant emits. A claimant that dies leaves a claim that runs
+//! out, and then another emitter may take it over. Marking the effect emitted ends the matter:
+//! any later claim or mark is told it was already emitted.
+//!
+//! Both decisions are pure functions over the effect's status, its current claim and the
+//! caller's clock reading; the store reads the record, calls them and writes what they decided.
+
+use crate::model::{EffectClaim, EffectStatus};
+
+/// What a claim request leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ClaimDecision {
+    /// Grant the claim (new, renewed by the same claimant, or taken over from an expired
+    /// claim, whose claimant is given).
+    Grant {
+        /// The claimant of the expired claim this one replaces.
+        took_over_from: Option<String>,
+    },
+    /// Another claimant holds a live claim.
+    HeldByOther,
+    /// The effect was already marked emitted.
+    AlreadyEmitted,
+    /// The effect's run is not published: it must not be emitted yet.
+    NotReady,
+}
+
+/// What a request to mark an effect emitted leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MarkDecision {
+    /// Mark it emitted.
+    Mark,
+    /// It already was: nothing changes.
+    AlreadyEmitted,
+    /// Someone else holds a live claim: only they may mark it.
+    ClaimedByOther,
+    /// The effect's run is not published.
+    NotReady,
+}
+
+/// Whether a claim is live at `now_ms`. A claim is live up to, not including, its expiry.
+pub(crate) fn is_live(claim: &EffectClaim, now_ms: u64) -> bool {
+    now_ms < claim.expires_at_ms
+}
+
+/// Decides a claim by `claimant` at `now_ms`.
+pub(crate) fn claim(status: &EffectStatus, current: Option<&EffectClaim>, claimant: &str, now_ms: u64) -> ClaimDecision {
+    match status {
+        EffectStatus::Recorded => ClaimDecision::NotReady,
+        EffectStatus::Emitted { .. } => ClaimDecision::AlreadyEmitted,
+        EffectStatus::Ready { .. } => match current {
+            None => ClaimDecision::Grant { took_over_from: None },
+            Some(held) if held.claimant == claimant => ClaimDecision::Grant { took_over_from: None },
+            Some(held) if is_live(held, now_ms) => ClaimDecision::HeldByOther,
+            Some(held) => ClaimDecision::Grant { took_over_from: Some(held.claimant.clone()) },
+        },
+    }
+}
+
+/// Decides a mark by `claimant` (`None`: an emitter that did not claim) at `now_ms`.
+///
+/// The holder of a live claim is the only one who may mark the effect. Without a live claim
+/// anyone may: an emitter that does not claim keeps working as before, and a claimant whose
+/// lease ran out after it emitted can still record that it did.
+pub(crate) fn mark(status: &EffectStatus, current: Option<&EffectClaim>, claimant: Option<&str>, now_ms: u64) -> MarkDecision {
+    match status {
+        EffectStatus::Recorded => MarkDecision::NotReady,
+        EffectStatus::Emitted { .. } => MarkDecision::AlreadyEmitted,
+        EffectStatus::Ready { .. } => match current {
+            Some(held) if is_live(held, now_ms) && Some(held.claimant.as_str()) != claimant => MarkDecision::ClaimedByOther,
+            _ => MarkDecision::Mark,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const READY: EffectStatus = EffectStatus::Ready { generation: 1 };
+    const EMITTED: EffectStatus = EffectStatus::Emitted { generation: 1, emitted_at_ms: 5 };
+
+    fn held(by: &str, expires_at_ms: u64) -> EffectClaim {
+        EffectClaim { claimant: by.into(), claimed_at_ms: 0, expires_at_ms }
+    }
+
+    #[test]
+    fn a_live_claim_refuses_another_claimant_and_an_expired_one_is_taken_over() {
+        assert_eq!(claim(&READY, None, "a", 10), ClaimDecision::Grant { took_over_from: None });
+        assert_eq!(claim(&READY, Some(&held("a", 100)), "b", 99), ClaimDecision::HeldByOther);
+        assert_eq!(claim(&READY, Some(&held("a", 100)), "a", 99), ClaimDecision::Grant { took_over_from: None }, "renewal");
+        assert_eq!(claim(&READY, Some(&held("a", 100)), "b", 100), ClaimDecision::Grant { took_over_from: Some("a".into()) });
+    }
+
+    #[test]
+    fn an_emitted_or_unpublished_effect_cannot_be_claimed() {
+        assert_eq!(claim(&EMITTED, None, "a", 0), ClaimDecision::AlreadyEmitted);
+        assert_eq!(claim(&EMITTED, Some(&held("a", 100)), "a", 0), ClaimDecision::AlreadyEmitted);
+        assert_eq!(claim(&EffectStatus::Recorded, None, "a", 0), ClaimDecision::NotReady);
+    }
+
+    #[test]
+    fn only_the_live_claimant_marks() {
+        let live = held("a", 100);
+        assert_eq!(mark(&READY, Some(&live), Some("a"), 50), MarkDecision::Mark);
+        assert_eq!(mark(&READY, Some(&live), Some("b"), 50), MarkDecision::ClaimedByOther);
+        assert_eq!(mark(&READY, Some(&live), None, 50), MarkDecision::ClaimedByOther);
+        assert_eq!(mark(&READY, Some(&live), Some("b"), 100), MarkDecision::Mark, "expired claim");
+        assert_eq!(mark(&READY, None, None, 0), MarkDecision::Mark);
+        assert_eq!(mark(&EMITTED, Some(&live), Some("a"), 50), MarkDecision::AlreadyEmitted);
+        assert_eq!(mark(&EffectStatus::Recorded, None, None, 0), MarkDecision::NotReady);
+    }
+}

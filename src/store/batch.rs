@@ -1,0 +1,147 @@
+//! [`Store::run_batch`]: many operations in one grouped write transaction.
+//!
+//! Each operation is the single call's, written once: its checks and file work come first
+//! (outside the transaction, as the single call does them), its body runs in the shared
+//! transaction, and a begin's directories are synced after the commit. An operation refused on
+//! its merits wrote nothing and gets its error; the batch commits the others. A storage
+//! failure fails the whole batch, as it fails a single call.
+
+use super::write::{self, PreparedBegin, PreparedValidation};
+use super::{Store, TxnEnd, files, tables};
+use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
+use crate::error::{Error, Result};
+use crate::model::{AttemptKey, Candidate, EffectKey};
+
+/// An operation once its checks and file work ran, ready for the transaction.
+enum Prepared {
+    /// Settled before the transaction: refused, or a verdict already stored.
+    Settled(Result<BatchOutcome>),
+    Begin(PreparedBegin),
+    Finish(AttemptKey, Candidate),
+    Validate(PreparedValidation),
+    RecordEffect(EffectKey, Vec<u8>),
+    ClaimEffect(EffectKey, String, std::time::Duration),
+    MarkEmitted(EffectKey, Option<String>),
+}
+
+impl Store {
+    /// Runs `ops` in one write transaction and one durable commit, in order, each with its own
+    /// outcome (`results[i]` for `ops[i]`): an operation refused on its merits fails alone and
+    /// writes nothing; later operations see the writes of earlier ones (two begins of one task
+    /// get consecutive attempt numbers). The batch shares the group commit with concurrent
+    /// calls. A validation checks files against the store as it was when the batch began (see
+    /// [`BatchOp::Validate`]).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for more than [`BATCH_OPS_MAX`] operations (nothing runs); a
+    /// storage error or a poisoned handle fails the whole batch and nothing of it commits.
+    pub fn run_batch(&self, ops: &[BatchOp]) -> Result<Vec<Result<BatchOutcome>>> {
+        if ops.len() > BATCH_OPS_MAX {
+            return Err(Error::invalid("batch", &ops.len().to_string(), format!("holds more than {BATCH_OPS_MAX} operations")));
+        }
+        self.poison.contain("running a batch", || {
+            let snapshot = self.snapshot()?;
+            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op)).collect();
+            drop(snapshot);
+            let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
+            let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
+            let ran = if pending {
+                self.write_grouped("running a batch", |txn| {
+                    let mut wrote = false;
+                    let mut ran = Vec::with_capacity(prepared.len());
+                    for op in &mut prepared {
+                        let writes_before = tables::writes_on_this_thread();
+                        let result = self.run_op(txn, op);
+                        match result {
+                            Some(Ok(TxnEnd::Commit(outcome))) => {
+                                wrote = true;
+                                ran.push(Some(Ok(outcome)));
+                            }
+                            Some(Ok(TxnEnd::Abort(outcome))) => ran.push(Some(Ok(outcome))),
+                            // A storage error dooms the transaction: the batch fails.
+                            Some(Err(err @ Error::Storage { .. })) => return Err(err),
+                            // A refusal after a write would commit half an operation; the
+                            // group commit fails the whole batch for it (see `group.rs`).
+                            Some(Err(err)) if tables::writes_on_this_thread() != writes_before => return Err(err),
+                            Some(Err(err)) => ran.push(Some(Err(err))),
+                            None => ran.push(None),
+                        }
+                    }
+                    Ok(if wrote { TxnEnd::Commit(ran) } else { TxnEnd::Abort(ran) })
+                })?
+            } else {
+                prepared.iter().map(|_| None).collect()
+            };
+            for (op, outcome) in prepared.into_iter().zip(ran) {
+                let result = match (op, outcome) {
+                    (Prepared::Settled(result), _) => result,
+                    // After the commit, before the ticket is handed out, as a single begin.
+                    (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket)))) => {
+                        files::sync_created_dirs(&ticket.staging_dir, &begin.created).map(|_| BatchOutcome::Begin(ticket))
+                    }
+                    (_, Some(result)) => result,
+                    (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),
+                };
+                results.push(Some(result));
+            }
+            Ok(results
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|| Err(Error::Poisoned { cause: "a batch result is missing".to_owned() })))
+                .collect())
+        })
+    }
+
+    /// The checks and file work of one operation, before the transaction.
+    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp) -> Prepared {
+        let prepared = match op {
+            BatchOp::Begin { dataset, run, partition } => {
+                self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition)).map(Prepared::Begin)
+            }
+            BatchOp::Finish { dataset, run, partition, attempt, candidate } => {
+                let key = BatchOp::attempt(dataset, run, partition, *attempt);
+                write::check_finish(&key, candidate).map(|()| Prepared::Finish(key, candidate.clone()))
+            }
+            BatchOp::Validate { dataset, run, partition, attempt, checksums } => {
+                let key = BatchOp::attempt(dataset, run, partition, *attempt);
+                write::prepare_validation(snapshot, &self.staging_root, self.read_limits(), &key, BatchOp::file_check(*checksums)).map(
+                    |prepared| match prepared.stored_verdict() {
+                        Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
+                        None => Prepared::Validate(prepared),
+                    },
+                )
+            }
+            BatchOp::RecordEffect { dataset, run, effect, partition, payload } => {
+                let key = BatchOp::effect(dataset, run, effect, partition);
+                write::check_record(&key, payload.as_bytes()).map(|()| Prepared::RecordEffect(key, payload.as_bytes().to_vec()))
+            }
+            BatchOp::ClaimEffect { dataset, run, effect, partition, claimant, lease_ms } => {
+                let key = BatchOp::effect(dataset, run, effect, partition);
+                let lease = std::time::Duration::from_millis(*lease_ms);
+                write::check_claim(&key, claimant, lease).map(|()| Prepared::ClaimEffect(key, claimant.clone(), lease))
+            }
+            BatchOp::MarkEmitted { dataset, run, effect, partition, claimant } => {
+                let key = BatchOp::effect(dataset, run, effect, partition);
+                write::check_mark(&key, claimant.as_deref()).map(|()| Prepared::MarkEmitted(key, claimant.clone()))
+            }
+        };
+        prepared.unwrap_or_else(|err| Prepared::Settled(Err(err)))
+    }
+
+    /// One operation's body in the batch's transaction; `None` for one settled before it.
+    fn run_op(&self, txn: &redb::WriteTransaction, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
+        let ran = match op {
+            Prepared::Settled(_) => return None,
+            Prepared::Begin(begin) => self.begin_body(txn, begin).map(|end| end.map(BatchOutcome::Begin)),
+            Prepared::Finish(key, candidate) => write::finish_body(txn, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
+            Prepared::Validate(prepared) => write::store_prepared_body(txn, prepared).map(|end| end.map(BatchOutcome::Validate)),
+            Prepared::RecordEffect(key, payload) => write::record_body(txn, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
+            Prepared::ClaimEffect(key, claimant, lease) => {
+                write::claim_body(txn, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
+            }
+            Prepared::MarkEmitted(key, claimant) => {
+                write::mark_body(txn, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
+            }
+        };
+        Some(ran)
+    }
+}
