@@ -281,13 +281,15 @@ fn mismatched() -> ApiError {
     ApiError::new(ErrorKind::Fault, "the store answered an operation with another operation's outcome")
 }
 
+/// A write route whose answer is its operation's batch result document (the document of the
+/// verb: `attempt begin`, `effects record`, `effects claim`, `effects mark-emitted`).
+async fn op_route(state: &AppState, op: &'static str, body: serde_json::Map<String, Value>) -> Answer {
+    let op = batch_op(op, body)?;
+    blocking(state, move |store| Ok(axum::Json(documents::batch_result(&run_one(store, &op)?)))).await
+}
+
 async fn begin(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
-    let op = batch_op("begin", body)?;
-    blocking(&state, move |store| match run_one(store, &op)? {
-        BatchOutcome::Begin(ticket) => Ok(axum::Json(documents::begun(&ticket))),
-        _ => Err(mismatched()),
-    })
-    .await
+    op_route(&state, "begin", body).await
 }
 
 async fn heartbeat(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {
@@ -369,32 +371,17 @@ async fn publish(State(state): State<AppState>, Body(body): Body<PublishBody>) -
 }
 
 async fn effect_record(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
-    let op = batch_op("record_effect", body)?;
-    blocking(&state, move |store| match run_one(store, &op)? {
-        BatchOutcome::RecordEffect(recorded) => Ok(axum::Json(documents::recorded(&recorded))),
-        _ => Err(mismatched()),
-    })
-    .await
+    op_route(&state, "record_effect", body).await
 }
 
 /// A claim: 200 whether claimed or refused (a refusal is a value: `held_by_other`,
 /// `already_emitted`); an effect not ready yet is a 409 error.
 async fn effect_claim(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
-    let op = batch_op("claim_effect", body)?;
-    blocking(&state, move |store| match run_one(store, &op)? {
-        BatchOutcome::ClaimEffect(claim) => Ok(axum::Json(documents::claim_outcome(&claim))),
-        _ => Err(mismatched()),
-    })
-    .await
+    op_route(&state, "claim_effect", body).await
 }
 
 async fn effect_mark_emitted(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
-    let op = batch_op("mark_emitted", body)?;
-    blocking(&state, move |store| match run_one(store, &op)? {
-        BatchOutcome::MarkEmitted(mark) => Ok(axum::Json(documents::mark_outcome(&mark))),
-        _ => Err(mismatched()),
-    })
-    .await
+    op_route(&state, "mark_emitted", body).await
 }
 
 #[derive(Deserialize)]
