@@ -6,10 +6,24 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Corruption, Error};
 use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
 use crate::model::{AttemptKey, Candidate, EffectClaim, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
 use crate::schema::{self, Def};
+
+/// Decodes a record stored in `table` under `key` and checks it: the one place a stored value
+/// becomes a record. A bad frame, checksum or payload, or a record that contradicts itself, is
+/// [`Error::Corrupted`] naming table and key.
+pub(crate) fn decode<R: Checked>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<R, Error> {
+    let record: R = crate::codec::decode(table, key, bytes)?;
+    record.check().map_err(|message| Error::Corrupted {
+        table,
+        key: crate::codec::printable_key(key),
+        detail: Corruption::Inconsistent { message },
+    })?;
+    Ok(record)
+}
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {

@@ -6,7 +6,7 @@
 //! the task's accepted attempt after an invalidation is `rules::accept::lowest_valid` over the
 //! task's verdicts.
 
-use super::retention::{attempt_key_bytes, check_attempt_key, check_rollback_text, refuse_if_abandoned, unknown_attempt};
+use super::retention::{attempt_key_bytes, check_attempt_key, check_rollback_text, unknown_attempt};
 use super::tables::{get, put, scan};
 use super::{Store, TxnEnd, now_ms};
 use crate::error::{Error, Result};
@@ -87,7 +87,7 @@ impl Store {
             }
             let attempt_key = attempt_key_bytes(attempt);
             let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            refuse_if_abandoned(attempt, &record)?;
+            crate::rules::attempts::refuse_if_abandoned(attempt, record.abandoned_at_ms)?;
             match (&record.candidate, &record.verdict) {
                 (None, _) => {
                     return Err(Error::AttemptState {

@@ -13,7 +13,7 @@ use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
 use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
+    AttemptInfo, AttemptKey, Effect, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
 };
 use crate::records::{
     AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
@@ -467,7 +467,8 @@ impl Snapshot {
         let mut out = Vec::new();
         scan::<EffectRecord>(&effects, EFFECTS, effect_prefix, &prefix_end(effect_prefix), |effect_key, record| {
             if keep(&record.status) {
-                let key = parse_effect_key(effect_key).ok_or_else(|| tables::corrupted(EFFECTS, effect_key, "malformed effect key"))?;
+                let key =
+                    schema::parse_effect_key(effect_key).ok_or_else(|| tables::corrupted(EFFECTS, effect_key, "malformed effect key"))?;
                 out.push(effect_from(key, record));
             }
             Ok(true)
@@ -488,19 +489,4 @@ fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
         status,
         reconciliation: record.reconciliation,
     }
-}
-
-fn parse_effect_key(raw: &[u8]) -> Option<EffectKey> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let mut fields = text.split('\0');
-    let (dataset, run, effect, partition) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
-    if fields.next().is_some() {
-        return None;
-    }
-    Some(EffectKey {
-        dataset: dataset.to_owned(),
-        run: run.to_owned(),
-        effect: effect.to_owned(),
-        partition: (!partition.is_empty()).then(|| partition.to_owned()),
-    })
 }

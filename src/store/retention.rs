@@ -23,7 +23,7 @@ use super::{Store, TxnEnd, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
-    RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
+    RollbackOutcome, RunMode, SkipReason, SkippedPath,
 };
 use crate::model::{AttemptKey, GenerationKind, TaskKey};
 use crate::records::{
@@ -31,7 +31,7 @@ use crate::records::{
     PointerRecord, RunRecord,
 };
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
-use crate::rules::{ids, retention};
+use crate::rules::{self, ids, retention};
 use crate::schema::{
     self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64,
     prefix, prefix_end,
@@ -72,22 +72,6 @@ pub(crate) fn unknown_attempt(attempt: &AttemptKey) -> Error {
     }
 }
 
-/// Refuses any further progress of an attempt recorded abandoned: a finish or heartbeat that
-/// arrives after abandonment must not revive it, because cleanup treats an abandoned attempt's
-/// files as garbage from then on.
-pub(crate) fn refuse_if_abandoned(attempt: &AttemptKey, record: &AttemptRecord) -> Result<()> {
-    match record.abandoned_at_ms {
-        Some(abandoned_at_ms) => Err(Error::AttemptAbandoned {
-            dataset: attempt.task.dataset.clone(),
-            run: attempt.task.run.clone(),
-            partition: attempt.task.partition.clone(),
-            attempt: attempt.attempt,
-            abandoned_at_ms,
-        }),
-        None => Ok(()),
-    }
-}
-
 /// The error for a published run whose generation record is missing: expired if the dataset's
 /// history now starts after it, corruption otherwise.
 pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
@@ -100,19 +84,6 @@ pub(crate) fn published_generation_missing(generations: &impl Readable, dataset:
         Some(oldest) if oldest > generation => Error::GenerationExpired { dataset: dataset.to_owned(), run: run.to_owned(), generation },
         _ => tables::corrupted(RUNS, &key(&[dataset, run]), format!("run is published as generation {generation}, which does not exist")),
     }
-}
-
-/// Splits an attempt key into its task and number.
-fn parse_attempt_key(raw: &[u8]) -> Option<AttemptKey> {
-    let (head, number) = raw.split_at_checked(raw.len().checked_sub(4)?)?;
-    let text = head.strip_suffix(&[0])?;
-    let text = std::str::from_utf8(text).ok()?;
-    let mut fields = text.split('\0');
-    let (dataset, run, partition) = (fields.next()?, fields.next()?, fields.next()?);
-    if fields.next().is_some() {
-        return None;
-    }
-    Some(TaskKey::new(dataset, run, partition).attempt(u32::from_be_bytes(number.try_into().ok()?)))
 }
 
 /// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
@@ -145,7 +116,7 @@ fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
     let mut published: HashMap<(String, String), bool> = HashMap::new();
     let mut accepted_of: HashMap<TaskKey, Option<u32>> = HashMap::new();
     scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
-        let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+        let attempt = schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
         let task = &attempt.task;
         let run_key = (task.dataset.clone(), task.run.clone());
         let run_published = match published.get(&run_key) {
@@ -304,25 +275,21 @@ impl Store {
             let mut attempts = open(txn, ATTEMPTS)?;
             let attempt_key = attempt_key_bytes(attempt);
             let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            refuse_if_abandoned(attempt, &record)?;
-            // A try still beating for a published run is a leftover (a killed try's sidecar,
-            // say): its output can never be used, so its lease is not renewed.
+            // Read before the rule so the refusal order is the rule's alone.
             let task = &attempt.task;
-            if let Some(generation) = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
-            {
-                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-            }
-            if record.candidate.is_some() {
-                return Err(Error::AttemptState {
-                    partition: attempt.task.partition.clone(),
-                    attempt: attempt.attempt,
-                    state: "finished",
-                    operation: "a heartbeat",
-                    needed: "a running attempt",
-                });
-            }
-            // A clock that stepped back never shortens a lease already granted.
-            record.heartbeat_at_ms = record.heartbeat_at_ms.max(now_ms());
+            let published = if record.abandoned_at_ms.is_none() {
+                get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
+            } else {
+                None
+            };
+            record.heartbeat_at_ms = rules::attempts::heartbeat(
+                attempt,
+                record.abandoned_at_ms,
+                published,
+                record.candidate.is_some(),
+                record.heartbeat_at_ms,
+                now_ms(),
+            )?;
             put(&mut attempts, &attempt_key, &record)?;
             Ok(TxnEnd::Commit(AttemptLease {
                 heartbeat_at_ms: record.heartbeat_at_ms,
@@ -347,11 +314,15 @@ impl Store {
             let now = now_ms();
             let mut expired = Vec::new();
             scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
-                if record.candidate.is_none()
-                    && record.abandoned_at_ms.is_none()
-                    && record.heartbeat_at_ms.saturating_add(lifetime_ms) < now
-                {
-                    let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+                if rules::attempts::lease_expired(
+                    record.candidate.is_some(),
+                    record.abandoned_at_ms.is_some(),
+                    record.heartbeat_at_ms,
+                    lifetime_ms,
+                    now,
+                ) {
+                    let attempt =
+                        schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
                     expired.push((raw.to_vec(), attempt, record));
                 }
                 Ok(true)
@@ -406,18 +377,13 @@ impl Store {
             let mut generations = open(txn, GENERATIONS)?;
             let mut versions = open(txn, VERSIONS)?;
             let refused = |refusal| Ok(TxnEnd::Abort(RollbackOutcome::Refused(refusal)));
-            let Some(current) = read_pointer(&pointers, dataset)? else {
-                return refused(RollbackRefusal::Unknown { requested: to, current: None });
+            let current = match retention::rollback_target(read_pointer(&pointers, dataset)?, to) {
+                Ok(current) => current,
+                Err(refusal) => return refused(refusal),
             };
-            if to == current {
-                return refused(RollbackRefusal::AlreadyCurrent { generation: current });
-            }
-            if to == 0 || to > current {
-                return refused(RollbackRefusal::Unknown { requested: to, current: Some(current) });
-            }
             let Some(target) = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], to))? else {
-                let oldest = generation_list(&generations, dataset)?.first().map_or(current, |(n, _)| *n);
-                return refused(RollbackRefusal::Expired { requested: to, oldest_retained: oldest });
+                let oldest = generation_list(&generations, dataset)?.first().map(|(n, _)| *n);
+                return refused(retention::rollback_expired(to, oldest, current));
             };
             let now_parts = partitions_at(&versions, dataset, current)?;
             let target_parts = partitions_at(&versions, dataset, to)?;
@@ -843,10 +809,9 @@ impl Store {
                     AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published);
                 let is_accepted = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?
                     .is_some_and(|a| a.attempt == attempt.attempt);
-                if !matches!(state, AttemptState::Abandoned | AttemptState::Invalid | AttemptState::Settled)
-                    || is_accepted
-                    || referenced_by_version(&versions, attempt, &record.staging_rel)?
-                {
+                // The version scan only when the rest of the rule would let the record go:
+                // `attempt_dead(s, a, r)` is `attempt_dead(s, a, false) && !r`.
+                if !cleanup::attempt_dead(state, is_accepted, false) || referenced_by_version(&versions, attempt, &record.staging_rel)? {
                     continue;
                 }
                 attempts.remove(attempt_key.as_slice()).map_err(|e| Error::storage("removing an attempt record", e))?;

@@ -10,18 +10,19 @@ use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
-    FileCheck, FileEntry, FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec,
-    TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectKey, FileCheck, FileEntry,
+    FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec,
+    Verdict,
 };
 use crate::readers;
 use crate::records::{
     AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
     PointerRecord, RunRecord, TaskRecord,
 };
+use crate::rules::attempts::{Finish, StoreVerdict, ToValidate};
 use crate::rules::effects::{ClaimDecision, MarkDecision};
 use crate::rules::validate::FileObservation;
-use crate::rules::{self, ids};
+use crate::rules::{self, declare, ids};
 use crate::schema::{
     self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
@@ -172,13 +173,9 @@ impl Store {
         let mut tasks = open(txn, TASKS)?;
         let mut attempts = open(txn, ATTEMPTS)?;
         let run = read_run(&runs, &task.dataset, &task.run)?;
-        if let Some(generation) = run.published_generation {
-            return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-        }
         let mut record = read_task(&tasks, task)?;
-        let attempt = record.next_attempt;
-        record.next_attempt =
-            attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
+        let (attempt, next_attempt) = rules::attempts::begin(task, run.published_generation, record.next_attempt)?;
+        record.next_attempt = next_attempt;
         let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
         let started_at_ms = now_ms();
         let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
@@ -500,9 +497,8 @@ pub(super) fn claim_body(
         ClaimDecision::HeldByOther => Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(effect.clone(), record) })),
         ClaimDecision::AlreadyEmitted => Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
         ClaimDecision::Grant { took_over_from } => {
-            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
-            record.claim =
-                Some(EffectClaim { claimant: claimant.to_owned(), claimed_at_ms: now, expires_at_ms: now.saturating_add(lease_ms) });
+            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            record.claim = Some(rules::effects::granted(claimant, now, lease_ms));
             put(&mut effects, &effect_key, &record)?;
             Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(effect.clone(), record), took_over_from }))
         }
@@ -515,16 +511,16 @@ pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Op
     let effect_key = effect_key_bytes(effect);
     let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
     let now = now_ms();
-    match (rules::effects::mark(&record.status, record.claim.as_ref(), claimant, now), record.status.clone()) {
+    match (rules::effects::mark(&record.status, record.claim.as_ref(), claimant, now), rules::effects::emitted(&record.status, now)) {
         (MarkDecision::NotReady, _) => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
         (MarkDecision::AlreadyEmitted, _) => Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
         (MarkDecision::ClaimedByOther, _) => Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(effect.clone(), record) })),
-        (MarkDecision::Mark, EffectStatus::Ready { generation }) => {
-            record.status = EffectStatus::Emitted { generation, emitted_at_ms: now };
+        (MarkDecision::Mark, Some(status)) => {
+            record.status = status;
             put(&mut effects, &effect_key, &record)?;
             Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(effect.clone(), record) }))
         }
-        (MarkDecision::Mark, _) => Err(tables::corrupted(EFFECTS, &effect_key, "an effect not ready was to be marked emitted")),
+        (MarkDecision::Mark, None) => Err(tables::corrupted(EFFECTS, &effect_key, "an effect not ready was to be marked emitted")),
     }
 }
 
@@ -546,44 +542,22 @@ pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
     Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
 }
 
-/// Compares a re-declaration with the stored run.
+/// Compares a re-declaration with the stored run (`rules::declare`), reading the stored tasks
+/// one by one up to the first difference.
 fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables::Readable) -> Result<()> {
     let conflict = |detail: String| Error::RunConflict { dataset: spec.dataset.clone(), run: spec.run.clone(), detail };
-    if existing.snapshot != spec.snapshot {
-        return Err(conflict(format!("snapshot {:?} was declared, not {:?}", existing.snapshot, spec.snapshot)));
-    }
-    if existing.grain != spec.grain {
-        return Err(conflict(format!("grain {:?} was declared, not {:?}", existing.grain, spec.grain)));
-    }
-    if existing.task_count != spec.tasks.len() as u64 {
-        return Err(conflict(format!("{} tasks were declared, not {}", existing.task_count, spec.tasks.len())));
+    let declared = declare::Declared { snapshot: &existing.snapshot, grain: existing.grain.as_ref(), task_count: existing.task_count };
+    if let Some(detail) = declare::run_difference(spec, declared) {
+        return Err(conflict(detail));
     }
     for task in &spec.tasks {
         let stored: Option<TaskRecord> = get(tasks, TASKS, &key(&[&spec.dataset, &spec.run, &task.partition]))?;
-        match stored {
-            None => return Err(conflict(format!("partition {:?} was not declared", task.partition))),
-            Some(stored) if stored.expected_rows != task.expected_rows || stored.expected_total != task.expected_total => {
-                return Err(conflict(format!(
-                    "partition {:?} was declared with rows {} and total {:?}",
-                    task.partition, stored.expected_rows, stored.expected_total
-                )));
-            }
-            Some(_) => {}
+        let stored = stored.map(|t| declare::DeclaredTask { expected_rows: t.expected_rows, expected_total: t.expected_total });
+        if let Some(detail) = declare::task_difference(task, stored) {
+            return Err(conflict(detail));
         }
     }
     Ok(())
-}
-
-fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
-    if existing.rows != new.rows {
-        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
-    } else if existing.total != new.total {
-        format!("total {:?} recorded, {:?} now", existing.total, new.total)
-    } else if existing.digest != new.digest {
-        format!("digest {:?} recorded, {:?} now", existing.digest, new.digest)
-    } else {
-        "the file list differs".to_owned()
-    }
 }
 
 /// Reads, for each task of the run, what the publish rule needs: O(1) keyed lookups per task,
@@ -671,8 +645,8 @@ fn mark_effects_ready(txn: &WriteTransaction, dataset: &str, run: &str, generati
     let effect_prefix = prefix(&[dataset, run]);
     let mut updates = Vec::new();
     scan::<EffectRecord>(&effects, EFFECTS, &effect_prefix, &prefix_end(&effect_prefix), |effect_key, mut record| {
-        if record.status == EffectStatus::Recorded {
-            record.status = EffectStatus::Ready { generation };
+        if let Some(status) = rules::effects::on_publish(&record.status, generation) {
+            record.status = status;
             updates.push((effect_key.to_vec(), record));
         }
         Ok(true)
@@ -757,18 +731,10 @@ pub(super) fn prepare_validation(
         (spec, run, record)
     };
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
-    if let Some(verdict) = record.verdict {
-        return Ok(prepared(Decided::Stored(verdict)));
-    }
-    super::retention::refuse_if_abandoned(attempt, &record)?;
-    let Some(candidate) = record.candidate else {
-        return Err(Error::AttemptState {
-            partition: task.partition.clone(),
-            attempt: attempt.attempt,
-            state: "running",
-            operation: "validation",
-            needed: "a finished attempt",
-        });
+    let candidate = match rules::attempts::to_validate(attempt, record.verdict.as_ref(), record.abandoned_at_ms, record.candidate.as_ref())?
+    {
+        ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict.clone()))),
+        ToValidate::Candidate(candidate) => candidate.clone(),
     };
     let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
     let computed = match &run.grain {
@@ -864,12 +830,13 @@ pub(super) fn store_verdict_body(
     let mut attempts = open(txn, ATTEMPTS)?;
     let mut accepted = open(txn, ACCEPTED)?;
     let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-    if let Some(stored) = record.verdict {
+    match rules::attempts::store_verdict(record.verdict.as_ref(), record.candidate.as_ref(), candidate) {
         // Another validator got there first; its verdict stands.
-        return Ok(TxnEnd::Abort(stored));
-    }
-    if record.candidate.as_ref() != Some(candidate) {
-        return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+        StoreVerdict::Stands(stored) => return Ok(TxnEnd::Abort(stored.clone())),
+        StoreVerdict::CandidateChanged => {
+            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
+        }
+        StoreVerdict::Store => {}
     }
     // Every read that may fail comes before the first write: a grouped body that fails
     // must have written nothing (see `group.rs`).
@@ -878,13 +845,9 @@ pub(super) fn store_verdict_body(
     record.verdict = Some(verdict.clone());
     record.reconciliation = Some(reconciliation.clone());
     put(&mut attempts, &attempt_key, &record)?;
-    if run.published_generation.is_none() {
-        let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
-        if next != current
-            && let Some(attempt) = next
-        {
-            put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
-        }
+    if let Some(attempt) = rules::accept::accepted_update(run.published_generation.is_some(), current, attempt.attempt, verdict.is_valid())
+    {
+        put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
     }
     Ok(TxnEnd::Commit(verdict.clone()))
 }
@@ -928,38 +891,10 @@ pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidat
     let run = read_run(&runs, &task.dataset, &task.run)?;
     let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
     let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-    super::retention::refuse_if_abandoned(attempt, &record)?;
-    if candidate.snapshot != run.snapshot {
-        return Err(Error::ForeignSnapshot {
-            run: task.run.clone(),
-            partition: task.partition.clone(),
-            attempt: attempt.attempt,
-            expected: run.snapshot,
-            got: candidate.snapshot.clone(),
-        });
-    }
-    if run.grain.is_none() {
-        // Without a grain the store has nothing to compute the figures from.
-        for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
-            if missing {
-                return Err(Error::invalid(
-                    "candidate",
-                    &candidate.snapshot,
-                    format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
-                ));
-            }
-        }
-    }
-    match &record.candidate {
-        Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
-        Some(existing) => {
-            return Err(Error::CandidateConflict {
-                partition: task.partition.clone(),
-                attempt: attempt.attempt,
-                detail: candidate_difference(existing, candidate),
-            });
-        }
-        None => {}
+    let for_finish = rules::attempts::RunForFinish { snapshot: &run.snapshot, has_grain: run.grain.is_some() };
+    match rules::attempts::finish(attempt, candidate, for_finish, record.abandoned_at_ms, record.candidate.as_ref())? {
+        Finish::AlreadyRecorded => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
+        Finish::Record => {}
     }
     record.candidate = Some(candidate.clone());
     put(&mut attempts, &attempt_key, &record)?;
@@ -991,10 +926,7 @@ pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &
     if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
         return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
     }
-    let status = match run.published_generation {
-        Some(generation) => EffectStatus::Ready { generation },
-        None => EffectStatus::Recorded,
-    };
+    let status = rules::effects::recorded(run.published_generation);
     let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
     put(&mut effects, &effect_key, &record)?;
     Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
