@@ -15,11 +15,84 @@ use crate::model::{AttemptKey, Candidate, TaskKey, Verdict};
 /// The number a begin takes and the task's next number after it. A published run takes no new
 /// attempts.
 pub(crate) fn begin(task: &TaskKey, published_generation: Option<u64>, next_attempt: u32) -> Result<(u32, u32)> {
-    if let Some(generation) = published_generation {
-        return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-    }
+    refuse_if_published(task, published_generation)?;
     let next = next_attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
     Ok((next_attempt, next))
+}
+
+/// Refuses a change to an attempt of a published run (`published_generation`): its accepted
+/// attempts are frozen, and published content changes only by a new run or a rollback.
+pub(crate) fn refuse_if_published(task: &TaskKey, published_generation: Option<u64>) -> Result<()> {
+    match published_generation {
+        Some(generation) => Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation }),
+        None => Ok(()),
+    }
+}
+
+/// What abandoning an attempt explicitly does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Abandon {
+    /// Record it abandoned now.
+    Abandon,
+    /// It was recorded abandoned at this time already: nothing to write.
+    AlreadyAbandoned(u64),
+}
+
+/// Decides an explicit abandonment of an attempt, given its record's abandonment and whether
+/// it finished.
+///
+/// # Errors
+/// [`Error::AttemptState`] for a finished attempt (its candidate is recorded: it is
+/// invalidated, not abandoned).
+pub(crate) fn abandon(attempt: &AttemptKey, abandoned_at_ms: Option<u64>, finished: bool) -> Result<Abandon> {
+    if let Some(at) = abandoned_at_ms {
+        return Ok(Abandon::AlreadyAbandoned(at));
+    }
+    if finished {
+        return Err(Error::AttemptState {
+            partition: attempt.task.partition.clone(),
+            attempt: attempt.attempt,
+            state: "finished",
+            operation: "abandoning",
+            needed: "an unfinished attempt (invalidate a finished one instead)",
+        });
+    }
+    Ok(Abandon::Abandon)
+}
+
+/// What an operator's invalidation of an attempt does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Invalidate {
+    /// Store an invalid verdict and recompute the accepted attempt.
+    Invalidate,
+    /// It is invalid already: nothing to write.
+    AlreadyInvalid,
+}
+
+/// Decides an invalidation of an attempt of an unpublished run ([`refuse_if_published`]),
+/// given its record.
+///
+/// # Errors
+/// [`Error::AttemptAbandoned`]; [`Error::AttemptState`] if it has not finished (it is
+/// abandoned, not invalidated).
+pub(crate) fn invalidate(
+    attempt: &AttemptKey,
+    abandoned_at_ms: Option<u64>,
+    finished: bool,
+    verdict: Option<&Verdict>,
+) -> Result<Invalidate> {
+    refuse_if_abandoned(attempt, abandoned_at_ms)?;
+    match (finished, verdict) {
+        (false, _) => Err(Error::AttemptState {
+            partition: attempt.task.partition.clone(),
+            attempt: attempt.attempt,
+            state: "running",
+            operation: "invalidation",
+            needed: "a finished attempt (abandon a running one instead)",
+        }),
+        (true, Some(Verdict::Invalid(_))) => Ok(Invalidate::AlreadyInvalid),
+        (true, _) => Ok(Invalidate::Invalidate),
+    }
 }
 
 /// Refuses any further progress of an attempt recorded abandoned: a finish or heartbeat that
@@ -54,9 +127,7 @@ pub(crate) fn heartbeat(
 ) -> Result<u64> {
     refuse_if_abandoned(attempt, abandoned_at_ms)?;
     let task = &attempt.task;
-    if let Some(generation) = published_generation {
-        return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-    }
+    refuse_if_published(task, published_generation)?;
     if finished {
         return Err(Error::AttemptState {
             partition: task.partition.clone(),
@@ -267,6 +338,20 @@ mod tests {
         assert!(matches!(heartbeat(&key(), Some(1), Some(3), true, 0, 0), Err(Error::AttemptAbandoned { .. })));
         assert!(matches!(heartbeat(&key(), None, Some(3), true, 0, 0), Err(Error::RunPublished { .. })));
         assert!(matches!(heartbeat(&key(), None, None, true, 0, 0), Err(Error::AttemptState { state: "finished", .. })));
+    }
+
+    #[test]
+    fn abandoning_is_idempotent_and_only_for_unfinished_attempts_and_invalidating_only_for_finished_ones() {
+        assert_eq!(abandon(&key(), None, false).unwrap(), Abandon::Abandon);
+        assert_eq!(abandon(&key(), Some(7), true).unwrap(), Abandon::AlreadyAbandoned(7));
+        assert!(matches!(abandon(&key(), None, true), Err(Error::AttemptState { state: "finished", .. })));
+        let invalid = Verdict::Invalid(vec![GateFailure::RowsMismatch { expected: 1, got: 2 }]);
+        assert_eq!(invalidate(&key(), None, true, Some(&Verdict::Valid)).unwrap(), Invalidate::Invalidate);
+        assert_eq!(invalidate(&key(), None, true, None).unwrap(), Invalidate::Invalidate);
+        assert_eq!(invalidate(&key(), None, true, Some(&invalid)).unwrap(), Invalidate::AlreadyInvalid);
+        assert!(matches!(invalidate(&key(), None, false, None), Err(Error::AttemptState { state: "running", .. })));
+        assert!(matches!(invalidate(&key(), Some(3), false, None), Err(Error::AttemptAbandoned { .. })));
+        assert!(matches!(refuse_if_published(&key().task, Some(2)), Err(Error::RunPublished { generation: 2, .. })));
     }
 
     #[test]

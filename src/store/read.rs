@@ -10,13 +10,13 @@ use redb::{ReadTransaction, ReadableTableMetadata};
 
 use super::contain::Poison;
 use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
-use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
 use crate::model::{
     AttemptInfo, AttemptKey, Effect, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
 };
 use crate::records::{
-    AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
+    AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord,
+    TaskRecord, attempt_status, effect_from, generation_from,
 };
 use crate::schema::{
     self, ACCEPTED, ALL_TABLES, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS,
@@ -104,6 +104,20 @@ pub(crate) fn read_generation(generations: &impl Readable, dataset: &str, number
 
 pub(crate) fn read_pointer(pointers: &impl Readable, dataset: &str) -> Result<Option<u64>> {
     Ok(get::<PointerRecord>(pointers, POINTERS, &key(&[dataset]))?.map(|p| p.generation))
+}
+
+/// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
+pub(crate) fn generation_list(generations: &impl Readable, dataset: &str) -> Result<Vec<(u64, u64)>> {
+    let generation_prefix = prefix(&[dataset]);
+    let mut out = Vec::new();
+    scan::<GenerationRecord>(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |k, record| {
+        let number = schema::trailing_u64(k)
+            .filter(|_| k.len() == generation_prefix.len() + 8)
+            .ok_or_else(|| tables::corrupted(GENERATIONS, k, "malformed generation key"))?;
+        out.push((number, record.published_at_ms));
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 impl Snapshot {

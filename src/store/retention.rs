@@ -16,25 +16,23 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
-use super::read::{partitions_at, read_pointer};
+use super::meta_redb::RedbMeta;
+use super::read::{generation_list, read_pointer};
 use super::tables::{self, Readable, get, put, scan};
-use super::write::generation_from;
 use super::{Store, TxnEnd, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
     RollbackOutcome, RunMode, SkipReason, SkippedPath,
 };
-use crate::model::{AttemptKey, GenerationKind, TaskKey};
-use crate::records::{
-    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, GenerationRecord, PartitionVersionRecord,
-    PointerRecord, RunRecord,
-};
+use crate::model::{AttemptKey, TaskKey};
+use crate::ops;
+use crate::records::{AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, PartitionVersionRecord, RunRecord};
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
 use crate::rules::{self, ids, retention};
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64,
-    prefix, prefix_end,
+    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64, prefix,
+    prefix_end,
 };
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
@@ -61,43 +59,6 @@ pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_name("dataset", &attempt.task.dataset)?;
     ids::check_name("run id", &attempt.task.run)?;
     ids::check_partition(&attempt.task.partition)
-}
-
-pub(crate) fn unknown_attempt(attempt: &AttemptKey) -> Error {
-    Error::UnknownAttempt {
-        dataset: attempt.task.dataset.clone(),
-        run: attempt.task.run.clone(),
-        partition: attempt.task.partition.clone(),
-        attempt: attempt.attempt,
-    }
-}
-
-/// The error for a published run whose generation record is missing: expired if the dataset's
-/// history now starts after it, corruption otherwise.
-pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
-    let generation_prefix = prefix(&[dataset]);
-    let oldest = match tables::first_key(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix)) {
-        Ok(found) => found.and_then(|k| schema::trailing_u64(&k)),
-        Err(err) => return err,
-    };
-    match oldest {
-        Some(oldest) if oldest > generation => Error::GenerationExpired { dataset: dataset.to_owned(), run: run.to_owned(), generation },
-        _ => tables::corrupted(RUNS, &key(&[dataset, run]), format!("run is published as generation {generation}, which does not exist")),
-    }
-}
-
-/// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
-fn generation_list(generations: &impl Readable, dataset: &str) -> Result<Vec<(u64, u64)>> {
-    let generation_prefix = prefix(&[dataset]);
-    let mut out = Vec::new();
-    scan::<GenerationRecord>(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |k, record| {
-        let number = schema::trailing_u64(k)
-            .filter(|_| k.len() == generation_prefix.len() + 8)
-            .ok_or_else(|| tables::corrupted(GENERATIONS, k, "malformed generation key"))?;
-        out.push((number, record.published_at_ms));
-        Ok(true)
-    })?;
-    Ok(out)
 }
 
 /// Gathers what cleanup needs to know from one consistent view.
@@ -270,32 +231,8 @@ impl Store {
     /// published (the worker must stop: its output will never be used); storage errors.
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
-        self.write("renewing an attempt's lease", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let attempt_key = attempt_key_bytes(attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            // Read before the rule so the refusal order is the rule's alone.
-            let task = &attempt.task;
-            let published = if record.abandoned_at_ms.is_none() {
-                get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
-            } else {
-                None
-            };
-            record.heartbeat_at_ms = rules::attempts::heartbeat(
-                attempt,
-                record.abandoned_at_ms,
-                published,
-                record.candidate.is_some(),
-                record.heartbeat_at_ms,
-                now_ms(),
-            )?;
-            put(&mut attempts, &attempt_key, &record)?;
-            Ok(TxnEnd::Commit(AttemptLease {
-                heartbeat_at_ms: record.heartbeat_at_ms,
-                expires_at_ms: record.heartbeat_at_ms.saturating_add(self.attempt_lifetime_max_ms),
-            }))
-        })
+        let lease_ms = self.attempt_lifetime_max_ms;
+        self.write("renewing an attempt's lease", |txn| ops::attempts::heartbeat(&mut RedbMeta::new(txn), attempt, now_ms(), lease_ms))
     }
 
     /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
@@ -372,72 +309,7 @@ impl Store {
         ids::check_name("dataset", dataset)?;
         check_rollback_text("rollback actor", actor)?;
         check_rollback_text("rollback reason", reason)?;
-        self.write("rolling back", |txn| {
-            let mut pointers = open(txn, POINTERS)?;
-            let mut generations = open(txn, GENERATIONS)?;
-            let mut versions = open(txn, VERSIONS)?;
-            let refused = |refusal| Ok(TxnEnd::Abort(RollbackOutcome::Refused(refusal)));
-            let current = match retention::rollback_target(read_pointer(&pointers, dataset)?, to) {
-                Ok(current) => current,
-                Err(refusal) => return refused(refusal),
-            };
-            let Some(target) = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], to))? else {
-                let oldest = generation_list(&generations, dataset)?.first().map(|(n, _)| *n);
-                return refused(retention::rollback_expired(to, oldest, current));
-            };
-            let now_parts = partitions_at(&versions, dataset, current)?;
-            let target_parts = partitions_at(&versions, dataset, to)?;
-            let restores = retention::rollback_diff(&now_parts, &target_parts);
-            let number =
-                current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
-            let mut digests = open(txn, DIGESTS)?;
-            let runs = open(txn, RUNS)?;
-            for restore in &restores {
-                let record = match restore.from_version {
-                    None => PartitionVersionRecord { entry: None },
-                    Some(version) => {
-                        let version_key = key_u64(&[dataset, &restore.partition], version);
-                        get::<PartitionVersionRecord>(&versions, VERSIONS, &version_key)?
-                            .ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "visible version vanished during rollback"))?
-                    }
-                };
-                // The restored content is what the partition now holds from its snapshot: the
-                // determinism check of the next rerun on that snapshot compares against it.
-                // The record names the run that published this content and the generation it
-                // published it in, as a publish's record does.
-                if let Some(entry) = &record.entry {
-                    let run_key = key(&[dataset, &entry.run]);
-                    let published = get::<RunRecord>(&runs, RUNS, &run_key)?.and_then(|r| r.published_generation).ok_or_else(|| {
-                        tables::corrupted(
-                            VERSIONS,
-                            &key_u64(&[dataset, &restore.partition], number),
-                            "restored content of an unpublished run",
-                        )
-                    })?;
-                    put(
-                        &mut digests,
-                        &key(&[dataset, &entry.snapshot, &restore.partition]),
-                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: published },
-                    )?;
-                }
-                put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
-            }
-            let record = GenerationRecord {
-                parent: current,
-                run: target.run,
-                snapshot: target.snapshot,
-                published_at_ms: now_ms(),
-                partitions_replaced: restores.len() as u64,
-                nondeterminism_accepted: None,
-                kind: GenerationKind::Rollback { restored: to, actor: actor.to_owned(), reason: reason.to_owned() },
-            };
-            put(&mut generations, &key_u64(&[dataset], number), &record)?;
-            // The pointer only moves forward, and only once the new generation is complete.
-            debug_assert!(number > current);
-            put(&mut pointers, &key(&[dataset]), &PointerRecord { generation: number })?;
-            tracing::info!(dataset, restored = to, generation = number, actor, reason, partitions = restores.len(), "rolled back");
-            Ok(TxnEnd::Commit(RollbackOutcome::RolledBack(generation_from(dataset, number, record))))
-        })
+        self.write("rolling back", |txn| ops::lifecycle::rollback(&mut RedbMeta::new(txn), dataset, to, actor, reason, now_ms()))
     }
 
     /// Expires the generations of `dataset` that `policy` does not retain, in one transaction:
