@@ -8,7 +8,9 @@
 //! opens the store, does one warm-up operation (page cache, prepared statements), then runs N
 //! operations of one kind, each through [`counted`], the only function callgrind collects in:
 //! the file's total is the instructions of exactly those N operations (and whatever they call),
-//! never the setup, the open or the warm-up. The parent divides by N.
+//! never the setup, the open or the warm-up. The parent divides by N. A first row counts the
+//! floor under every durable write, one small insert committed on bare redb (in manifestdb's
+//! `SingleWriter` mode) and on bare SQLite, with the harness's own `BareRedb` and `BareSqlite`.
 //!
 //! Why `--toggle-collect` rather than client requests (the `crabgrind` crate, or valgrind's
 //! `callgrind.h` macros): it needs nothing at build time (the bench package is compiled by
@@ -28,12 +30,16 @@ use manifestdb::{FileCheck, PublishOptions, PublishOutcome, Store, TaskKey};
 use rusqlite::{Connection, TransactionBehavior, params};
 
 use super::{
-    Report, Res, empty_candidate, md_prepare, partition, run_spec, sqlite_begin, sqlite_cycle, sqlite_declare, sqlite_finish, sqlite_open,
-    sqlite_publish, sqlite_validate,
+    BareRedb, BareSqlite, Report, Res, empty_candidate, md_prepare, partition, run_spec, sqlite_begin, sqlite_cycle, sqlite_declare,
+    sqlite_finish, sqlite_open, sqlite_publish, sqlite_validate,
 };
 
 /// The operations counted, in the order printed.
-const OPERATIONS: [&str; 6] = ["begin", "finish", "validate", "publish_1task", "publish_1000tasks", "manifest_10k_partitions"];
+/// `bare_commit` is the floor under every durable write: one small insert committed, on bare
+/// redb in manifestdb's mode (`SingleWriter`, two-phase commit) and on bare SQLite (WAL,
+/// `synchronous=FULL`), each on a fresh file.
+const OPERATIONS: [&str; 7] =
+    ["bare_commit", "begin", "finish", "validate", "publish_1task", "publish_1000tasks", "manifest_10k_partitions"];
 
 /// Partitions of the manifest read; tasks of the large publish.
 const MANIFEST_PARTITIONS: usize = 10_000;
@@ -134,6 +140,13 @@ pub(crate) fn child(operation: &str, system: &str, dir: &Path, n: usize) -> Res<
 }
 
 fn md_child(operation: &str, dir: &Path, n: usize) -> Res<()> {
+    if operation == "bare_commit" {
+        let mut redb = BareRedb::open(&dir.join("bare-single-writer.redb"), redb::ConcurrencyMode::SingleWriter)?;
+        for i in 0..=n {
+            counted(i > 0, || redb.op().map(drop))?;
+        }
+        return Ok(());
+    }
     let (db, staging) = store_path(dir);
     let store = Store::open(db, staging)?;
     match operation {
@@ -245,6 +258,13 @@ fn sqlite_manifest(conn: &mut Connection, dataset: &str) -> Res<usize> {
 }
 
 fn sqlite_child(operation: &str, dir: &Path, n: usize) -> Res<()> {
+    if operation == "bare_commit" {
+        let mut sqlite = BareSqlite::open(&dir.join("bare.sqlite"))?;
+        for i in 0..=n {
+            counted(i > 0, || sqlite.op().map(drop))?;
+        }
+        return Ok(());
+    }
     let (db, staging) = sqlite_paths(dir);
     let mut conn = sqlite_open(&db)?;
     match operation {
@@ -343,11 +363,13 @@ pub(crate) fn figures(dir: &Path, report: &mut Report, quick: bool) -> Res<()> {
         println!("counting {n} x {operation} under callgrind ({:.1} s so far)", started.elapsed().as_secs_f64());
         let md = measure(&profiles, dir, operation, "manifestdb", n)?;
         let sqlite = measure(&profiles, dir, operation, "sqlite", n)?;
-        report.put(&format!("instructions_per_{operation}"), md, "instructions (callgrind)");
+        // The bare commit's first column is bare redb, not manifestdb: its key says so.
+        let ours = if operation == "bare_commit" { "redb_instructions_per" } else { "instructions_per" };
+        report.put(&format!("{ours}_{operation}"), md, "instructions (callgrind)");
         report.put(&format!("sqlite_instructions_per_{operation}"), sqlite, "instructions (callgrind)");
         report.ratio(
             &format!("instructions_{operation}_vs_sqlite"),
-            &format!("instructions_per_{operation}"),
+            &format!("{ours}_{operation}"),
             &format!("sqlite_instructions_per_{operation}"),
         );
         rows.push((operation, n, md, sqlite));
@@ -357,6 +379,7 @@ pub(crate) fn figures(dir: &Path, report: &mut Report, quick: bool) -> Res<()> {
     for (operation, n, md, sqlite) in rows {
         println!("{operation:<26} {n:>6} {:>16} {:>16} {:>8.2}", thousands(md), thousands(sqlite), md / sqlite);
     }
+    println!("bare_commit: one small insert committed on bare redb (SingleWriter, manifestdb's mode) beside bare SQLite");
     println!("profiles: {} (callgrind_annotate --inclusive=yes FILE)", profiles.display());
     Ok(())
 }
