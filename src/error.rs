@@ -30,14 +30,15 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// The embedded database (redb) reported an error.
+    /// The storage layer (the embedded database) reported an error. What kind of failure it is
+    /// is [`StorageError::kind`]; the engine's own error is not part of the API.
     #[error("{context}: {source}")]
     Storage {
         /// What manifestdb was doing.
         context: &'static str,
-        /// The underlying redb error.
+        /// The storage layer's error.
         #[source]
-        source: redb::Error,
+        source: StorageError,
     },
 
     /// A stored value or key failed its checks: bad frame, CRC mismatch, undecodable payload or
@@ -410,41 +411,147 @@ impl Error {
         Error::Io { context: context.into(), source }
     }
 
-    pub(crate) fn storage(context: &'static str, source: impl Into<redb::Error>) -> Self {
-        Error::Storage { context, source: source.into() }
-    }
-
     pub(crate) fn invalid(what: &'static str, value: &str, reason: impl Into<String>) -> Self {
         Error::InvalidInput { what, value: shorten(value), reason: reason.into() }
     }
 
     /// True when the error says the stored data is damaged (as opposed to a caller mistake or a
-    /// transient I/O failure): a record failing its checks, a panic inside redb (contained), or
-    /// a redb error that only a damaged file gives. manifestdb creates every table with the
-    /// same types when it creates a store, so a table that is missing or has other types, a
-    /// file that is not a redb database (bad magic number) or is cut short, or redb's own
-    /// corruption report all mean the file was damaged; so does redb's poisoned state after a
-    /// contained panic.
+    /// transient I/O failure): a record failing its checks, a panic inside the storage engine
+    /// (contained), or a storage error of kind [`StorageErrorKind::Corrupt`] or
+    /// [`StorageErrorKind::NotAStore`]. manifestdb creates every table with the same types when
+    /// it creates a store, so a table that is missing or has other types, a file that is not a
+    /// store (bad magic number) or is cut short, or the engine's own corruption report all mean
+    /// the file was damaged; so does the engine's poisoned state after a contained panic.
     pub fn is_corruption(&self) -> bool {
         match self {
             Error::Corrupted { .. } => true,
-            Error::Storage { source, .. } => {
-                matches!(
-                    source,
-                    redb::Error::Corrupted(_)
-                        | redb::Error::TableTypeMismatch { .. }
-                        | redb::Error::TableIsMultimap(_)
-                        | redb::Error::TableIsNotMultimap(_)
-                        | redb::Error::TypeDefinitionChanged { .. }
-                        | redb::Error::TableDoesNotExist(_)
-                        | redb::Error::UpgradeRequired(_)
-                        | redb::Error::ValueTooLarge(_)
-                        | redb::Error::LockPoisoned(_)
-                        | redb::Error::TransactionPoisoned
-                ) || matches!(source, redb::Error::Io(io) if matches!(io.kind(), std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof))
-            }
+            Error::Storage { source, .. } => matches!(source.kind(), StorageErrorKind::Corrupt | StorageErrorKind::NotAStore),
             _ => false,
         }
+    }
+
+    /// What kind of failure this is, for a caller that branches on it (the command-line tool's
+    /// exit code, the server's HTTP status). Damage ([`Error::is_corruption`]) is
+    /// [`ErrorKind::Corrupt`] whatever the variant.
+    pub fn kind(&self) -> ErrorKind {
+        if self.is_corruption() {
+            return ErrorKind::Corrupt;
+        }
+        match self {
+            Error::AlreadyOpen { .. } => ErrorKind::Busy,
+            Error::UnsupportedFormat { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
+            // A --staging that is not the store's own: the caller named the wrong directory.
+            Error::InvalidInput { .. }
+            | Error::CleanupThresholdTooShort { .. }
+            | Error::StagingRootMismatch { .. }
+            | Error::ViewRoot { .. } => ErrorKind::Usage,
+            Error::UnknownRun { .. }
+            | Error::UnknownTask { .. }
+            | Error::UnknownAttempt { .. }
+            | Error::UnknownEffect { .. }
+            | Error::UnknownCleanupPlan { .. } => ErrorKind::NotFound,
+            Error::RunConflict { .. }
+            | Error::RunPublished { .. }
+            | Error::ForeignSnapshot { .. }
+            | Error::CandidateConflict { .. }
+            | Error::AttemptState { .. }
+            | Error::EffectNotReady { .. }
+            | Error::AttemptAbandoned { .. }
+            | Error::GenerationExpired { .. }
+            | Error::ViewRefused { .. } => ErrorKind::Conflict,
+            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => ErrorKind::NotFound,
+            Error::Storage { source, .. } => match source.kind() {
+                // Another writer holds the store, or a concurrent transaction won: retry later.
+                StorageErrorKind::Busy | StorageErrorKind::Conflict => ErrorKind::Busy,
+                StorageErrorKind::Corrupt | StorageErrorKind::NotAStore => ErrorKind::Corrupt,
+                StorageErrorKind::Io | StorageErrorKind::Other => ErrorKind::Fault,
+            },
+            Error::Io { .. } | Error::Poisoned { .. } | Error::ViewLagging { .. } | Error::NeedsRecovery { .. } => ErrorKind::Fault,
+        }
+    }
+}
+
+/// The kind of a failure ([`Error::kind`]): what a caller that is not Rust branches on. The
+/// command-line tool maps each to an exit code and the server to an HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A fault: an I/O or storage failure, anything unexpected.
+    Fault,
+    /// The call is wrong: an invalid name, path or value, a cleanup threshold inside the
+    /// attempt lease, a staging or view root that cannot serve.
+    Usage,
+    /// Something named does not exist: run, task, attempt, effect, cleanup plan, file.
+    NotFound,
+    /// The store's state forbids the operation: a run declared differently or already
+    /// published, an attempt finished differently, not finished or abandoned, a foreign
+    /// snapshot, an effect whose run is not published, an expired generation.
+    Conflict,
+    /// Another handle holds the store for writing, or a concurrent transaction won; retrying
+    /// later may succeed.
+    Busy,
+    /// The store is damaged or of an unsupported format.
+    Corrupt,
+}
+
+/// An error of the storage layer, opaque: its [`kind`](StorageError::kind) says what kind of
+/// failure it is, its message is the engine's, and [`source`](std::error::Error::source) is the
+/// operating system's error when there is one. No type of the engine is part of the API.
+#[derive(Debug)]
+pub struct StorageError {
+    kind: StorageErrorKind,
+    engine: Box<dyn std::error::Error + Send + Sync + 'static>,
+    io: Option<std::io::Error>,
+}
+
+/// What kind of failure a [`StorageError`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StorageErrorKind {
+    /// An I/O call of the storage layer failed (including a later call of a handle after one
+    /// failed), or the disk is full.
+    Io,
+    /// The stored data is damaged: the engine reported corruption, a table manifestdb creates
+    /// is missing or has other types, or the engine's state was poisoned by a contained panic.
+    Corrupt,
+    /// The file is not a store this build can read: not a database of the engine at all, cut
+    /// short, or of an older engine format.
+    NotAStore,
+    /// Another handle holds the store, so the operation could not start.
+    Busy,
+    /// A concurrent transaction conflicted with this one (a storage layer with concurrent
+    /// writers); nothing of this one was committed.
+    Conflict,
+    /// Anything else the engine reported (a misuse or a limit of the engine).
+    Other,
+}
+
+impl StorageError {
+    /// A storage error of `kind` whose message is `engine`'s; `io` is the operating system's
+    /// error behind it, if any, given as its source.
+    pub(crate) fn new(
+        kind: StorageErrorKind,
+        engine: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        io: Option<std::io::Error>,
+    ) -> StorageError {
+        StorageError { kind, engine: engine.into(), io }
+    }
+
+    /// What kind of failure this is.
+    pub fn kind(&self) -> StorageErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for StorageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.engine, f)
+    }
+}
+
+impl std::error::Error for StorageError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.io.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 

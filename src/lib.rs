@@ -92,7 +92,7 @@ mod verify;
 mod views;
 
 pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
-pub use error::{Corruption, Error, Result};
+pub use error::{Corruption, Error, ErrorKind, Result, StorageError, StorageErrorKind};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, KeepReason, PlannedPath,

@@ -122,41 +122,14 @@ pub fn classify(err: &anyhow::Error) -> Exit {
 }
 
 fn classify_library(err: &manifestdb::Error) -> Exit {
-    use manifestdb::Error as E;
-    if err.is_corruption() {
-        return Exit::Corrupt;
-    }
-    match err {
-        E::AlreadyOpen { .. } => Exit::Busy,
-        E::UnsupportedFormat { .. } | E::Corrupted { .. } => Exit::Corrupt,
-        E::InvalidInput { .. } => Exit::Usage,
-        E::UnknownRun { .. }
-        | E::UnknownTask { .. }
-        | E::UnknownAttempt { .. }
-        | E::UnknownEffect { .. }
-        | E::UnknownCleanupPlan { .. } => Exit::NotFound,
-        E::CleanupThresholdTooShort { .. } => Exit::Usage,
-        // A --staging that is not the store's own: the operator named the wrong directory.
-        E::StagingRootMismatch { .. } => Exit::Usage,
-        E::RunConflict { .. }
-        | E::RunPublished { .. }
-        | E::ForeignSnapshot { .. }
-        | E::CandidateConflict { .. }
-        | E::AttemptState { .. }
-        | E::EffectNotReady { .. }
-        | E::AttemptAbandoned { .. }
-        | E::GenerationExpired { .. }
-        | E::ViewRefused { .. } => Exit::Conflict,
-        E::ViewRoot { .. } => Exit::Usage,
-        E::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => Exit::NotFound,
-        // redb reports a file that is not a redb database (bad magic number, garbage) as an
-        // I/O error of kind InvalidData, and a file cut short as UnexpectedEof; for an operator
-        // both are a damaged store.
-        E::Storage { source: redb::Error::Io(io), .. }
-            if matches!(io.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
-        {
-            Exit::Corrupt
-        }
+    use manifestdb::ErrorKind as K;
+    match err.kind() {
+        K::Usage => Exit::Usage,
+        K::NotFound => Exit::NotFound,
+        K::Conflict => Exit::Conflict,
+        K::Busy => Exit::Busy,
+        K::Corrupt => Exit::Corrupt,
+        // A kind a newer library adds is a fault until the tool learns it.
         _ => Exit::Fault,
     }
 }

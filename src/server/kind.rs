@@ -1,8 +1,6 @@
 //! What kind of failure an [`Error`] is, for a caller that is not Rust: the command-line tool's
 //! exit code and kind name, and the server's HTTP status. One table, used by both.
 
-use std::io;
-
 use crate::Error;
 
 /// The kind of a failure, as the command-line tool's exit codes and the server's error
@@ -32,37 +30,13 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// The kind of a library error.
     pub fn of(err: &Error) -> ErrorKind {
-        if err.is_corruption() {
-            return ErrorKind::Corrupt;
-        }
-        match err {
-            Error::AlreadyOpen { .. } => ErrorKind::Busy,
-            Error::UnsupportedFormat { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
-            Error::InvalidInput { .. } | Error::CleanupThresholdTooShort { .. } | Error::StagingRootMismatch { .. } => ErrorKind::Usage,
-            Error::ViewRoot { .. } => ErrorKind::Usage,
-            Error::UnknownRun { .. }
-            | Error::UnknownTask { .. }
-            | Error::UnknownAttempt { .. }
-            | Error::UnknownEffect { .. }
-            | Error::UnknownCleanupPlan { .. } => ErrorKind::NotFound,
-            Error::RunConflict { .. }
-            | Error::RunPublished { .. }
-            | Error::ForeignSnapshot { .. }
-            | Error::CandidateConflict { .. }
-            | Error::AttemptState { .. }
-            | Error::EffectNotReady { .. }
-            | Error::AttemptAbandoned { .. }
-            | Error::GenerationExpired { .. }
-            | Error::ViewRefused { .. } => ErrorKind::Conflict,
-            Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound => ErrorKind::NotFound,
-            // redb reports a file that is not a redb database as an I/O error of kind
-            // InvalidData, and a file cut short as UnexpectedEof: a damaged store.
-            Error::Storage { source: redb::Error::Io(io), .. }
-                if matches!(io.kind(), io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof) =>
-            {
-                ErrorKind::Corrupt
-            }
-            _ => ErrorKind::Fault,
+        match err.kind() {
+            crate::ErrorKind::Usage => ErrorKind::Usage,
+            crate::ErrorKind::NotFound => ErrorKind::NotFound,
+            crate::ErrorKind::Conflict => ErrorKind::Conflict,
+            crate::ErrorKind::Busy => ErrorKind::Busy,
+            crate::ErrorKind::Corrupt => ErrorKind::Corrupt,
+            crate::ErrorKind::Fault => ErrorKind::Fault,
         }
     }
 

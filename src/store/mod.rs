@@ -7,6 +7,7 @@
 mod attempts;
 mod batch;
 mod contain;
+mod engine_error;
 mod files;
 mod group;
 mod handles;
