@@ -7,6 +7,11 @@
 //! keys (a smoke run). DuckDB comes from Python (`pip install duckdb`); without it the DuckDB
 //! lines say so and the rest still runs. Every figure is printed; nothing is asserted.
 //!
+//! `-- --only csv` or `-- --only parquet` measures that format alone, without DuckDB and the
+//! peak-memory child (for a profiler: `valgrind --tool=callgrind
+//! --toggle-collect='*read_partition*' <bench binary> --quick --only parquet` counts the
+//! instructions of reading and checking alone).
+//!
 //! Each figure is the best of three runs, in wall-clock seconds and in the CPU seconds of the
 //! process (`CLOCK_PROCESS_CPUTIME_ID` here, `time.process_time()` for DuckDB): on a shared,
 //! loaded machine the CPU figures are the steadier comparison, since time spent waiting for a
@@ -188,7 +193,9 @@ fn main() -> Result<(), BoxError> {
     if let Some(rows) = std::env::var(CHILD_ENV).ok().and_then(|v| v.parse().ok()) {
         return child(rows);
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
     let (rows, memory_rows): (u64, u64) = if quick { (100_000, 1_000_000) } else { (1_000_000, 10_000_000) };
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let csv = dir.path().join("part.csv");
@@ -199,8 +206,11 @@ fn main() -> Result<(), BoxError> {
     // The run's conditions: on a shared machine the figures mean little without them.
     let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("  load average (1, 5, 15 min) at the start: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(", "));
-    let duck = duckdb(&csv, &parquet);
+    let duck = if only.is_some() { Err("not run with --only".to_owned()) } else { duckdb(&csv, &parquet) };
     for (i, (format, path)) in [(DataFormat::Csv, &csv), (DataFormat::Parquet, &parquet)].into_iter().enumerate() {
+        if only.is_some_and(|name| name != format.name()) {
+            continue;
+        }
         let bytes = fs::metadata(path)?.len() as f64;
         // Best of three, like DuckDB's figure.
         let mut best = Timing { wall: f64::INFINITY, cpu: f64::INFINITY };
@@ -232,6 +242,9 @@ fn main() -> Result<(), BoxError> {
             },
             Err(why) => println!("  duckdb     {:<8} {why}", format.name()),
         }
+    }
+    if only.is_some() {
+        return Ok(());
     }
     let status = Command::new(std::env::current_exe()?).env(CHILD_ENV, memory_rows.to_string()).status()?;
     if !status.success() {

@@ -413,6 +413,29 @@ mod tests {
     }
 
     #[test]
+    fn digest_values_are_those_of_format_3() {
+        // Literals computed outside this crate (Python's hashlib over the documented encoding),
+        // and equal to what format 3 released: stored digests must keep matching.
+        let mut d = RowDigest::new(&grain());
+        d.add_row(&["1", "7"], 3).unwrap();
+        d.add_row(&["2", "7"], 5).unwrap();
+        d.add_row(&["-7", "apple"], -12).unwrap();
+        assert_eq!(d.finish(), "ms256:3:55828a3f6673a2cddbaca459346ca644ac8fb737356104a7349f88fc9418e695");
+        // The measure's name sorts first here, and the scale is 2.
+        let mut invoices = Grain::new(DataFormat::Csv, &["invoice_id", "line"], "amount_cents");
+        invoices.measure_scale = 2;
+        let mut d = RowDigest::new(&invoices);
+        d.add_row(&["inv-1", "1"], 1250).unwrap();
+        d.add_row(&["inv-1", "2"], 99).unwrap();
+        d.add_row(&["inv-2", "1"], -5).unwrap();
+        assert_eq!(d.finish(), "ms256:3:8f5cb32ee117a72711de2925686e2a7d5deff6cf66434fedd6d8f1ac86044f6b");
+        // Values longer than one block.
+        let mut d = RowDigest::new(&grain());
+        d.add_row(&["s", &"k".repeat(80)], 7).unwrap();
+        assert_eq!(d.finish(), "ms256:1:52ddc7ac98649e4322c9667148290d816378536c7e21829b678aaa5c6f1a9f40");
+    }
+
+    #[test]
     fn the_measure_goes_where_its_name_sorts_among_the_keys() {
         // Measure first ("a"), between the keys ("c"), and last ("z"); keys given out of
         // name order, of one block and of two.
