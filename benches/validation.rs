@@ -7,6 +7,16 @@
 //! keys (a smoke run). DuckDB comes from Python (`pip install duckdb`); without it the DuckDB
 //! lines say so and the rest still runs. Every figure is printed; nothing is asserted.
 //!
+//! `-- --only csv` or `-- --only parquet` measures that format alone, without DuckDB and the
+//! peak-memory child (for a profiler: `valgrind --tool=callgrind
+//! --toggle-collect='*read_partition*' <bench binary> --quick --only parquet` counts the
+//! instructions of reading and checking alone).
+//!
+//! Each figure is the best of three runs, in wall-clock seconds and in the CPU seconds of the
+//! process (`CLOCK_PROCESS_CPUTIME_ID` here, `time.process_time()` for DuckDB): on a shared,
+//! loaded machine the CPU figures are the steadier comparison, since time spent waiting for a
+//! core counts in wall time only.
+//!
 //! The peak memory figure comes from a child process (this binary, re-executed) that writes
 //! its partition streaming and then validates it, so its `VmHWM` is validation's own.
 
@@ -68,8 +78,31 @@ fn expected_total(rows: u64) -> i64 {
     (0..rows).map(|i| row(i).2).sum()
 }
 
+/// This process's CPU time so far, in seconds (0 if the clock cannot be read).
+fn cpu_seconds() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid, writable timespec for the call's duration.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) } != 0 {
+        return 0.0;
+    }
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// Wall-clock and CPU seconds of one measured call.
+#[derive(Clone, Copy)]
+struct Timing {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Timing {
+    fn best(self, other: Timing) -> Timing {
+        Timing { wall: self.wall.min(other.wall), cpu: self.cpu.min(other.cpu) }
+    }
+}
+
 /// Validates a partition file through the store; returns the seconds `validate_attempt` took.
-fn validate(dir: &Path, name: &str, format: DataFormat, rows: u64, file: &Path) -> Result<f64, BoxError> {
+fn validate(dir: &Path, name: &str, format: DataFormat, rows: u64, file: &Path) -> Result<Timing, BoxError> {
     let root = dir.join(format!("store-{name}"));
     let store = Store::open(root.join("store.redb"), root.join("staging"))?;
     store.declare_run(&RunSpec {
@@ -85,13 +118,13 @@ fn validate(dir: &Path, name: &str, format: DataFormat, rows: u64, file: &Path) 
     let candidate =
         Candidate { snapshot: "s".into(), rows: None, total: None, digest: None, files: vec![describe_file(&ticket.staging_dir, leaf)?] };
     store.finish_attempt(&ticket.key, &candidate)?;
-    let started = Instant::now();
+    let (started, cpu) = (Instant::now(), cpu_seconds());
     let verdict = store.validate_attempt(&ticket.key, FileCheck::Size)?;
-    let seconds = started.elapsed().as_secs_f64();
+    let timing = Timing { wall: started.elapsed().as_secs_f64(), cpu: cpu_seconds() - cpu };
     if !verdict.is_valid() {
         return Err(format!("the bench partition was refused: {verdict:?}").into());
     }
-    Ok(seconds)
+    Ok(timing)
 }
 
 const DUCKDB: &str = r#"
@@ -101,15 +134,18 @@ con.execute("SET threads=1")
 for path, reader in [(sys.argv[1], "read_csv('%s', header=true, columns={'store':'BIGINT','item':'VARCHAR','units':'BIGINT'})"),
                      (sys.argv[2], "read_parquet('%s')")]:
     q = "select count(*), sum(units), count(*) - count(distinct (store, item)) from " + (reader % path)
-    best = None
+    best, best_cpu = None, None
     for _ in range(3):
-        t = time.perf_counter(); r = con.execute(q).fetchone(); t = time.perf_counter() - t
+        t, c = time.perf_counter(), time.process_time()
+        r = con.execute(q).fetchone()
+        t, c = time.perf_counter() - t, time.process_time() - c
         best = t if best is None else min(best, t)
-    print(best, r[0], r[1], r[2])
+        best_cpu = c if best_cpu is None else min(best_cpu, c)
+    print(best, best_cpu, r[0], r[1], r[2])
 "#;
 
 /// DuckDB's best-of-three seconds for the CSV and the Parquet query, or why there are none.
-fn duckdb(csv: &Path, parquet: &Path) -> Result<Vec<(f64, String)>, String> {
+fn duckdb(csv: &Path, parquet: &Path) -> Result<Vec<(Timing, String)>, String> {
     let output = Command::new("python3")
         .args(["-c", DUCKDB, &csv.display().to_string(), &parquet.display().to_string()])
         .output()
@@ -121,7 +157,13 @@ fn duckdb(csv: &Path, parquet: &Path) -> Result<Vec<(f64, String)>, String> {
         ));
     }
     let text = String::from_utf8_lossy(&output.stdout);
-    Ok(text.lines().filter_map(|l| l.split_once(' ').and_then(|(t, rest)| Some((t.parse().ok()?, rest.to_owned())))).collect())
+    let figures = |line: &str| {
+        let mut fields = line.splitn(3, ' ');
+        let wall = fields.next()?.parse().ok()?;
+        let cpu = fields.next()?.parse().ok()?;
+        Some((Timing { wall, cpu }, fields.next()?.to_owned()))
+    };
+    Ok(text.lines().filter_map(figures).collect())
 }
 
 fn vm_hwm_kib() -> Option<u64> {
@@ -136,7 +178,7 @@ fn child(rows: u64) -> Result<(), BoxError> {
     let path = dir.path().join("keys.csv");
     write_csv(&path, rows)?;
     let before = vm_hwm_kib().unwrap_or(0);
-    let seconds = validate(dir.path(), "memory", DataFormat::Csv, rows, &path)?;
+    let seconds = validate(dir.path(), "memory", DataFormat::Csv, rows, &path)?.wall;
     let after = vm_hwm_kib().unwrap_or(0);
     println!(
         "peak memory validating {rows} unique keys (CSV, {:.0} MB): VmHWM {:.1} MiB (before validation {:.1} MiB), {seconds:.2} s",
@@ -151,7 +193,9 @@ fn main() -> Result<(), BoxError> {
     if let Some(rows) = std::env::var(CHILD_ENV).ok().and_then(|v| v.parse().ok()) {
         return child(rows);
     }
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args.iter().position(|a| a == "--only").and_then(|i| args.get(i + 1)).map(String::as_str);
     let (rows, memory_rows): (u64, u64) = if quick { (100_000, 1_000_000) } else { (1_000_000, 10_000_000) };
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let csv = dir.path().join("part.csv");
@@ -159,36 +203,48 @@ fn main() -> Result<(), BoxError> {
     write_csv(&csv, rows)?;
     write_parquet(&parquet, rows)?;
     println!("validation at a grain ({} mode): {rows} rows, unique (store, item) keys, one core", if quick { "quick" } else { "full" });
-    let duck = duckdb(&csv, &parquet);
+    // The run's conditions: on a shared machine the figures mean little without them.
+    let load = fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("  load average (1, 5, 15 min) at the start: {}", load.split_whitespace().take(3).collect::<Vec<_>>().join(", "));
+    let duck = if only.is_some() { Err("not run with --only".to_owned()) } else { duckdb(&csv, &parquet) };
     for (i, (format, path)) in [(DataFormat::Csv, &csv), (DataFormat::Parquet, &parquet)].into_iter().enumerate() {
+        if only.is_some_and(|name| name != format.name()) {
+            continue;
+        }
         let bytes = fs::metadata(path)?.len() as f64;
         // Best of three, like DuckDB's figure.
-        let mut best = f64::INFINITY;
+        let mut best = Timing { wall: f64::INFINITY, cpu: f64::INFINITY };
         for round in 0..3 {
-            best = best.min(validate(dir.path(), &format!("{}-{round}", format.name()), format, rows, path)?);
+            best = best.best(validate(dir.path(), &format!("{}-{round}", format.name()), format, rows, path)?);
         }
         println!(
-            "  manifestdb {:<8} {:>6.3} s  {:>10.0} rows/s  {:>7.1} MB/s  ({:.1} MB)",
+            "  manifestdb {:<8} {:>6.3} s ({:.3} s CPU)  {:>10.0} rows/s  {:>7.1} MB/s  ({:.1} MB)",
             format.name(),
-            best,
-            rows as f64 / best,
-            bytes / best / 1e6,
+            best.wall,
+            best.cpu,
+            rows as f64 / best.wall,
+            bytes / best.wall / 1e6,
             bytes / 1e6
         );
         match &duck {
             Ok(figures) => match figures.get(i) {
-                Some((seconds, result)) => println!(
-                    "  duckdb     {:<8} {:>6.3} s  {:>10.0} rows/s  {:>7.1} MB/s  (count, sum, duplicates: {result}); manifestdb at {:.2}x DuckDB's speed",
+                Some((duck, result)) => println!(
+                    "  duckdb     {:<8} {:>6.3} s ({:.3} s CPU)  {:>10.0} rows/s  {:>7.1} MB/s  (count, sum, duplicates: {result}); manifestdb at {:.2}x DuckDB's speed ({:.2}x in CPU time)",
                     format.name(),
-                    seconds,
-                    rows as f64 / seconds,
-                    bytes / seconds / 1e6,
-                    seconds / best
+                    duck.wall,
+                    duck.cpu,
+                    rows as f64 / duck.wall,
+                    bytes / duck.wall / 1e6,
+                    duck.wall / best.wall,
+                    duck.cpu / best.cpu
                 ),
                 None => println!("  duckdb     {:<8} no figure", format.name()),
             },
             Err(why) => println!("  duckdb     {:<8} {why}", format.name()),
         }
+    }
+    if only.is_some() {
+        return Ok(());
     }
     let status = Command::new(std::env::current_exe()?).env(CHILD_ENV, memory_rows.to_string()).status()?;
     if !status.success() {

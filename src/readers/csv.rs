@@ -101,6 +101,8 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize
         return Ok(());
     };
     let width = header.len();
+    // The keys' fields in the order a row encodes them (the canonical name order).
+    let encode_order: Vec<usize> = sink.key_order().iter().map(|&i| key_positions[i]).collect();
     loop {
         record_start.set(reader.position().byte());
         match next(&mut reader, &mut record)? {
@@ -118,7 +120,7 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize
             sink.rejected_row(GateFailure::UnparsableRow { path: rel.to_owned(), location: location(), message });
             continue;
         }
-        match row_of(&record, grain, &key_positions, measure_position, sink.start_row()) {
+        match row_of(&record, grain, &key_positions, &encode_order, measure_position, sink.start_row()) {
             Ok(measure) => sink.end_row(measure)?,
             Err(RowProblem::MissingKey(column)) => {
                 sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column });
@@ -135,26 +137,40 @@ enum RowProblem {
     Unparsable(String),
 }
 
-/// Encodes the record's keys into `keys` (grain key order) and returns its measure.
+/// Encodes the record's keys into `out` (the fields at `encode_order`) and returns its
+/// measure.
 fn row_of(
     record: &csv::ByteRecord,
     grain: &Grain,
     key_positions: &[usize],
+    encode_order: &[usize],
     measure_position: usize,
-    keys: &mut Vec<u8>,
+    out: &mut Vec<u8>,
 ) -> std::result::Result<i64, RowProblem> {
-    for (&position, column) in key_positions.iter().zip(&grain.keys) {
+    for &position in encode_order {
         let bytes = record.get(position).unwrap_or_default();
-        if bytes.is_empty() {
-            return Err(RowProblem::MissingKey(column.clone()));
+        if bytes.is_empty() || std::str::from_utf8(bytes).is_err() {
+            return Err(key_problem(record, grain, key_positions));
         }
-        if let Err(e) = std::str::from_utf8(bytes) {
-            return Err(RowProblem::Unparsable(format!("key column {column:?} is not UTF-8 ({e})")));
-        }
-        encode_key(keys, bytes);
+        encode_key(out, bytes);
     }
     let bytes = record.get(measure_position).unwrap_or_default();
     let text =
         std::str::from_utf8(bytes).map_err(|e| RowProblem::Unparsable(format!("measure column {:?} is not UTF-8 ({e})", grain.measure)))?;
     parse_measure(text, grain.measure_scale).map_err(|e| RowProblem::Unparsable(format!("measure column {:?}: {e}", grain.measure)))
+}
+
+/// The first key problem of a record in the grain's key order (the row is rejected).
+fn key_problem(record: &csv::ByteRecord, grain: &Grain, key_positions: &[usize]) -> RowProblem {
+    for (&position, column) in key_positions.iter().zip(&grain.keys) {
+        let bytes = record.get(position).unwrap_or_default();
+        if bytes.is_empty() {
+            return RowProblem::MissingKey(column.clone());
+        }
+        if let Err(e) = std::str::from_utf8(bytes) {
+            return RowProblem::Unparsable(format!("key column {column:?} is not UTF-8 ({e})"));
+        }
+    }
+    // Not reached: the caller found a problem with one of these fields.
+    RowProblem::Unparsable("a key field is empty or not UTF-8".to_owned())
 }

@@ -75,9 +75,17 @@ impl Sink {
         }
     }
 
-    /// Starts a row: the cleared buffer the reader encodes the row's keys into, in the
-    /// grain's key order, each with [`encode_key`] (UTF-8 text only). Then [`Sink::end_row`]
-    /// adds the row, or [`Sink::rejected_row`] rejects it.
+    /// The grain's keys in the order a row's keys are encoded in (the canonical, name order),
+    /// as indices into `Grain::keys`.
+    pub(crate) fn key_order(&self) -> &[usize] {
+        self.digest.key_order()
+    }
+
+    /// Starts a row: the cleared buffer the reader encodes the row's keys into, in
+    /// [`Sink::key_order`], each with [`encode_key`] (UTF-8 text only): the row's canonical
+    /// values without the measure, hashed as they are by the key set and copied into the
+    /// digest's block. Then [`Sink::end_row`] adds the row, or [`Sink::rejected_row`]
+    /// rejects it.
     pub(crate) fn start_row(&mut self) -> &mut Vec<u8> {
         self.key_buffer.clear();
         &mut self.key_buffer
@@ -91,7 +99,7 @@ impl Sink {
     pub(crate) fn end_row(&mut self, measure: i64) -> Result<()> {
         self.rows += 1;
         self.keys.insert(&self.key_buffer)?;
-        self.digest.add_encoded(&self.key_buffer, measure)?;
+        self.digest.add_keyed(&self.key_buffer, measure)?;
         // An i128 cannot overflow from adding fewer than 2^64 values of an i64.
         self.total += i128::from(measure);
         Ok(())
@@ -124,7 +132,7 @@ impl Sink {
             total: i64::try_from(self.total).ok(),
             rejected: self.rejected,
             duplicates: duplicates.count,
-            first_duplicate: duplicates.first.map(|k| decode_key(&k)),
+            first_duplicate: duplicates.first.map(|k| decode_key(&k, self.digest.key_order())),
             digest: self.digest.finish(),
             files,
             bytes,
@@ -134,12 +142,14 @@ impl Sink {
     }
 }
 
-/// Splits an encoded key ([`encode_key`] per column) back into texts.
-fn decode_key(mut encoded: &[u8]) -> Vec<String> {
-    let mut out = Vec::new();
-    while let Some((len, rest)) = encoded.split_first_chunk::<4>() {
-        let len = (u32::from_le_bytes(*len) as usize).min(rest.len());
-        out.push(String::from_utf8_lossy(&rest[..len]).into_owned());
+/// Splits an encoded key ([`encode_key`] per column, in `key_order`) back into texts in the
+/// grain's key order.
+fn decode_key(mut encoded: &[u8], key_order: &[usize]) -> Vec<String> {
+    let mut out = vec![String::new(); key_order.len()];
+    for &i in key_order {
+        let Some((len, rest)) = encoded.split_first_chunk::<4>() else { break };
+        let len = (u32::from_be_bytes(*len) as usize).min(rest.len());
+        out[i] = String::from_utf8_lossy(&rest[..len]).into_owned();
         encoded = &rest[len..];
     }
     out

@@ -101,9 +101,13 @@ impl<'a> KeyColumn<'a> {
         Some(KeyColumn { values, nulls: array.nulls() })
     }
 
+    fn is_null(&self, row: usize) -> bool {
+        self.nulls.is_some_and(|n| n.is_null(row))
+    }
+
     /// Encodes the key at `row` as canonical text into `out`; false for null.
     fn encode(&self, row: usize, out: &mut Vec<u8>, digits: &mut itoa::Buffer) -> bool {
-        if self.nulls.is_some_and(|n| n.is_null(row)) {
+        if self.is_null(row) {
             return false;
         }
         match &self.values {
@@ -220,6 +224,8 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
     let mut group_end = group_rows.first().copied().unwrap_or(0);
     let mut rows_read: i64 = 0;
     let mut digits = itoa::Buffer::new();
+    // The key columns in the order a row encodes them (the canonical name order).
+    let encode_order = sink.key_order().to_vec();
     for batch in reader {
         let batch = match batch {
             Ok(batch) => batch,
@@ -249,9 +255,10 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
             rows_read += 1;
             let location = || format!("row group {group}, row {row_in_group}");
             let keys = sink.start_row();
-            let missing = key_columns.iter().zip(&grain.keys).find(|(column, _)| !column.encode(row, keys, &mut digits));
-            if let Some((_, name)) = missing {
-                sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column: name.clone() });
+            if !encode_order.iter().all(|&i| key_columns[i].encode(row, keys, &mut digits)) {
+                // The first null key in the grain's key order is the one named.
+                let name = key_columns.iter().zip(&grain.keys).find(|(column, _)| column.is_null(row)).map(|(_, name)| name.clone());
+                sink.rejected_row(GateFailure::MissingKey { path: rel.to_owned(), location: location(), column: name.unwrap_or_default() });
                 continue;
             }
             match measure_column.at(row) {

@@ -18,14 +18,6 @@ const TAG_KEY: u8 = 0x01;
 /// Tag byte of the measure column in the canonical row encoding.
 const TAG_MEASURE: u8 = 0x02;
 
-/// Where each column of the grain goes in the canonical (name-ordered) encoding.
-#[derive(Debug, Clone, Copy)]
-enum Slot {
-    /// The key at this index of `Grain::keys`.
-    Key(usize),
-    Measure,
-}
-
 /// The SHA-256 block size: the header is padded to a multiple of it.
 const BLOCK_BYTES: usize = 64;
 /// SHA-256's initial hash value (FIPS 180-4, 5.3.3). The rows' hashes are computed with the
@@ -80,9 +72,10 @@ const SHA256_INITIAL: [u32; 8] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a
 /// ```
 #[derive(Debug, Clone)]
 pub struct RowDigest {
-    /// The grain's columns in name order.
-    slots: Vec<Slot>,
-    key_count: usize,
+    /// The grain's keys in name order, as indices into `Grain::keys`.
+    key_order: Vec<usize>,
+    /// How many keys' names sort before the measure's: where the measure goes in the values.
+    keys_before_measure: usize,
     /// The SHA-256 state after the header (a whole number of blocks): each row continues from
     /// it.
     after_header: [u32; 8],
@@ -91,10 +84,8 @@ pub struct RowDigest {
     rows: u64,
     /// The sum modulo 2^256 as four 64-bit limbs, least significant first.
     sum: [u64; 4],
-    /// The row's values in name order (reused).
+    /// A row's values and padding when they take more than one block (reused).
     buffer: Vec<u8>,
-    /// Where each key's text sits in an encoded key row (reused).
-    key_ranges: Vec<(usize, usize)>,
     /// The keys of a row given as texts, encoded (reused).
     encoded: Vec<u8>,
 }
@@ -124,9 +115,9 @@ fn header(grain: &Grain) -> Vec<u8> {
 impl RowDigest {
     /// An empty digest (no rows) for the grain's columns.
     pub fn new(grain: &Grain) -> RowDigest {
-        let mut columns: Vec<(&str, Slot)> = grain.keys.iter().enumerate().map(|(i, k)| (k.as_str(), Slot::Key(i))).collect();
-        columns.push((grain.measure.as_str(), Slot::Measure));
-        columns.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let key_order = key_order(grain);
+        let measure = grain.measure.as_bytes();
+        let keys_before_measure = grain.keys.iter().filter(|k| k.as_bytes() < measure).count();
         let header = header(grain);
         let mut after_header = SHA256_INITIAL;
         for block in header.chunks_exact(BLOCK_BYTES) {
@@ -134,13 +125,12 @@ impl RowDigest {
         }
         RowDigest {
             header_bytes: header.len() as u64,
-            slots: columns.into_iter().map(|(_, slot)| slot).collect(),
-            key_count: grain.keys.len(),
+            key_order,
+            keys_before_measure,
             after_header,
             rows: 0,
             sum: [0; 4],
-            buffer: Vec::with_capacity(128),
-            key_ranges: Vec::with_capacity(grain.keys.len()),
+            buffer: Vec::with_capacity(2 * BLOCK_BYTES),
             encoded: Vec::with_capacity(64),
         }
     }
@@ -151,66 +141,80 @@ impl RowDigest {
     /// # Errors
     /// [`Error::InvalidInput`] if `keys` does not hold one text per grain key.
     pub fn add_row(&mut self, keys: &[&str], measure: i64) -> Result<()> {
-        if keys.len() != self.key_count {
+        if keys.len() != self.key_order.len() {
             return Err(Error::invalid(
                 "row",
                 &keys.join(","),
-                format!("has {} key texts, the grain has {} keys", keys.len(), self.key_count),
+                format!("has {} key texts, the grain has {} keys", keys.len(), self.key_order.len()),
             ));
         }
         let mut encoded = std::mem::take(&mut self.encoded);
         encoded.clear();
-        for key in keys {
-            encode_key(&mut encoded, key.as_bytes());
+        for &i in &self.key_order {
+            encode_key(&mut encoded, keys[i].as_bytes());
         }
-        let outcome = self.add_encoded(&encoded, measure);
+        let outcome = self.add_keyed(&encoded, measure);
         self.encoded = encoded;
         outcome
     }
 
-    /// Adds one row whose keys are already encoded in the grain's key order as `u32` LE
-    /// length and bytes each ([`encode_key`]), the form the readers build for the key set.
-    /// The key bytes must be UTF-8 (the readers check it).
+    /// The grain's keys in the canonical (name) order, as indices into `Grain::keys`: the
+    /// order in which [`RowDigest::add_keyed`] takes them.
+    pub(crate) fn key_order(&self) -> &[usize] {
+        &self.key_order
+    }
+
+    /// Adds one row whose keys are already encoded canonically: each key as [`encode_key`]
+    /// does (`u32` BE length, UTF-8 bytes), in [`RowDigest::key_order`]. This is the row's
+    /// canonical values without the measure, the form the readers build once per row for the
+    /// key set too. The key bytes must be UTF-8 (the readers check it).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] if `encoded` does not hold exactly one key per grain key.
-    pub(crate) fn add_encoded(&mut self, encoded: &[u8], measure: i64) -> Result<()> {
-        self.key_ranges.clear();
-        let mut rest = encoded;
-        let mut at = 0;
-        while let Some((len, tail)) = rest.split_first_chunk::<4>() {
-            let len = u32::from_le_bytes(*len) as usize;
-            if len > tail.len() {
-                break;
+    /// [`Error::InvalidInput`] if `keys` does not hold exactly one key per grain key.
+    pub(crate) fn add_keyed(&mut self, keys: &[u8], measure: i64) -> Result<()> {
+        // Where the measure goes: after the keys whose names sort before its name.
+        let (mut at, mut count, mut split) = (0usize, 0usize, 0usize);
+        while at < keys.len() {
+            if count == self.keys_before_measure {
+                split = at;
             }
-            self.key_ranges.push((at + 4, at + 4 + len));
-            at += 4 + len;
-            rest = &tail[len..];
+            let Some(len) = keys.get(at..at + 4) else { break };
+            let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+            at = at.saturating_add(4 + len);
+            count += 1;
         }
-        if self.key_ranges.len() != self.key_count || !rest.is_empty() {
-            return Err(Error::invalid("row", "(encoded keys)", format!("does not hold exactly {} keys", self.key_count)));
+        if count == self.keys_before_measure {
+            split = at;
         }
-        self.buffer.clear();
-        for slot in &self.slots {
-            match *slot {
-                Slot::Key(i) => {
-                    let (start, end) = self.key_ranges[i];
-                    push_len(&mut self.buffer, end - start);
-                    self.buffer.extend_from_slice(&encoded[start..end]);
-                }
-                Slot::Measure => self.buffer.extend_from_slice(&measure.to_be_bytes()),
-            }
+        if count != self.key_order.len() || at != keys.len() {
+            return Err(Error::invalid("row", "(encoded keys)", format!("does not hold exactly {} keys", self.key_order.len())));
         }
+        let values = keys.len() + 8;
         // SHA-256's padding: 0x80, zeros, the message's length in bits as u64 BE, to a whole
         // number of blocks.
-        let bits = (self.header_bytes + self.buffer.len() as u64) * 8;
-        self.buffer.push(0x80);
-        let padded = (self.buffer.len() + 8).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-        self.buffer.resize(padded - 8, 0);
-        self.buffer.extend_from_slice(&bits.to_be_bytes());
+        let bits = ((self.header_bytes + values as u64) * 8).to_be_bytes();
         let mut state = self.after_header;
-        for block in self.buffer.chunks_exact(BLOCK_BYTES) {
-            compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(block)));
+        if values + 9 <= BLOCK_BYTES {
+            // The common case: values and padding in one block, built on the stack.
+            let mut block = [0u8; BLOCK_BYTES];
+            block[..split].copy_from_slice(&keys[..split]);
+            block[split..split + 8].copy_from_slice(&measure.to_be_bytes());
+            block[split + 8..values].copy_from_slice(&keys[split..]);
+            block[values] = 0x80;
+            block[BLOCK_BYTES - 8..].copy_from_slice(&bits);
+            compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(&block)));
+        } else {
+            self.buffer.clear();
+            self.buffer.extend_from_slice(&keys[..split]);
+            self.buffer.extend_from_slice(&measure.to_be_bytes());
+            self.buffer.extend_from_slice(&keys[split..]);
+            self.buffer.push(0x80);
+            let padded = (values + 9).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+            self.buffer.resize(padded - 8, 0);
+            self.buffer.extend_from_slice(&bits);
+            for block in self.buffer.chunks_exact(BLOCK_BYTES) {
+                compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(block)));
+            }
         }
         // The hash read as a 256-bit big-endian integer: word 0 is the most significant.
         self.add_limbs([
@@ -256,11 +260,18 @@ impl RowDigest {
     }
 }
 
-/// Appends one key in the readers' encoding (`u32` LE length, bytes), the form of a key row
-/// for the key set and [`RowDigest::add_encoded`].
+/// Appends one key's canonical value (`u32` BE length, bytes): the readers encode a row's
+/// keys with it, in [`RowDigest::key_order`], for the key set and [`RowDigest::add_keyed`].
 pub(crate) fn encode_key(out: &mut Vec<u8>, key: &[u8]) {
-    out.extend_from_slice(&u32::try_from(key.len()).unwrap_or(u32::MAX).to_le_bytes());
+    push_len(out, key.len());
     out.extend_from_slice(key);
+}
+
+/// The grain's keys in ascending byte order of their names, as indices into `Grain::keys`.
+pub(crate) fn key_order(grain: &Grain) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..grain.keys.len()).collect();
+    order.sort_by(|&a, &b| grain.keys[a].as_bytes().cmp(grain.keys[b].as_bytes()));
+    order
 }
 
 fn push_len(buffer: &mut Vec<u8>, len: usize) {
@@ -402,6 +413,61 @@ mod tests {
     }
 
     #[test]
+    fn digest_values_are_those_of_format_3() {
+        // Literals computed outside this crate (Python's hashlib over the documented encoding),
+        // and equal to what format 3 released: stored digests must keep matching.
+        let mut d = RowDigest::new(&grain());
+        d.add_row(&["1", "7"], 3).unwrap();
+        d.add_row(&["2", "7"], 5).unwrap();
+        d.add_row(&["-7", "apple"], -12).unwrap();
+        assert_eq!(d.finish(), "ms256:3:55828a3f6673a2cddbaca459346ca644ac8fb737356104a7349f88fc9418e695");
+        // The measure's name sorts first here, and the scale is 2.
+        let mut invoices = Grain::new(DataFormat::Csv, &["invoice_id", "line"], "amount_cents");
+        invoices.measure_scale = 2;
+        let mut d = RowDigest::new(&invoices);
+        d.add_row(&["inv-1", "1"], 1250).unwrap();
+        d.add_row(&["inv-1", "2"], 99).unwrap();
+        d.add_row(&["inv-2", "1"], -5).unwrap();
+        assert_eq!(d.finish(), "ms256:3:8f5cb32ee117a72711de2925686e2a7d5deff6cf66434fedd6d8f1ac86044f6b");
+        // Values longer than one block.
+        let mut d = RowDigest::new(&grain());
+        d.add_row(&["s", &"k".repeat(80)], 7).unwrap();
+        assert_eq!(d.finish(), "ms256:1:52ddc7ac98649e4322c9667148290d816378536c7e21829b678aaa5c6f1a9f40");
+    }
+
+    #[test]
+    fn the_measure_goes_where_its_name_sorts_among_the_keys() {
+        // Measure first ("a"), between the keys ("c"), and last ("z"); keys given out of
+        // name order, of one block and of two.
+        for measure in ["a", "c", "z"] {
+            for long in [false, true] {
+                let grain = Grain::new(DataFormat::Csv, &["d", "b"], measure);
+                let d_text = if long { "x".repeat(70) } else { "dd".to_owned() };
+                let mut digest = RowDigest::new(&grain);
+                digest.add_row(&[&d_text, "b1"], 9).unwrap();
+                let mut values: Vec<(&str, Vec<u8>)> = vec![("d", d_text.clone().into_bytes()), ("b", b"b1".to_vec())];
+                values.sort();
+                let mut encoding = header(&grain);
+                let mut measure_written = false;
+                for (name, text) in values {
+                    if !measure_written && measure < name {
+                        encoding.extend_from_slice(&9i64.to_be_bytes());
+                        measure_written = true;
+                    }
+                    encoding.extend_from_slice(&(text.len() as u32).to_be_bytes());
+                    encoding.extend_from_slice(&text);
+                }
+                if !measure_written {
+                    encoding.extend_from_slice(&9i64.to_be_bytes());
+                }
+                let hash: [u8; 32] = Sha256::digest(&encoding).into();
+                let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+                assert_eq!(digest.finish(), format!("ms256:1:{hex}"), "measure {measure:?}, long {long}");
+            }
+        }
+    }
+
+    #[test]
     fn a_long_header_pads_to_whole_blocks_and_the_scale_counts() {
         let long: Vec<String> = (0..9).map(|i| format!("key_column_{i}")).collect();
         let names: Vec<&str> = long.iter().map(String::as_str).collect();
@@ -421,14 +487,17 @@ mod tests {
     fn encoded_keys_and_texts_give_the_same_digest_and_bad_encodings_are_refused() {
         let (mut a, mut b) = (RowDigest::new(&grain()), RowDigest::new(&grain()));
         a.add_row(&["s1", "i9"], 4).unwrap();
+        // Canonical order: item before store.
+        assert_eq!(b.key_order(), [1, 0]);
         let mut encoded = Vec::new();
-        encode_key(&mut encoded, b"s1");
         encode_key(&mut encoded, b"i9");
-        b.add_encoded(&encoded, 4).unwrap();
+        encode_key(&mut encoded, b"s1");
+        b.add_keyed(&encoded, 4).unwrap();
         assert_eq!(a.finish(), b.finish());
-        assert!(b.add_encoded(&encoded[..encoded.len() - 1], 4).is_err());
+        assert!(b.add_keyed(&encoded[..encoded.len() - 1], 4).is_err());
         encode_key(&mut encoded, b"extra");
-        assert!(b.add_encoded(&encoded, 4).is_err());
+        assert!(b.add_keyed(&encoded, 4).is_err());
+        assert!(b.add_keyed(&[], 4).is_err());
         assert!(a.add_row(&["only one"], 4).is_err());
         assert_eq!(b.rows(), 1);
     }
