@@ -8,7 +8,9 @@
 //! count of each operation (redb's of the store file and the staging syncs of DOMAIN 11);
 //! `-- --fsyncs` prints only those; `-- --server-only` only the server's figures (attempt cycles
 //! through `manifestdb::server` from 1, 8 and 64 clients beside the library directly and the CLI
-//! without a server).
+//! without a server); `-- --instructions [--quick]` only the instructions per operation counted
+//! by callgrind beside SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a
+//! manifest read of 10,000 partitions; see `benches/instructions.rs`).
 //!
 //! Everything lives in one temporary directory under cargo's target directory, so the raw
 //! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
@@ -27,6 +29,8 @@
 //! history of 100k generations is 100k one-task runs prepared by 16 threads and published one
 //! by one from the main thread, each publish a real durable one. Candidates report no files
 //! (zero expected rows), so setup pays for the store, not for writing test files.
+
+mod instructions;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -350,7 +354,13 @@ fn sqlite_declare(conn: &mut Connection, spec: &RunSpec) -> Res<()> {
 /// The SQLite mirror of begin + finish + validate: the same reads, the same rows written, the
 /// same staging directory created, three durable transactions.
 fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str, partition: &str) -> Res<()> {
-    // Begin.
+    let (next, snapshot) = sqlite_begin(conn, staging, dataset, run, partition)?;
+    sqlite_finish(conn, dataset, run, partition, next, &snapshot)?;
+    sqlite_validate(conn, dataset, run, partition, next, &snapshot)
+}
+
+/// The SQLite mirror of `begin_attempt`: returns the attempt number and the run's snapshot.
+fn sqlite_begin(conn: &mut Connection, staging: &Path, dataset: &str, run: &str, partition: &str) -> Res<(i64, String)> {
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let (snapshot, published): (String, Option<i64>) = txn
         .prepare_cached("SELECT snapshot, published_generation FROM runs WHERE dataset=?1 AND run=?2")?
@@ -382,8 +392,11 @@ fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str,
     )?
     .execute(params![dataset, run, partition, next, now, staging_rel])?;
     txn.commit()?;
+    Ok((next, snapshot))
+}
 
-    // Finish.
+/// The SQLite mirror of `finish_attempt` with an empty candidate of `snapshot`.
+fn sqlite_finish(conn: &mut Connection, dataset: &str, run: &str, partition: &str, next: i64, snapshot: &str) -> Res<()> {
     let txn = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let run_snapshot: String =
         txn.prepare_cached("SELECT snapshot FROM runs WHERE dataset=?1 AND run=?2")?.query_row(params![dataset, run], |r| r.get(0))?;
@@ -399,7 +412,11 @@ fn sqlite_cycle(conn: &mut Connection, staging: &Path, dataset: &str, run: &str,
     )?
     .execute(params![dataset, run, partition, next, snapshot])?;
     txn.commit()?;
+    Ok(())
+}
 
+/// The SQLite mirror of `validate_attempt` of attempt `next`, whose run has `snapshot`.
+fn sqlite_validate(conn: &mut Connection, dataset: &str, run: &str, partition: &str, next: i64, snapshot: &str) -> Res<()> {
     // Validate: read outside the write transaction (as manifestdb does), then store the verdict
     // and update the accepted index.
     let (expected_rows, c_rows, c_snapshot): (i64, i64, String) = {
@@ -950,6 +967,11 @@ fn main() -> Res<()> {
         let arg = |n: usize| args.get(i + n).cloned().ok_or("missing rss child argument");
         return rss_child(Path::new(&arg(1)?), Path::new(&arg(2)?), arg(3)?.parse()?);
     }
+    if let Some(i) = args.iter().position(|a| a == "--instructions-child") {
+        // One operation kind under callgrind, started by `--instructions` (benches/instructions.rs).
+        let arg = |n: usize| args.get(i + n).cloned().ok_or("missing instructions child argument");
+        return instructions::child(&arg(1)?, &arg(2)?, Path::new(&arg(3)?), arg(4)?.parse()?);
+    }
     if args.iter().any(|a| a == "--fsyncs") {
         // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
         let mut report = Report { figures: Map::new() };
@@ -964,6 +986,13 @@ fn main() -> Res<()> {
     let mut report = Report { figures: Map::new() };
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
+    if args.iter().any(|a| a == "--instructions") {
+        // Instructions per operation under callgrind (issue 15): `cargo bench --bench throughput -- --instructions`.
+        instructions::figures(dir, &mut report, sizes.quick)?;
+        report.figures.insert("instructions_mode".to_owned(), json!(if sizes.quick { "quick" } else { "full" }));
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--server-only") {
         // Only the server's figures (issue 12): `cargo bench --bench throughput -- --server-only`.
         server_figures(dir, &mut report, sizes)?;

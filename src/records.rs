@@ -6,10 +6,27 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::error::{Corruption, Error};
 use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
-use crate::model::{AttemptKey, Candidate, EffectClaim, EffectStatus, FileEntry, GenerationKind, NondeterminismOverride, Verdict};
+use crate::model::{
+    AttemptKey, AttemptStatus, Candidate, Effect, EffectClaim, EffectKey, EffectStatus, FileEntry, Generation, GenerationKind,
+    NondeterminismOverride, Verdict,
+};
 use crate::schema::{self, Def};
+
+/// Decodes a record stored in `table` under `key` and checks it: the one place a stored value
+/// becomes a record. A bad frame, checksum or payload, or a record that contradicts itself, is
+/// [`Error::Corrupted`] naming table and key.
+pub(crate) fn decode<R: Checked>(table: &'static str, key: &[u8], bytes: &[u8]) -> Result<R, Error> {
+    let record: R = crate::codec::decode(table, key, bytes)?;
+    record.check().map_err(|message| Error::Corrupted {
+        table,
+        key: crate::codec::printable_key(key),
+        detail: Corruption::Inconsistent { message },
+    })?;
+    Ok(record)
+}
 
 /// A record that can check its own consistency once decoded.
 pub(crate) trait Checked: Serialize + DeserializeOwned {
@@ -265,4 +282,34 @@ pub(crate) struct CleanupBatchRecord {
 }
 impl Checked for CleanupBatchRecord {
     const TABLE: Def = schema::CLEANUP_BATCHES;
+}
+
+/// A stored generation as the API shows it.
+pub(crate) fn generation_from(dataset: &str, number: u64, record: GenerationRecord) -> Generation {
+    Generation {
+        dataset: dataset.to_owned(),
+        number,
+        parent: record.parent,
+        run: record.run,
+        snapshot: record.snapshot,
+        published_at_ms: record.published_at_ms,
+        partitions_replaced: record.partitions_replaced,
+        nondeterminism_accepted: record.nondeterminism_accepted,
+        kind: record.kind,
+    }
+}
+
+/// A stored side effect as the API shows it.
+pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
+    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
+}
+
+/// A stored attempt's status.
+pub(crate) fn attempt_status(record: &AttemptRecord) -> AttemptStatus {
+    match (&record.candidate, &record.verdict, record.abandoned_at_ms) {
+        (_, Some(verdict), _) => AttemptStatus::Validated(verdict.clone()),
+        (Some(_), None, _) => AttemptStatus::Finished,
+        (None, None, Some(abandoned_at_ms)) => AttemptStatus::Abandoned { abandoned_at_ms },
+        (None, None, None) => AttemptStatus::Running,
+    }
 }

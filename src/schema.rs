@@ -26,6 +26,7 @@
 //! cleanup removes dead attempts from `attempts_v1`; heartbeats and abandonment update
 //! `attempts_v1`.
 
+use crate::model::{AttemptKey, EffectKey, TaskKey};
 use redb::TableDefinition;
 
 /// A table of framed values under composite byte keys.
@@ -153,9 +154,71 @@ pub(crate) fn text_after<'k>(key: &'k [u8], prefix: &[u8]) -> Option<&'k str> {
     std::str::from_utf8(rest).ok()
 }
 
+/// The text fields of a key made only of NUL-joined text fields, if it has exactly `count`.
+pub(crate) fn text_fields(key: &[u8], count: usize) -> Option<Vec<String>> {
+    let fields: Vec<&[u8]> = key.split(|b| *b == 0).collect();
+    if fields.len() != count {
+        return None;
+    }
+    fields.into_iter().map(|f| std::str::from_utf8(f).ok().map(str::to_owned)).collect()
+}
+
+/// `count` NUL-joined text fields, a NUL, then a big-endian number of `width` bytes (at most
+/// 8), as [`key_u32`] and [`key_u64`] make them.
+pub(crate) fn fields_and_number(key: &[u8], count: usize, width: usize) -> Option<(Vec<String>, u64)> {
+    let (head, number) = key.split_at_checked(key.len().checked_sub(width)?)?;
+    let (head, nul) = head.split_at_checked(head.len().checked_sub(1)?)?;
+    if nul != [0] || width > 8 {
+        return None;
+    }
+    let mut value = 0u64;
+    for b in number {
+        value = (value << 8) | u64::from(*b);
+    }
+    Some((text_fields(head, count)?, value))
+}
+
+/// An `attempts_v1` key back into the attempt it names: dataset, run, partition, number.
+pub(crate) fn parse_attempt_key(raw: &[u8]) -> Option<AttemptKey> {
+    let (fields, number) = fields_and_number(raw, 3, 4)?;
+    let [dataset, run, partition]: [String; 3] = fields.try_into().ok()?;
+    Some(TaskKey { dataset, run, partition }.attempt(u32::try_from(number).ok()?))
+}
+
+/// An `effects_v1` key back into the effect it names (an empty partition is a run-level
+/// effect).
+pub(crate) fn parse_effect_key(raw: &[u8]) -> Option<EffectKey> {
+    let [dataset, run, effect, partition]: [String; 4] = text_fields(raw, 4)?.try_into().ok()?;
+    Some(EffectKey { dataset, run, effect, partition: (!partition.is_empty()).then_some(partition) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempt_and_effect_keys_parse_back_and_malformed_ones_do_not() {
+        let attempt = TaskKey::new("ds", "r1", "date=1/region=eu").attempt(7);
+        assert_eq!(parse_attempt_key(&key_u32(&["ds", "r1", "date=1/region=eu"], 7)), Some(attempt));
+        assert_eq!(parse_attempt_key(&key_u32(&["ds", "r1"], 7)), None, "two fields");
+        assert_eq!(parse_attempt_key(&key_u64(&["ds", "r1", "p"], 7)), None, "an 8-byte number");
+        assert_eq!(parse_attempt_key(b"x"), None);
+        let effect = EffectKey { dataset: "ds".into(), run: "r1".into(), effect: "mail".into(), partition: None };
+        assert_eq!(parse_effect_key(&key(&["ds", "r1", "mail", ""])), Some(effect));
+        assert_eq!(parse_effect_key(&key(&["ds", "r1", "mail"])), None);
+    }
+
+    #[test]
+    fn keys_parse_into_fields_and_numbers() {
+        let key = key_u32(&["ds", "run", "a/b"], 7);
+        assert_eq!(fields_and_number(&key, 3, 4), Some((vec!["ds".into(), "run".into(), "a/b".into()], 7)));
+        // A number whose bytes contain NUL does not confuse the split.
+        let key = key_u64(&["ds", "p"], 256);
+        assert_eq!(fields_and_number(&key, 2, 8), Some((vec!["ds".into(), "p".into()], 256)));
+        assert_eq!(fields_and_number(b"short", 2, 8), None);
+        assert_eq!(text_fields(b"a\0b", 3), None);
+        assert_eq!(text_fields(b"a\0\0", 3), Some(vec!["a".into(), String::new(), String::new()]));
+    }
 
     #[test]
     fn prefix_ranges_cover_exactly_their_fields() {

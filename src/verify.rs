@@ -25,13 +25,13 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
+    self, AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
     MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
 };
 use crate::rules::{ids, validate::FileObservation};
 use crate::schema::{
     ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META,
-    META_FORMAT_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS,
+    META_FORMAT_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number, text_fields,
 };
 use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
 
@@ -432,29 +432,6 @@ struct Walk {
     report: VerifyReport,
 }
 
-/// The text fields of a key made only of NUL-joined text fields, if it has exactly `count`.
-fn text_fields(key: &[u8], count: usize) -> Option<Vec<String>> {
-    let fields: Vec<&[u8]> = key.split(|b| *b == 0).collect();
-    if fields.len() != count {
-        return None;
-    }
-    fields.into_iter().map(|f| std::str::from_utf8(f).ok().map(str::to_owned)).collect()
-}
-
-/// `count` NUL-joined text fields, a NUL, then a big-endian number of `width` bytes.
-fn fields_and_number(key: &[u8], count: usize, width: usize) -> Option<(Vec<String>, u64)> {
-    let (head, number) = key.split_at_checked(key.len().checked_sub(width)?)?;
-    let (head, nul) = head.split_at_checked(head.len().checked_sub(1)?)?;
-    if nul != [0] {
-        return None;
-    }
-    let mut value = 0u64;
-    for b in number {
-        value = (value << 8) | u64::from(*b);
-    }
-    Some((text_fields(head, count)?, value))
-}
-
 fn take<const N: usize>(fields: Vec<String>) -> Option<[String; N]> {
     fields.try_into().ok()
 }
@@ -510,23 +487,14 @@ impl Walk {
             count += 1;
             let key = key.value();
             if !select(key) {
-                let other = codec::decode::<ViewsRecord>(def.name, key, value.value());
-                match other.map(|r| r.check()) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(message)) => self.find(def.name, codec::printable_key(key), format!("inconsistent record: {message}")),
+                match records::decode::<ViewsRecord>(def.name, key, value.value()) {
+                    Ok(_) => {}
                     Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
                     Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
                 }
                 continue;
             }
-            let decoded = codec::decode::<R>(def.name, key, value.value()).and_then(|record| match record.check() {
-                Ok(()) => Ok(record),
-                Err(message) => Err(Error::Corrupted {
-                    table: def.name,
-                    key: codec::printable_key(key),
-                    detail: crate::Corruption::Inconsistent { message },
-                }),
-            });
+            let decoded = records::decode::<R>(def.name, key, value.value());
             match decoded {
                 Ok(record) => {
                     if !keep(key, record) {
@@ -925,22 +893,7 @@ impl Walk {
 
 /// The lowest attempt of a task validated valid.
 fn lowest_valid(index: &Index<'_>, d: &str, r: &str, p: &str) -> Option<u32> {
-    index.attempts_of(d, r, p).iter().find(|(_, a)| matches!(a.verdict, Some(Verdict::Valid))).map(|((_, _, _, n), _)| *n)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_parse_into_fields_and_numbers() {
-        let key = crate::schema::key_u32(&["ds", "run", "a/b"], 7);
-        assert_eq!(fields_and_number(&key, 3, 4), Some((vec!["ds".into(), "run".into(), "a/b".into()], 7)));
-        // A number whose bytes contain NUL does not confuse the split.
-        let key = crate::schema::key_u64(&["ds", "p"], 256);
-        assert_eq!(fields_and_number(&key, 2, 8), Some((vec!["ds".into(), "p".into()], 256)));
-        assert_eq!(fields_and_number(b"short", 2, 8), None);
-        assert_eq!(text_fields(b"a\0b", 3), None);
-        assert_eq!(text_fields(b"a\0\0", 3), Some(vec!["a".into(), String::new(), String::new()]));
-    }
+    crate::rules::accept::lowest_valid(
+        index.attempts_of(d, r, p).iter().filter_map(|((_, _, _, n), a)| a.verdict.as_ref().map(|v| (*n, v.is_valid()))),
+    )
 }

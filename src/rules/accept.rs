@@ -17,6 +17,16 @@ pub(crate) fn accepted_after(current: Option<u32>, attempt: u32, valid: bool) ->
     }
 }
 
+/// The accepted attempt to write after attempt `attempt` of a task was validated `valid`, or
+/// `None` when the index does not change. Once the task's run is published its accepted
+/// attempt is frozen: a later verdict is stored but changes nothing that was published.
+pub(crate) fn accepted_update(run_published: bool, current: Option<u32>, attempt: u32, valid: bool) -> Option<u32> {
+    if run_published {
+        return None;
+    }
+    accepted_after(current, attempt, valid).filter(|next| Some(*next) != current)
+}
+
 /// The accepted attempt of a task from scratch: the lowest-numbered attempt whose verdict is
 /// valid, given `(attempt, valid)` for every attempt with a verdict, in any order.
 ///
@@ -30,7 +40,17 @@ pub(crate) fn lowest_valid(verdicts: impl IntoIterator<Item = (u32, bool)>) -> O
 
 #[cfg(test)]
 mod tests {
-    use super::{accepted_after, lowest_valid};
+    use super::{accepted_after, accepted_update, lowest_valid};
+
+    #[test]
+    fn the_index_is_written_only_when_it_changes_and_never_after_the_publish() {
+        assert_eq!(accepted_update(false, None, 3, true), Some(3));
+        assert_eq!(accepted_update(false, Some(3), 2, true), Some(2));
+        assert_eq!(accepted_update(false, Some(2), 3, true), None, "a higher valid attempt changes nothing");
+        assert_eq!(accepted_update(false, Some(2), 1, false), None);
+        assert_eq!(accepted_update(true, Some(2), 1, true), None, "frozen once published");
+        assert_eq!(accepted_update(true, None, 1, true), None);
+    }
 
     #[test]
     fn the_incremental_form_agrees_with_the_rule_and_invalidation_moves_up() {

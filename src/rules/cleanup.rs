@@ -217,9 +217,18 @@ pub(crate) fn check_threshold(age_threshold_ms: u64, attempt_lifetime_max_ms: u6
 /// attempt of a published run is kept as that run's record of what it published).
 pub(crate) fn record_removable(facts: &Facts, staging_rel: &str) -> bool {
     match facts.attempts.get(staging_rel) {
-        Some(fact) => !fact.accepted && !facts.referenced.contains(staging_rel) && fact.state.verdict().is_ok(),
+        Some(fact) => attempt_dead(fact.state, fact.accepted, facts.referenced.contains(staging_rel)),
         None => false,
     }
+}
+
+/// The dead-attempt rule: an attempt can never be used again, so its record may be removed
+/// (once its directory is gone or empty), when it is in a deletable state (abandoned, invalid,
+/// or settled by its run's publication), its task's accepted index does not name it, and no
+/// version entry holds its staging directory. The accepted attempt of a published run keeps
+/// its record: it is the run's account of what it published.
+pub(crate) fn attempt_dead(state: AttemptState, accepted: bool, referenced: bool) -> bool {
+    !accepted && !referenced && state.verdict().is_ok()
 }
 
 #[cfg(test)]
@@ -319,6 +328,18 @@ mod tests {
         assert!(check_threshold(HOUR_MS - 1, HOUR_MS, false).is_err());
         assert!(check_threshold(HOUR_MS + 1, HOUR_MS, false).is_ok());
         assert!(check_threshold(1, HOUR_MS, true).is_ok());
+    }
+
+    #[test]
+    fn only_an_unaccepted_unreferenced_attempt_in_a_deletable_state_is_dead() {
+        for state in [AttemptState::Abandoned, AttemptState::Invalid, AttemptState::Settled] {
+            assert!(attempt_dead(state, false, false), "{state:?}");
+            assert!(!attempt_dead(state, true, false), "accepted {state:?}");
+            assert!(!attempt_dead(state, false, true), "referenced {state:?}");
+        }
+        for state in [AttemptState::Running, AttemptState::AwaitingValidation, AttemptState::ValidUnpublished] {
+            assert!(!attempt_dead(state, false, false), "{state:?}");
+        }
     }
 
     #[test]

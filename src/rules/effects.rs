@@ -76,6 +76,35 @@ pub(crate) fn mark(status: &EffectStatus, current: Option<&EffectClaim>, claiman
     }
 }
 
+/// The claim granted to `claimant` at `now_ms` for `lease_ms` (at least 1 ms).
+pub(crate) fn granted(claimant: &str, now_ms: u64, lease_ms: u64) -> EffectClaim {
+    EffectClaim { claimant: claimant.to_owned(), claimed_at_ms: now_ms, expires_at_ms: now_ms.saturating_add(lease_ms.max(1)) }
+}
+
+/// The status of an effect marked emitted at `now_ms` ([`MarkDecision::Mark`]): only a ready
+/// effect becomes emitted, keeping the generation that made it ready. `None` for any other
+/// status, which [`mark`] never lets through.
+pub(crate) fn emitted(status: &EffectStatus, now_ms: u64) -> Option<EffectStatus> {
+    match status {
+        EffectStatus::Ready { generation } => Some(EffectStatus::Emitted { generation: *generation, emitted_at_ms: now_ms }),
+        EffectStatus::Recorded | EffectStatus::Emitted { .. } => None,
+    }
+}
+
+/// The status of a newly recorded effect: ready at once if its run is published already.
+pub(crate) fn recorded(published_generation: Option<u64>) -> EffectStatus {
+    match published_generation {
+        Some(generation) => EffectStatus::Ready { generation },
+        None => EffectStatus::Recorded,
+    }
+}
+
+/// The status of a run's effect after the run published `generation`: a recorded effect
+/// becomes ready; `None` (nothing to write) for one already ready or emitted.
+pub(crate) fn on_publish(status: &EffectStatus, generation: u64) -> Option<EffectStatus> {
+    (*status == EffectStatus::Recorded).then_some(EffectStatus::Ready { generation })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,6 +129,20 @@ mod tests {
         assert_eq!(claim(&EMITTED, None, "a", 0), ClaimDecision::AlreadyEmitted);
         assert_eq!(claim(&EMITTED, Some(&held("a", 100)), "a", 0), ClaimDecision::AlreadyEmitted);
         assert_eq!(claim(&EffectStatus::Recorded, None, "a", 0), ClaimDecision::NotReady);
+    }
+
+    #[test]
+    fn an_effect_moves_recorded_ready_emitted_and_never_back() {
+        assert_eq!(recorded(None), EffectStatus::Recorded);
+        assert_eq!(recorded(Some(3)), EffectStatus::Ready { generation: 3 });
+        assert_eq!(on_publish(&EffectStatus::Recorded, 1), Some(READY));
+        assert_eq!(on_publish(&READY, 2), None);
+        assert_eq!(on_publish(&EMITTED, 2), None);
+        assert_eq!(emitted(&READY, 5), Some(EMITTED));
+        assert_eq!(emitted(&EMITTED, 6), None);
+        assert_eq!(emitted(&EffectStatus::Recorded, 6), None);
+        assert_eq!(granted("a", 10, 0), EffectClaim { claimant: "a".into(), claimed_at_ms: 10, expires_at_ms: 11 });
+        assert_eq!(granted("a", u64::MAX - 1, 5).expires_at_ms, u64::MAX);
     }
 
     #[test]

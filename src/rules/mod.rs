@@ -1,5 +1,9 @@
 //! Pure rules: no redb, no clock, no file system.
 //!
+//! The seam between the rules and the storage layer: an operation (in `store/`) reads what a
+//! rule needs inside one transaction, calls the rule with plain values (and its clock reading),
+//! and writes what the rule decided in the same transaction. Nothing here reads or writes.
+//!
 //! Everything that decides (which names are acceptable, where an attempt stages, whether a
 //! candidate is valid, which attempt is accepted, whether a run may publish and what the new
 //! generation holds) lives here as functions over plain values. The store gathers the inputs
@@ -7,7 +11,9 @@
 //! (for example PostgreSQL for multi-host schedulers) calls the same functions.
 
 pub(crate) mod accept;
+pub(crate) mod attempts;
 pub(crate) mod cleanup;
+pub(crate) mod declare;
 pub(crate) mod digest;
 pub(crate) mod effects;
 pub(crate) mod ids;

@@ -9,7 +9,7 @@
 //! or before the oldest retained generation, or it is a removal marker visible only from that
 //! generation on, when nothing older remains for it to hide).
 
-use crate::lifecycle::RetentionPolicy;
+use crate::lifecycle::{RetentionPolicy, RollbackRefusal};
 use crate::model::PartitionEntry;
 
 /// The oldest retained generation, given every stored generation `(number, published_at_ms)`
@@ -46,6 +46,28 @@ pub(crate) fn versions_to_remove(versions: &[(u64, bool)], oldest_retained: u64)
         }
     }
     out
+}
+
+/// Whether a rollback of a dataset whose pointer names `current` (`None`: nothing published)
+/// to generation `to` may go on: `Ok(current)`, or the refusal. The target must still be
+/// stored ([`rollback_expired`] otherwise).
+pub(crate) fn rollback_target(current: Option<u64>, to: u64) -> Result<u64, RollbackRefusal> {
+    let Some(current) = current else {
+        return Err(RollbackRefusal::Unknown { requested: to, current: None });
+    };
+    if to == current {
+        return Err(RollbackRefusal::AlreadyCurrent { generation: current });
+    }
+    if to == 0 || to > current {
+        return Err(RollbackRefusal::Unknown { requested: to, current: Some(current) });
+    }
+    Ok(current)
+}
+
+/// The refusal of a rollback to `to`, older than `current`, whose generation record is no
+/// longer stored: it expired; `oldest_stored` is the dataset's oldest stored generation.
+pub(crate) fn rollback_expired(to: u64, oldest_stored: Option<u64>, current: u64) -> RollbackRefusal {
+    RollbackRefusal::Expired { requested: to, oldest_retained: oldest_stored.unwrap_or(current) }
 }
 
 /// What a rollback writes for one partition: the partition and the generation whose version
@@ -93,6 +115,17 @@ mod tests {
 
     fn policy(keep_last: u64, window_ms: u64) -> RetentionPolicy {
         RetentionPolicy { keep_last, rollback_window: Duration::from_millis(window_ms) }
+    }
+
+    #[test]
+    fn a_rollback_is_refused_to_the_current_a_future_or_a_zero_generation() {
+        assert_eq!(rollback_target(None, 1), Err(RollbackRefusal::Unknown { requested: 1, current: None }));
+        assert_eq!(rollback_target(Some(3), 3), Err(RollbackRefusal::AlreadyCurrent { generation: 3 }));
+        assert_eq!(rollback_target(Some(3), 4), Err(RollbackRefusal::Unknown { requested: 4, current: Some(3) }));
+        assert_eq!(rollback_target(Some(3), 0), Err(RollbackRefusal::Unknown { requested: 0, current: Some(3) }));
+        assert_eq!(rollback_target(Some(3), 2), Ok(3));
+        assert_eq!(rollback_expired(1, Some(2), 3), RollbackRefusal::Expired { requested: 1, oldest_retained: 2 });
+        assert_eq!(rollback_expired(1, None, 3), RollbackRefusal::Expired { requested: 1, oldest_retained: 3 });
     }
 
     #[test]

@@ -6,18 +6,12 @@
 //! the task's accepted attempt after an invalidation is `rules::accept::lowest_valid` over the
 //! task's verdicts.
 
-use super::retention::{attempt_key_bytes, check_attempt_key, check_rollback_text, refuse_if_abandoned, unknown_attempt};
-use super::tables::{get, put, scan};
-use super::{Store, TxnEnd, now_ms};
-use crate::error::{Error, Result};
-use crate::model::{AbandonOutcome, AttemptKey, GateFailure, InvalidateOutcome, Verdict};
-use crate::records::{AcceptedRecord, AttemptRecord, RunRecord};
-use crate::rules;
-use crate::schema::{self, ACCEPTED, ATTEMPTS, RUNS, key, prefix, prefix_end};
-
-fn open<'t>(txn: &'t redb::WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-}
+use super::meta_redb::RedbMeta;
+use super::retention::{check_attempt_key, check_rollback_text};
+use super::{Store, now_ms};
+use crate::error::Result;
+use crate::model::{AbandonOutcome, AttemptKey, InvalidateOutcome};
+use crate::ops;
 
 impl Store {
     /// Records one unfinished attempt abandoned now, without waiting for its lease: for a try
@@ -31,28 +25,7 @@ impl Store {
     /// recorded: invalidate it with [`Store::invalidate_attempt`] instead); storage errors.
     pub fn abandon_attempt(&self, attempt: &AttemptKey) -> Result<AbandonOutcome> {
         check_attempt_key(attempt)?;
-        self.write("abandoning an attempt", |txn| {
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let attempt_key = attempt_key_bytes(attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            if let Some(abandoned_at_ms) = record.abandoned_at_ms {
-                return Ok(TxnEnd::Abort(AbandonOutcome::AlreadyAbandoned { abandoned_at_ms }));
-            }
-            if record.candidate.is_some() {
-                return Err(Error::AttemptState {
-                    partition: attempt.task.partition.clone(),
-                    attempt: attempt.attempt,
-                    state: "finished",
-                    operation: "abandoning",
-                    needed: "an unfinished attempt (invalidate a finished one instead)",
-                });
-            }
-            let abandoned_at_ms = now_ms();
-            record.abandoned_at_ms = Some(abandoned_at_ms);
-            put(&mut attempts, &attempt_key, &record)?;
-            tracing::info!(attempt = %attempt, "attempt abandoned explicitly");
-            Ok(TxnEnd::Commit(AbandonOutcome::Abandoned { abandoned_at_ms }))
-        })
+        self.write("abandoning an attempt", |txn| ops::attempts::abandon(&mut RedbMeta::new(txn), attempt, now_ms()))
     }
 
     /// Invalidates a finished attempt whose files were lost (or that an operator must not let
@@ -75,60 +48,7 @@ impl Store {
         check_attempt_key(attempt)?;
         check_rollback_text("invalidation actor", actor)?;
         check_rollback_text("invalidation reason", reason)?;
-        let task = &attempt.task;
-        self.write("invalidating an attempt", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let mut accepted = open(txn, ACCEPTED)?;
-            let run: RunRecord = get(&runs, RUNS, &key(&[&task.dataset, &task.run]))?
-                .ok_or_else(|| Error::UnknownRun { dataset: task.dataset.clone(), run: task.run.clone() })?;
-            if let Some(generation) = run.published_generation {
-                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-            }
-            let attempt_key = attempt_key_bytes(attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            refuse_if_abandoned(attempt, &record)?;
-            match (&record.candidate, &record.verdict) {
-                (None, _) => {
-                    return Err(Error::AttemptState {
-                        partition: task.partition.clone(),
-                        attempt: attempt.attempt,
-                        state: "running",
-                        operation: "invalidation",
-                        needed: "a finished attempt (abandon a running one instead)",
-                    });
-                }
-                (Some(_), Some(Verdict::Invalid(_))) => return Ok(TxnEnd::Abort(InvalidateOutcome::AlreadyInvalid)),
-                (Some(_), _) => {}
-            }
-            // Every read before the first write.
-            let task_key = key(&[&task.dataset, &task.run, &task.partition]);
-            let accepted_before = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
-            let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
-            let mut verdicts = Vec::new();
-            scan::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |raw, other| {
-                let number = schema::trailing_u32(raw).ok_or_else(|| super::tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
-                let valid = number != attempt.attempt && other.verdict.as_ref().is_some_and(Verdict::is_valid);
-                verdicts.push((number, valid));
-                Ok(true)
-            })?;
-            let accepted_after = rules::accept::lowest_valid(verdicts);
-            record.verdict = Some(Verdict::Invalid(vec![GateFailure::Invalidated {
-                actor: actor.to_owned(),
-                reason: reason.to_owned(),
-                invalidated_at_ms: now_ms(),
-            }]));
-            put(&mut attempts, &attempt_key, &record)?;
-            match accepted_after {
-                Some(next) if accepted_before != Some(next) => put(&mut accepted, &task_key, &AcceptedRecord { attempt: next })?,
-                Some(_) => {}
-                None => {
-                    accepted.remove(task_key.as_slice()).map_err(|e| Error::storage("removing an accepted attempt", e))?;
-                }
-            }
-            tracing::warn!(attempt = %attempt, actor, reason, ?accepted_before, ?accepted_after, "attempt invalidated by an operator");
-            Ok(TxnEnd::Commit(InvalidateOutcome::Invalidated { accepted_before, accepted_after }))
-        })
+        self.write("invalidating an attempt", |txn| ops::attempts::invalidate(&mut RedbMeta::new(txn), attempt, actor, reason, now_ms()))
     }
 }
 
@@ -137,11 +57,18 @@ mod tests {
     //! Stored numbers that would overflow when the store counts on: `Corrupted`, never a wrap
     //! or a panic.
 
+    use super::super::TxnEnd;
+    use super::super::tables::put;
     use super::*;
+    use crate::error::Error;
     use crate::lifecycle::CleanupOptions;
     use crate::model::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, TaskKey, TaskSpec};
     use crate::records::{CleanupPlanRecord, PointerRecord};
-    use crate::schema::{CLEANUP_PLANS, POINTERS};
+    use crate::schema::{CLEANUP_PLANS, Def, POINTERS, key};
+
+    fn open<'t>(txn: &'t redb::WriteTransaction, def: Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
+        txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
+    }
 
     fn publish_one(store: &Store, run: &str) -> Result<PublishOutcome> {
         let spec = RunSpec {

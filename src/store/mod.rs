@@ -11,6 +11,7 @@ mod engine_error;
 mod files;
 mod group;
 mod handles;
+mod meta_redb;
 mod read;
 mod retention;
 mod tables;
@@ -36,6 +37,7 @@ pub use read::Snapshot;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
+pub(crate) use crate::meta::TxnEnd;
 use crate::records::{MetaRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
@@ -628,24 +630,6 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         return Ok((Some(views), true));
     }
     Ok((Some(views), false))
-}
-
-/// How a write transaction ends.
-enum TxnEnd<T> {
-    /// Commit durably, then return the value.
-    Commit(T),
-    /// Nothing to write: abort, then return the value.
-    Abort(T),
-}
-
-impl<T> TxnEnd<T> {
-    /// The same ending with the value mapped.
-    fn map<U>(self, f: impl FnOnce(T) -> U) -> TxnEnd<U> {
-        match self {
-            TxnEnd::Commit(value) => TxnEnd::Commit(f(value)),
-            TxnEnd::Abort(value) => TxnEnd::Abort(f(value)),
-        }
-    }
 }
 
 /// Creates the staging root if missing (every directory it creates synced into its parent) and

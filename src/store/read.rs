@@ -10,13 +10,13 @@ use redb::{ReadTransaction, ReadableTableMetadata};
 
 use super::contain::Poison;
 use super::tables::{self, Readable, first_key, get, last_at_or_before, scan};
-use super::write::{attempt_status, effect_from, generation_from};
 use crate::error::{Error, Result};
 use crate::model::{
-    AttemptInfo, AttemptKey, Effect, EffectKey, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
+    AttemptInfo, AttemptKey, Effect, EffectStatus, Generation, Manifest, PartitionEntry, RunInfo, RunSummary, TaskKey, TaskSpec,
 };
 use crate::records::{
-    AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord,
+    AcceptedRecord, AttemptRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord,
+    TaskRecord, attempt_status, effect_from, generation_from,
 };
 use crate::schema::{
     self, ACCEPTED, ALL_TABLES, ATTEMPTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META, META_FORMAT_KEY, POINTERS, RUNS, TASKS,
@@ -104,6 +104,20 @@ pub(crate) fn read_generation(generations: &impl Readable, dataset: &str, number
 
 pub(crate) fn read_pointer(pointers: &impl Readable, dataset: &str) -> Result<Option<u64>> {
     Ok(get::<PointerRecord>(pointers, POINTERS, &key(&[dataset]))?.map(|p| p.generation))
+}
+
+/// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
+pub(crate) fn generation_list(generations: &impl Readable, dataset: &str) -> Result<Vec<(u64, u64)>> {
+    let generation_prefix = prefix(&[dataset]);
+    let mut out = Vec::new();
+    scan::<GenerationRecord>(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |k, record| {
+        let number = schema::trailing_u64(k)
+            .filter(|_| k.len() == generation_prefix.len() + 8)
+            .ok_or_else(|| tables::corrupted(GENERATIONS, k, "malformed generation key"))?;
+        out.push((number, record.published_at_ms));
+        Ok(true)
+    })?;
+    Ok(out)
 }
 
 impl Snapshot {
@@ -467,7 +481,8 @@ impl Snapshot {
         let mut out = Vec::new();
         scan::<EffectRecord>(&effects, EFFECTS, effect_prefix, &prefix_end(effect_prefix), |effect_key, record| {
             if keep(&record.status) {
-                let key = parse_effect_key(effect_key).ok_or_else(|| tables::corrupted(EFFECTS, effect_key, "malformed effect key"))?;
+                let key =
+                    schema::parse_effect_key(effect_key).ok_or_else(|| tables::corrupted(EFFECTS, effect_key, "malformed effect key"))?;
                 out.push(effect_from(key, record));
             }
             Ok(true)
@@ -488,19 +503,4 @@ fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
         status,
         reconciliation: record.reconciliation,
     }
-}
-
-fn parse_effect_key(raw: &[u8]) -> Option<EffectKey> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let mut fields = text.split('\0');
-    let (dataset, run, effect, partition) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?);
-    if fields.next().is_some() {
-        return None;
-    }
-    Some(EffectKey {
-        dataset: dataset.to_owned(),
-        run: run.to_owned(),
-        effect: effect.to_owned(),
-        partition: (!partition.is_empty()).then(|| partition.to_owned()),
-    })
 }

@@ -16,25 +16,23 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use redb::{ReadTransaction, ReadableTable, WriteTransaction};
 
-use super::read::{partitions_at, read_pointer};
+use super::meta_redb::RedbMeta;
+use super::read::{generation_list, read_pointer};
 use super::tables::{self, Readable, get, put, scan};
-use super::write::generation_from;
 use super::{Store, TxnEnd, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, AttemptLease, CleanupOptions, CleanupPlan, CleanupReason, ExpireReport, PlannedPath, RetentionPolicy,
-    RollbackOutcome, RollbackRefusal, RunMode, SkipReason, SkippedPath,
+    RollbackOutcome, RunMode, SkipReason, SkippedPath,
 };
-use crate::model::{AttemptKey, GenerationKind, TaskKey};
-use crate::records::{
-    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, GenerationRecord, PartitionVersionRecord,
-    PointerRecord, RunRecord,
-};
+use crate::model::{AttemptKey, TaskKey};
+use crate::ops;
+use crate::records::{AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, PartitionVersionRecord, RunRecord};
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
-use crate::rules::{ids, retention};
+use crate::rules::{self, ids, retention};
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64,
-    prefix, prefix_end,
+    self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, GENERATIONS, POINTERS, RUNS, VERSIONS, key, key_u32, key_u64, prefix,
+    prefix_end,
 };
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
@@ -63,72 +61,6 @@ pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_partition(&attempt.task.partition)
 }
 
-pub(crate) fn unknown_attempt(attempt: &AttemptKey) -> Error {
-    Error::UnknownAttempt {
-        dataset: attempt.task.dataset.clone(),
-        run: attempt.task.run.clone(),
-        partition: attempt.task.partition.clone(),
-        attempt: attempt.attempt,
-    }
-}
-
-/// Refuses any further progress of an attempt recorded abandoned: a finish or heartbeat that
-/// arrives after abandonment must not revive it, because cleanup treats an abandoned attempt's
-/// files as garbage from then on.
-pub(crate) fn refuse_if_abandoned(attempt: &AttemptKey, record: &AttemptRecord) -> Result<()> {
-    match record.abandoned_at_ms {
-        Some(abandoned_at_ms) => Err(Error::AttemptAbandoned {
-            dataset: attempt.task.dataset.clone(),
-            run: attempt.task.run.clone(),
-            partition: attempt.task.partition.clone(),
-            attempt: attempt.attempt,
-            abandoned_at_ms,
-        }),
-        None => Ok(()),
-    }
-}
-
-/// The error for a published run whose generation record is missing: expired if the dataset's
-/// history now starts after it, corruption otherwise.
-pub(crate) fn published_generation_missing(generations: &impl Readable, dataset: &str, run: &str, generation: u64) -> Error {
-    let generation_prefix = prefix(&[dataset]);
-    let oldest = match tables::first_key(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix)) {
-        Ok(found) => found.and_then(|k| schema::trailing_u64(&k)),
-        Err(err) => return err,
-    };
-    match oldest {
-        Some(oldest) if oldest > generation => Error::GenerationExpired { dataset: dataset.to_owned(), run: run.to_owned(), generation },
-        _ => tables::corrupted(RUNS, &key(&[dataset, run]), format!("run is published as generation {generation}, which does not exist")),
-    }
-}
-
-/// Splits an attempt key into its task and number.
-fn parse_attempt_key(raw: &[u8]) -> Option<AttemptKey> {
-    let (head, number) = raw.split_at_checked(raw.len().checked_sub(4)?)?;
-    let text = head.strip_suffix(&[0])?;
-    let text = std::str::from_utf8(text).ok()?;
-    let mut fields = text.split('\0');
-    let (dataset, run, partition) = (fields.next()?, fields.next()?, fields.next()?);
-    if fields.next().is_some() {
-        return None;
-    }
-    Some(TaskKey::new(dataset, run, partition).attempt(u32::from_be_bytes(number.try_into().ok()?)))
-}
-
-/// The stored generations of a dataset, `(number, published_at_ms)`, oldest first.
-fn generation_list(generations: &impl Readable, dataset: &str) -> Result<Vec<(u64, u64)>> {
-    let generation_prefix = prefix(&[dataset]);
-    let mut out = Vec::new();
-    scan::<GenerationRecord>(generations, GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix), |k, record| {
-        let number = schema::trailing_u64(k)
-            .filter(|_| k.len() == generation_prefix.len() + 8)
-            .ok_or_else(|| tables::corrupted(GENERATIONS, k, "malformed generation key"))?;
-        out.push((number, record.published_at_ms));
-        Ok(true)
-    })?;
-    Ok(out)
-}
-
 /// Gathers what cleanup needs to know from one consistent view.
 fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
     let mut facts = Facts::default();
@@ -145,7 +77,7 @@ fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
     let mut published: HashMap<(String, String), bool> = HashMap::new();
     let mut accepted_of: HashMap<TaskKey, Option<u32>> = HashMap::new();
     scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
-        let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+        let attempt = schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
         let task = &attempt.task;
         let run_key = (task.dataset.clone(), task.run.clone());
         let run_published = match published.get(&run_key) {
@@ -299,36 +231,8 @@ impl Store {
     /// published (the worker must stop: its output will never be used); storage errors.
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
-        self.write("renewing an attempt's lease", |txn| {
-            let runs = open(txn, RUNS)?;
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let attempt_key = attempt_key_bytes(attempt);
-            let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-            refuse_if_abandoned(attempt, &record)?;
-            // A try still beating for a published run is a leftover (a killed try's sidecar,
-            // say): its output can never be used, so its lease is not renewed.
-            let task = &attempt.task;
-            if let Some(generation) = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.and_then(|r| r.published_generation)
-            {
-                return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-            }
-            if record.candidate.is_some() {
-                return Err(Error::AttemptState {
-                    partition: attempt.task.partition.clone(),
-                    attempt: attempt.attempt,
-                    state: "finished",
-                    operation: "a heartbeat",
-                    needed: "a running attempt",
-                });
-            }
-            // A clock that stepped back never shortens a lease already granted.
-            record.heartbeat_at_ms = record.heartbeat_at_ms.max(now_ms());
-            put(&mut attempts, &attempt_key, &record)?;
-            Ok(TxnEnd::Commit(AttemptLease {
-                heartbeat_at_ms: record.heartbeat_at_ms,
-                expires_at_ms: record.heartbeat_at_ms.saturating_add(self.attempt_lifetime_max_ms),
-            }))
-        })
+        let lease_ms = self.attempt_lifetime_max_ms;
+        self.write("renewing an attempt's lease", |txn| ops::attempts::heartbeat(&mut RedbMeta::new(txn), attempt, now_ms(), lease_ms))
     }
 
     /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
@@ -347,11 +251,15 @@ impl Store {
             let now = now_ms();
             let mut expired = Vec::new();
             scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
-                if record.candidate.is_none()
-                    && record.abandoned_at_ms.is_none()
-                    && record.heartbeat_at_ms.saturating_add(lifetime_ms) < now
-                {
-                    let attempt = parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+                if rules::attempts::lease_expired(
+                    record.candidate.is_some(),
+                    record.abandoned_at_ms.is_some(),
+                    record.heartbeat_at_ms,
+                    lifetime_ms,
+                    now,
+                ) {
+                    let attempt =
+                        schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
                     expired.push((raw.to_vec(), attempt, record));
                 }
                 Ok(true)
@@ -401,77 +309,7 @@ impl Store {
         ids::check_name("dataset", dataset)?;
         check_rollback_text("rollback actor", actor)?;
         check_rollback_text("rollback reason", reason)?;
-        self.write("rolling back", |txn| {
-            let mut pointers = open(txn, POINTERS)?;
-            let mut generations = open(txn, GENERATIONS)?;
-            let mut versions = open(txn, VERSIONS)?;
-            let refused = |refusal| Ok(TxnEnd::Abort(RollbackOutcome::Refused(refusal)));
-            let Some(current) = read_pointer(&pointers, dataset)? else {
-                return refused(RollbackRefusal::Unknown { requested: to, current: None });
-            };
-            if to == current {
-                return refused(RollbackRefusal::AlreadyCurrent { generation: current });
-            }
-            if to == 0 || to > current {
-                return refused(RollbackRefusal::Unknown { requested: to, current: Some(current) });
-            }
-            let Some(target) = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], to))? else {
-                let oldest = generation_list(&generations, dataset)?.first().map_or(current, |(n, _)| *n);
-                return refused(RollbackRefusal::Expired { requested: to, oldest_retained: oldest });
-            };
-            let now_parts = partitions_at(&versions, dataset, current)?;
-            let target_parts = partitions_at(&versions, dataset, to)?;
-            let restores = retention::rollback_diff(&now_parts, &target_parts);
-            let number =
-                current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
-            let mut digests = open(txn, DIGESTS)?;
-            let runs = open(txn, RUNS)?;
-            for restore in &restores {
-                let record = match restore.from_version {
-                    None => PartitionVersionRecord { entry: None },
-                    Some(version) => {
-                        let version_key = key_u64(&[dataset, &restore.partition], version);
-                        get::<PartitionVersionRecord>(&versions, VERSIONS, &version_key)?
-                            .ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "visible version vanished during rollback"))?
-                    }
-                };
-                // The restored content is what the partition now holds from its snapshot: the
-                // determinism check of the next rerun on that snapshot compares against it.
-                // The record names the run that published this content and the generation it
-                // published it in, as a publish's record does.
-                if let Some(entry) = &record.entry {
-                    let run_key = key(&[dataset, &entry.run]);
-                    let published = get::<RunRecord>(&runs, RUNS, &run_key)?.and_then(|r| r.published_generation).ok_or_else(|| {
-                        tables::corrupted(
-                            VERSIONS,
-                            &key_u64(&[dataset, &restore.partition], number),
-                            "restored content of an unpublished run",
-                        )
-                    })?;
-                    put(
-                        &mut digests,
-                        &key(&[dataset, &entry.snapshot, &restore.partition]),
-                        &DigestRecord { digest: entry.digest.clone(), run: entry.run.clone(), generation: published },
-                    )?;
-                }
-                put(&mut versions, &key_u64(&[dataset, &restore.partition], number), &record)?;
-            }
-            let record = GenerationRecord {
-                parent: current,
-                run: target.run,
-                snapshot: target.snapshot,
-                published_at_ms: now_ms(),
-                partitions_replaced: restores.len() as u64,
-                nondeterminism_accepted: None,
-                kind: GenerationKind::Rollback { restored: to, actor: actor.to_owned(), reason: reason.to_owned() },
-            };
-            put(&mut generations, &key_u64(&[dataset], number), &record)?;
-            // The pointer only moves forward, and only once the new generation is complete.
-            debug_assert!(number > current);
-            put(&mut pointers, &key(&[dataset]), &PointerRecord { generation: number })?;
-            tracing::info!(dataset, restored = to, generation = number, actor, reason, partitions = restores.len(), "rolled back");
-            Ok(TxnEnd::Commit(RollbackOutcome::RolledBack(generation_from(dataset, number, record))))
-        })
+        self.write("rolling back", |txn| ops::lifecycle::rollback(&mut RedbMeta::new(txn), dataset, to, actor, reason, now_ms()))
     }
 
     /// Expires the generations of `dataset` that `policy` does not retain, in one transaction:
@@ -843,10 +681,9 @@ impl Store {
                     AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published);
                 let is_accepted = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?
                     .is_some_and(|a| a.attempt == attempt.attempt);
-                if !matches!(state, AttemptState::Abandoned | AttemptState::Invalid | AttemptState::Settled)
-                    || is_accepted
-                    || referenced_by_version(&versions, attempt, &record.staging_rel)?
-                {
+                // The version scan only when the rest of the rule would let the record go:
+                // `attempt_dead(s, a, r)` is `attempt_dead(s, a, false) && !r`.
+                if !cleanup::attempt_dead(state, is_accepted, false) || referenced_by_version(&versions, attempt, &record.staging_rel)? {
                     continue;
                 }
                 attempts.remove(attempt_key.as_slice()).map_err(|e| Error::storage("removing an attempt record", e))?;

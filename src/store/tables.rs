@@ -27,9 +27,7 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Readable for T {}
 /// Decodes and checks a record read from `def` under `key`.
 pub(crate) fn decode<R: Checked>(def: Def, key: &[u8], bytes: &[u8]) -> Result<R> {
     debug_assert_eq!(def, R::TABLE, "reading a record from another table than its own");
-    let record: R = codec::decode(def.name, key, bytes)?;
-    record.check().map_err(|message| corrupted(def, key, message))?;
-    Ok(record)
+    crate::records::decode(def.name, key, bytes)
 }
 
 /// A corruption error for a key whose shape or meaning is wrong.

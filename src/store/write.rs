@@ -3,35 +3,27 @@
 //! Each one reads and checks everything first and writes only once every check passed, so a
 //! refused operation leaves its transaction untouched (and aborts it).
 
-use redb::{ReadableTable, WriteTransaction};
+use redb::WriteTransaction;
 
-use super::tables::{self, get, put, scan};
+use super::meta_redb::RedbMeta;
+use super::tables::{self, get};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
 use crate::model::{
-    AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim, EffectKey, EffectStatus,
-    FileCheck, FileEntry, FinishOutcome, Generation, GenerationKind, MarkOutcome, PublishOptions, PublishOutcome, RecordedEffect, RunSpec,
-    TaskKey, TaskSpec, Verdict,
+    AttemptKey, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, EffectKey, FileCheck, FileEntry, FinishOutcome, MarkOutcome,
+    PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
+use crate::ops;
 use crate::readers;
-use crate::records::{
-    AcceptedRecord, AttemptRecord, DigestRecord, EffectRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord,
-    PointerRecord, RunRecord, TaskRecord,
-};
-use crate::rules::effects::{ClaimDecision, MarkDecision};
+use crate::records::{AttemptRecord, RunRecord, TaskRecord};
+use crate::rules::attempts::ToValidate;
 use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
-use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, DIGESTS, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
-};
+use crate::schema::{ATTEMPTS, RUNS, TASKS, key, key_u32};
 
 /// Largest side-effect payload, in bytes.
 const EFFECT_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
-
-fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-}
 
 fn unknown_run(dataset: &str, run: &str) -> Error {
     Error::UnknownRun { dataset: dataset.to_owned(), run: run.to_owned() }
@@ -66,20 +58,6 @@ fn read_task(table: &impl tables::Readable, task: &TaskKey) -> Result<TaskRecord
     })
 }
 
-pub(crate) fn generation_from(dataset: &str, number: u64, record: GenerationRecord) -> Generation {
-    Generation {
-        dataset: dataset.to_owned(),
-        number,
-        parent: record.parent,
-        run: record.run,
-        snapshot: record.snapshot,
-        published_at_ms: record.published_at_ms,
-        partitions_replaced: record.partitions_replaced,
-        nondeterminism_accepted: record.nondeterminism_accepted,
-        kind: record.kind,
-    }
-}
-
 impl Store {
     /// Declares a run: its dataset, id, pinned input snapshot and tasks with their
     /// expectations. Declaring the identical run again writes nothing.
@@ -89,34 +67,7 @@ impl Store {
     /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
-        self.write_grouped("declaring a run", |txn| {
-            let mut runs = open(txn, RUNS)?;
-            let mut tasks = open(txn, TASKS)?;
-            let run_key = key(&[&spec.dataset, &spec.run]);
-            if let Some(existing) = get::<RunRecord>(&runs, RUNS, &run_key)? {
-                compare_declaration(spec, &existing, &tasks)?;
-                return Ok(TxnEnd::Abort(DeclareOutcome::AlreadyDeclared));
-            }
-            put(
-                &mut runs,
-                &run_key,
-                &RunRecord {
-                    snapshot: spec.snapshot.clone(),
-                    task_count: spec.tasks.len() as u64,
-                    declared_at_ms: now_ms(),
-                    published_generation: None,
-                    grain: spec.grain.clone(),
-                },
-            )?;
-            for task in &spec.tasks {
-                put(
-                    &mut tasks,
-                    &key(&[&spec.dataset, &spec.run, &task.partition]),
-                    &TaskRecord { expected_rows: task.expected_rows, expected_total: task.expected_total, next_attempt: 1 },
-                )?;
-            }
-            Ok(TxnEnd::Commit(DeclareOutcome::Declared))
-        })
+        self.write_grouped("declaring a run", |txn| ops::declare::declare_run(&mut RedbMeta::new(txn), spec, now_ms()))
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
@@ -167,45 +118,15 @@ impl Store {
     /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
     /// commit.
     pub(super) fn begin_body(&self, txn: &WriteTransaction, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
-        let task = &prepared.task;
-        let runs = open(txn, RUNS)?;
-        let mut tasks = open(txn, TASKS)?;
-        let mut attempts = open(txn, ATTEMPTS)?;
-        let run = read_run(&runs, &task.dataset, &task.run)?;
-        if let Some(generation) = run.published_generation {
-            return Err(Error::RunPublished { dataset: task.dataset.clone(), run: task.run.clone(), generation });
-        }
-        let mut record = read_task(&tasks, task)?;
-        let attempt = record.next_attempt;
-        record.next_attempt =
-            attempt.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))?;
-        let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt)?;
-        let started_at_ms = now_ms();
-        let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt);
-        if attempts.get(attempt_key.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some() {
-            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt exists beyond its task's next attempt number"));
-        }
-        // The directory is made before the commit: if the commit fails, the number is not
-        // taken and the next begin reuses the (empty, never handed out) directory.
-        let staging_dir = match files::create_attempt_dir(&prepared.parent, &ids::attempt_dir_name(attempt), &staging_rel)? {
-            Some(dir) => dir,
-            None => files::create_staging_dir(&self.staging_root, &staging_rel, &mut prepared.created)?,
-        };
-        put(&mut tasks, &key(&[&task.dataset, &task.run, &task.partition]), &record)?;
-        put(
-            &mut attempts,
-            &attempt_key,
-            &AttemptRecord {
-                started_at_ms,
-                heartbeat_at_ms: started_at_ms,
-                abandoned_at_ms: None,
-                staging_rel,
-                candidate: None,
-                verdict: None,
-                reconciliation: None,
-            },
-        )?;
-        Ok(TxnEnd::Commit(AttemptTicket { key: task.attempt(attempt), staging_dir, started_at_ms }))
+        let PreparedBegin { task, parent, created } = prepared;
+        ops::attempts::begin(&mut RedbMeta::new(txn), task, now_ms(), |attempt, staging_rel| {
+            // The directory is made before the commit: if the commit fails, the number is not
+            // taken and the next begin reuses the (empty, never handed out) directory.
+            match files::create_attempt_dir(parent, &ids::attempt_dir_name(attempt), staging_rel)? {
+                Some(dir) => Ok(dir),
+                None => files::create_staging_dir(&self.staging_root, staging_rel, created),
+            }
+        })
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -331,80 +252,13 @@ impl Store {
         ids::check_name("dataset", dataset)?;
         ids::check_name("run id", run)?;
         self.write("publishing a run", |txn| {
-            let mut runs = open(txn, RUNS)?;
-            let mut generations = open(txn, GENERATIONS)?;
-            let run_key = key(&[dataset, run]);
-            let mut run_record = read_run(&runs, dataset, run)?;
-            if let Some(number) = run_record.published_generation {
-                let record = get::<GenerationRecord>(&generations, GENERATIONS, &key_u64(&[dataset], number))?
-                    .ok_or_else(|| super::retention::published_generation_missing(&generations, dataset, run, number))?;
-                return Ok(TxnEnd::Abort(PublishOutcome::AlreadyPublished(generation_from(dataset, number, record))));
-            }
-            let mut states = gather_publish_inputs(txn, dataset, run, &run_record)?;
             // Every file of every accepted candidate is still there with its size (a stat, no
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
-            for state in &mut states {
-                if let Some(accepted) = &state.accepted {
-                    state.files_seen =
-                        observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)?;
-                }
-            }
-            let plan = match rules::publish::plan(dataset, run, &run_record.snapshot, states, options.accept_nondeterminism.as_deref()) {
-                Ok(plan) => plan,
-                Err(refusal) => return Ok(TxnEnd::Abort(PublishOutcome::Refused(refusal))),
+            let observe = |accepted: &rules::publish::Accepted| {
+                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)
             };
-            let mut pointers = open(txn, POINTERS)?;
-            let pointer_key = key(&[dataset]);
-            let current = get::<PointerRecord>(&pointers, POINTERS, &pointer_key)?.map_or(0, |p| p.generation);
-            let number = current.checked_add(1).ok_or_else(|| tables::corrupted(POINTERS, &pointer_key, "generation number overflows"))?;
-            let mut versions = open(txn, VERSIONS)?;
-            for planned in &plan.partitions {
-                let (accepted, candidate) = (&planned.accepted, &planned.accepted.candidate);
-                put(
-                    &mut versions,
-                    &key_u64(&[dataset, &planned.partition], number),
-                    &PartitionVersionRecord {
-                        entry: Some(PartitionEntryRecord {
-                            run: run.to_owned(),
-                            attempt: accepted.attempt,
-                            snapshot: candidate.snapshot.clone(),
-                            rows: planned.rows,
-                            total: planned.total,
-                            digest: planned.digest.clone(),
-                            staging_rel: accepted.staging_rel.clone(),
-                            files: candidate.files.clone(),
-                        }),
-                    },
-                )?;
-            }
-            let mut digests = open(txn, DIGESTS)?;
-            for &index in &plan.digests_to_record {
-                let planned = &plan.partitions[index];
-                put(
-                    &mut digests,
-                    &key(&[dataset, &run_record.snapshot, &planned.partition]),
-                    &DigestRecord { digest: planned.digest.clone(), run: run.to_owned(), generation: number },
-                )?;
-            }
-            let record = GenerationRecord {
-                parent: current,
-                run: run.to_owned(),
-                snapshot: run_record.snapshot.clone(),
-                published_at_ms: now_ms(),
-                partitions_replaced: plan.partitions.len() as u64,
-                nondeterminism_accepted: plan.nondeterminism_accepted,
-                kind: GenerationKind::Publish,
-            };
-            put(&mut generations, &key_u64(&[dataset], number), &record)?;
-            run_record.published_generation = Some(number);
-            put(&mut runs, &run_key, &run_record)?;
-            mark_effects_ready(txn, dataset, run, number)?;
-            // The pointer only moves forward, and only here, after the generation is complete.
-            debug_assert!(number > current);
-            put(&mut pointers, &pointer_key, &PointerRecord { generation: number })?;
-            tracing::info!(dataset, run, generation = number, partitions = record.partitions_replaced, "published");
-            Ok(TxnEnd::Commit(PublishOutcome::Published(generation_from(dataset, number, record))))
+            ops::publish::publish(&mut RedbMeta::new(txn), dataset, run, options.accept_nondeterminism.as_deref(), now_ms(), observe)
         })
     }
 
@@ -475,15 +329,6 @@ pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<(
     }
 }
 
-fn unknown_effect(effect: &EffectKey) -> Error {
-    Error::UnknownEffect {
-        dataset: effect.dataset.clone(),
-        run: effect.run.clone(),
-        effect: effect.effect.clone(),
-        partition: effect.partition.clone().unwrap_or_default(),
-    }
-}
-
 /// The claim, in a write transaction (a single call's or a batch's).
 pub(super) fn claim_body(
     txn: &WriteTransaction,
@@ -491,41 +336,13 @@ pub(super) fn claim_body(
     claimant: &str,
     lease: std::time::Duration,
 ) -> Result<TxnEnd<ClaimOutcome>> {
-    let mut effects = open(txn, EFFECTS)?;
-    let effect_key = effect_key_bytes(effect);
-    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
-    let now = now_ms();
-    match rules::effects::claim(&record.status, record.claim.as_ref(), claimant, now) {
-        ClaimDecision::NotReady => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
-        ClaimDecision::HeldByOther => Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(effect.clone(), record) })),
-        ClaimDecision::AlreadyEmitted => Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
-        ClaimDecision::Grant { took_over_from } => {
-            let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX).max(1);
-            record.claim =
-                Some(EffectClaim { claimant: claimant.to_owned(), claimed_at_ms: now, expires_at_ms: now.saturating_add(lease_ms) });
-            put(&mut effects, &effect_key, &record)?;
-            Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(effect.clone(), record), took_over_from }))
-        }
-    }
+    let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    ops::effects::claim(&mut RedbMeta::new(txn), effect, claimant, lease_ms, now_ms())
 }
 
 /// Marking emitted, in a write transaction (a single call's or a batch's).
 pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
-    let mut effects = open(txn, EFFECTS)?;
-    let effect_key = effect_key_bytes(effect);
-    let mut record: EffectRecord = get(&effects, EFFECTS, &effect_key)?.ok_or_else(|| unknown_effect(effect))?;
-    let now = now_ms();
-    match (rules::effects::mark(&record.status, record.claim.as_ref(), claimant, now), record.status.clone()) {
-        (MarkDecision::NotReady, _) => Err(Error::EffectNotReady { run: effect.run.clone(), effect: effect.effect.clone() }),
-        (MarkDecision::AlreadyEmitted, _) => Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
-        (MarkDecision::ClaimedByOther, _) => Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(effect.clone(), record) })),
-        (MarkDecision::Mark, EffectStatus::Ready { generation }) => {
-            record.status = EffectStatus::Emitted { generation, emitted_at_ms: now };
-            put(&mut effects, &effect_key, &record)?;
-            Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(effect.clone(), record) }))
-        }
-        (MarkDecision::Mark, _) => Err(tables::corrupted(EFFECTS, &effect_key, "an effect not ready was to be marked emitted")),
-    }
+    ops::effects::mark(&mut RedbMeta::new(txn), effect, claimant, now_ms())
 }
 
 fn check_effect_key(effect: &EffectKey) -> Result<()> {
@@ -536,151 +353,6 @@ fn check_effect_key(effect: &EffectKey) -> Result<()> {
         Some(partition) => ids::check_partition(partition),
         None => Ok(()),
     }
-}
-
-pub(crate) fn effect_key_bytes(effect: &EffectKey) -> Vec<u8> {
-    key(&[&effect.dataset, &effect.run, &effect.effect, effect.partition.as_deref().unwrap_or("")])
-}
-
-pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
-    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
-}
-
-/// Compares a re-declaration with the stored run.
-fn compare_declaration(spec: &RunSpec, existing: &RunRecord, tasks: &impl tables::Readable) -> Result<()> {
-    let conflict = |detail: String| Error::RunConflict { dataset: spec.dataset.clone(), run: spec.run.clone(), detail };
-    if existing.snapshot != spec.snapshot {
-        return Err(conflict(format!("snapshot {:?} was declared, not {:?}", existing.snapshot, spec.snapshot)));
-    }
-    if existing.grain != spec.grain {
-        return Err(conflict(format!("grain {:?} was declared, not {:?}", existing.grain, spec.grain)));
-    }
-    if existing.task_count != spec.tasks.len() as u64 {
-        return Err(conflict(format!("{} tasks were declared, not {}", existing.task_count, spec.tasks.len())));
-    }
-    for task in &spec.tasks {
-        let stored: Option<TaskRecord> = get(tasks, TASKS, &key(&[&spec.dataset, &spec.run, &task.partition]))?;
-        match stored {
-            None => return Err(conflict(format!("partition {:?} was not declared", task.partition))),
-            Some(stored) if stored.expected_rows != task.expected_rows || stored.expected_total != task.expected_total => {
-                return Err(conflict(format!(
-                    "partition {:?} was declared with rows {} and total {:?}",
-                    task.partition, stored.expected_rows, stored.expected_total
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
-
-fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
-    if existing.rows != new.rows {
-        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
-    } else if existing.total != new.total {
-        format!("total {:?} recorded, {:?} now", existing.total, new.total)
-    } else if existing.digest != new.digest {
-        format!("digest {:?} recorded, {:?} now", existing.digest, new.digest)
-    } else {
-        "the file list differs".to_owned()
-    }
-}
-
-/// Reads, for each task of the run, what the publish rule needs: O(1) keyed lookups per task,
-/// plus a scan of a task's own attempts only when it has no accepted one (for the report).
-fn gather_publish_inputs(
-    txn: &WriteTransaction,
-    dataset: &str,
-    run: &str,
-    run_record: &RunRecord,
-) -> Result<Vec<rules::publish::TaskState>> {
-    let tasks = open(txn, TASKS)?;
-    let accepted = open(txn, ACCEPTED)?;
-    let attempts = open(txn, ATTEMPTS)?;
-    let digests = open(txn, DIGESTS)?;
-    let task_prefix = prefix(&[dataset, run]);
-    let mut states = Vec::with_capacity(usize::try_from(run_record.task_count).unwrap_or(0).min(1 << 20));
-    scan::<TaskRecord>(&tasks, TASKS, &task_prefix, &prefix_end(&task_prefix), |task_key, task| {
-        let partition =
-            schema::text_after(task_key, &task_prefix).ok_or_else(|| tables::corrupted(TASKS, task_key, "malformed task key"))?.to_owned();
-        let spec = TaskSpec { partition: partition.clone(), expected_rows: task.expected_rows, expected_total: task.expected_total };
-        let accepted_attempt = get::<AcceptedRecord>(&accepted, ACCEPTED, task_key)?;
-        let mut state = rules::publish::TaskState { spec, accepted: None, attempts: Vec::new(), published: None, files_seen: Vec::new() };
-        match accepted_attempt {
-            Some(AcceptedRecord { attempt }) => {
-                let attempt_key = key_u32(&[dataset, run, &partition], attempt);
-                let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?
-                    .ok_or_else(|| tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} does not exist")))?;
-                let (Some(candidate), Some(Verdict::Valid)) = (record.candidate, record.verdict) else {
-                    return Err(tables::corrupted(ACCEPTED, task_key, format!("accepted attempt {attempt} is not validated valid")));
-                };
-                state.accepted = Some(rules::publish::Accepted {
-                    attempt,
-                    candidate,
-                    staging_rel: record.staging_rel,
-                    reconciliation: record.reconciliation,
-                });
-                state.published = get::<DigestRecord>(&digests, DIGESTS, &key(&[dataset, &run_record.snapshot, &partition]))?
-                    .map(|d| rules::publish::PublishedDigest { digest: d.digest, run: d.run, generation: d.generation });
-            }
-            None => state.attempts = task_attempts(&attempts, dataset, run, &partition)?,
-        }
-        states.push(state);
-        Ok(true)
-    })?;
-    if states.len() as u64 != run_record.task_count {
-        return Err(tables::corrupted(
-            RUNS,
-            &key(&[dataset, run]),
-            format!("run declares {} tasks but {} are stored", run_record.task_count, states.len()),
-        ));
-    }
-    Ok(states)
-}
-
-/// Every attempt of one task with its status, in attempt order.
-pub(crate) fn task_attempts(
-    attempts: &impl tables::Readable,
-    dataset: &str,
-    run: &str,
-    partition: &str,
-) -> Result<Vec<(u32, AttemptStatus)>> {
-    let attempt_prefix = prefix(&[dataset, run, partition]);
-    let mut out = Vec::new();
-    scan::<AttemptRecord>(attempts, ATTEMPTS, &attempt_prefix, &prefix_end(&attempt_prefix), |attempt_key, record| {
-        let number = schema::trailing_u32(attempt_key).ok_or_else(|| tables::corrupted(ATTEMPTS, attempt_key, "malformed attempt key"))?;
-        out.push((number, attempt_status(&record)));
-        Ok(true)
-    })?;
-    Ok(out)
-}
-
-pub(crate) fn attempt_status(record: &AttemptRecord) -> AttemptStatus {
-    match (&record.candidate, &record.verdict, record.abandoned_at_ms) {
-        (_, Some(verdict), _) => AttemptStatus::Validated(verdict.clone()),
-        (Some(_), None, _) => AttemptStatus::Finished,
-        (None, None, Some(abandoned_at_ms)) => AttemptStatus::Abandoned { abandoned_at_ms },
-        (None, None, None) => AttemptStatus::Running,
-    }
-}
-
-/// Makes every recorded effect of the run ready, in the publishing transaction. Touches only
-/// the run's own effects (one key range).
-fn mark_effects_ready(txn: &WriteTransaction, dataset: &str, run: &str, generation: u64) -> Result<()> {
-    let mut effects = open(txn, EFFECTS)?;
-    let effect_prefix = prefix(&[dataset, run]);
-    let mut updates = Vec::new();
-    scan::<EffectRecord>(&effects, EFFECTS, &effect_prefix, &prefix_end(&effect_prefix), |effect_key, mut record| {
-        if record.status == EffectStatus::Recorded {
-            record.status = EffectStatus::Ready { generation };
-            updates.push((effect_key.to_vec(), record));
-        }
-        Ok(true)
-    })?;
-    for (effect_key, record) in updates {
-        put(&mut effects, &effect_key, &record)?;
-    }
-    Ok(())
 }
 
 /// A verdict decided from the attempt's files ([`Store::prepare_validation`]), not yet stored.
@@ -757,18 +429,10 @@ pub(super) fn prepare_validation(
         (spec, run, record)
     };
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
-    if let Some(verdict) = record.verdict {
-        return Ok(prepared(Decided::Stored(verdict)));
-    }
-    super::retention::refuse_if_abandoned(attempt, &record)?;
-    let Some(candidate) = record.candidate else {
-        return Err(Error::AttemptState {
-            partition: task.partition.clone(),
-            attempt: attempt.attempt,
-            state: "running",
-            operation: "validation",
-            needed: "a finished attempt",
-        });
+    let candidate = match rules::attempts::to_validate(attempt, record.verdict.as_ref(), record.abandoned_at_ms, record.candidate.as_ref())?
+    {
+        ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict.clone()))),
+        ToValidate::Candidate(candidate) => candidate.clone(),
     };
     let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
     let computed = match &run.grain {
@@ -857,36 +521,7 @@ pub(super) fn store_verdict_body(
     verdict: &Verdict,
     reconciliation: &Reconciliation,
 ) -> Result<TxnEnd<Verdict>> {
-    let task = &attempt.task;
-    let task_key = key(&[&task.dataset, &task.run, &task.partition]);
-    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-    let runs = open(txn, RUNS)?;
-    let mut attempts = open(txn, ATTEMPTS)?;
-    let mut accepted = open(txn, ACCEPTED)?;
-    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-    if let Some(stored) = record.verdict {
-        // Another validator got there first; its verdict stands.
-        return Ok(TxnEnd::Abort(stored));
-    }
-    if record.candidate.as_ref() != Some(candidate) {
-        return Err(tables::corrupted(ATTEMPTS, &attempt_key, "candidate changed after it was recorded"));
-    }
-    // Every read that may fail comes before the first write: a grouped body that fails
-    // must have written nothing (see `group.rs`).
-    let run = read_run(&runs, &task.dataset, &task.run)?;
-    let current = get::<AcceptedRecord>(&accepted, ACCEPTED, &task_key)?.map(|r| r.attempt);
-    record.verdict = Some(verdict.clone());
-    record.reconciliation = Some(reconciliation.clone());
-    put(&mut attempts, &attempt_key, &record)?;
-    if run.published_generation.is_none() {
-        let next = rules::accept::accepted_after(current, attempt.attempt, verdict.is_valid());
-        if next != current
-            && let Some(attempt) = next
-        {
-            put(&mut accepted, &task_key, &AcceptedRecord { attempt })?;
-        }
-    }
-    Ok(TxnEnd::Commit(verdict.clone()))
+    ops::validate::store_verdict(&mut RedbMeta::new(txn), attempt, candidate, verdict, reconciliation)
 }
 
 /// What is seen of each reported file of an attempt, through directory handles from the
@@ -922,48 +557,7 @@ pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Resul
 
 /// Recording a candidate, in a write transaction (a single call's or a batch's).
 pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
-    let task = &attempt.task;
-    let runs = open(txn, RUNS)?;
-    let mut attempts = open(txn, ATTEMPTS)?;
-    let run = read_run(&runs, &task.dataset, &task.run)?;
-    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-    let mut record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
-    super::retention::refuse_if_abandoned(attempt, &record)?;
-    if candidate.snapshot != run.snapshot {
-        return Err(Error::ForeignSnapshot {
-            run: task.run.clone(),
-            partition: task.partition.clone(),
-            attempt: attempt.attempt,
-            expected: run.snapshot,
-            got: candidate.snapshot.clone(),
-        });
-    }
-    if run.grain.is_none() {
-        // Without a grain the store has nothing to compute the figures from.
-        for (figure, missing) in [("rows", candidate.rows.is_none()), ("digest", candidate.digest.is_none())] {
-            if missing {
-                return Err(Error::invalid(
-                    "candidate",
-                    &candidate.snapshot,
-                    format!("reports no {figure}; run {:?} declares no grain, so the worker must report it", task.run),
-                ));
-            }
-        }
-    }
-    match &record.candidate {
-        Some(existing) if existing == candidate => return Ok(TxnEnd::Abort(FinishOutcome::AlreadyRecorded)),
-        Some(existing) => {
-            return Err(Error::CandidateConflict {
-                partition: task.partition.clone(),
-                attempt: attempt.attempt,
-                detail: candidate_difference(existing, candidate),
-            });
-        }
-        None => {}
-    }
-    record.candidate = Some(candidate.clone());
-    put(&mut attempts, &attempt_key, &record)?;
-    Ok(TxnEnd::Commit(FinishOutcome::Recorded))
+    ops::attempts::finish(&mut RedbMeta::new(txn), attempt, candidate)
 }
 
 pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
@@ -980,22 +574,5 @@ pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
 
 /// Recording an effect, in a write transaction (a single call's or a batch's).
 pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
-    let runs = open(txn, RUNS)?;
-    let tasks = open(txn, TASKS)?;
-    let mut effects = open(txn, EFFECTS)?;
-    let run = read_run(&runs, &effect.dataset, &effect.run)?;
-    if let Some(partition) = &effect.partition {
-        read_task(&tasks, &TaskKey::new(&effect.dataset, &effect.run, partition))?;
-    }
-    let effect_key = effect_key_bytes(effect);
-    if let Some(existing) = get::<EffectRecord>(&effects, EFFECTS, &effect_key)? {
-        return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
-    }
-    let status = match run.published_generation {
-        Some(generation) => EffectStatus::Ready { generation },
-        None => EffectStatus::Recorded,
-    };
-    let record = EffectRecord { payload: payload.to_vec(), recorded_at_ms: now_ms(), status, claim: None };
-    put(&mut effects, &effect_key, &record)?;
-    Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
+    ops::effects::record(&mut RedbMeta::new(txn), effect, payload, now_ms())
 }
