@@ -8,9 +8,10 @@
 //! count of each operation (redb's of the store file and the staging syncs of DOMAIN 11);
 //! `-- --fsyncs` prints only those; `-- --server-only` only the server's figures (attempt cycles
 //! through `manifestdb::server` from 1, 8 and 64 clients beside the library directly and the CLI
-//! without a server); `-- --instructions [--quick]` only the instructions per operation counted
-//! by callgrind beside SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a
-//! manifest read of 10,000 partitions; see `benches/instructions.rs`).
+//! without a server, and 1,000 begins in one `manifestdb batch` beside separate CLI begins);
+//! `-- --instructions [--quick]` only the instructions per operation counted by callgrind beside
+//! SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a manifest read of 10,000
+//! partitions; see `benches/instructions.rs`).
 //!
 //! Everything lives in one temporary directory under cargo's target directory, so the raw
 //! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
@@ -1174,7 +1175,7 @@ fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, 
     let attempt = ticket.body["attempt"].as_u64().ok_or_else(|| format!("begin failed: {}", ticket.body))?;
     let finish = json!({
         "dataset": dataset, "run": run, "partition": partition, "attempt": attempt,
-        "snapshot": snapshot, "rows": 0, "digest": "sha256:0",
+        "candidate": {"snapshot": snapshot, "rows": 0, "digest": "sha256:0"},
     });
     let finished = client.request("POST", "/v1/attempts/finish", Some(&finish))?;
     if finished.status != 200 {
@@ -1219,19 +1220,75 @@ fn server_cycles(store: &Store, address: &Listen, run: &str, clients: usize, mea
     Ok((count.load(Ordering::Relaxed), start.elapsed()))
 }
 
-/// The built `manifestdb` binary beside this bench's (`target/release/`), built if missing.
+/// The built `manifestdb` binary beside this bench's (`target/release/`), built (or brought up
+/// to date) first, so the figures are of this tree's CLI.
 fn cli_binary() -> Res<std::path::PathBuf> {
     let exe = std::env::current_exe()?;
     let profile_dir = exe.parent().and_then(Path::parent).ok_or("no target directory")?;
     let binary = profile_dir.join("manifestdb");
-    if !binary.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo).args(["build", "--release", "-p", "manifestdb-cli"]).status()?;
-        if !status.success() || !binary.exists() {
-            return Err(format!("could not build {}", binary.display()).into());
-        }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = std::process::Command::new(cargo).args(["build", "--release", "--quiet", "-p", "manifestdb-cli"]).status()?;
+    if !status.success() || !binary.exists() {
+        return Err(format!("could not build {}", binary.display()).into());
     }
     Ok(binary)
+}
+
+/// Runs the CLI on the store in `dir` with `stdin`; fails unless it exits 0.
+fn cli_run(cli: &Path, dir: &Path, args: &[&str], stdin: Option<&str>) -> Res<String> {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(cli)
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(text) = stdin {
+        child.stdin.take().ok_or("no stdin")?.write_all(text.as_bytes())?;
+    }
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        return Err(format!("manifestdb {args:?} failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// `separate` attempt begins as as many `manifestdb attempt begin` processes, beside one
+/// `manifestdb batch` of 1,000 begin lines, on one store without a server, in one run; the
+/// ratio of their begins per second (issue 12's target: at least 50).
+fn cli_batch_figures(cli: &Path, dir: &Path, report: &mut Report, separate: usize) -> Res<()> {
+    const BATCH: usize = 1000;
+    cli_run(cli, dir, &["init"], None)?;
+    for (run, count) in [("separate", separate), ("batch", BATCH)] {
+        let tasks: Vec<Value> = (0..count).map(|i| json!({"partition": partition(i), "expected_rows": 0})).collect();
+        let spec = json!({"dataset": "cli", "run": run, "snapshot": "s", "tasks": tasks}).to_string();
+        cli_run(cli, dir, &["run", "declare", "--from", "-"], Some(&spec))?;
+    }
+    println!("cli: {separate} separate attempt begins, then one batch of {BATCH}");
+    let started = Instant::now();
+    for i in 0..separate {
+        cli_run(cli, dir, &["attempt", "begin", "-d", "cli", "-r", "separate", "-p", &partition(i)], None)?;
+    }
+    let separate_elapsed = started.elapsed();
+    let lines: String = (0..BATCH)
+        .map(|i| json!({"op": "begin", "dataset": "cli", "run": "batch", "partition": partition(i)}).to_string() + "\n")
+        .collect();
+    let started = Instant::now();
+    let out = cli_run(cli, dir, &["batch"], Some(&lines))?;
+    let batch_elapsed = started.elapsed();
+    let ok = out.lines().filter(|l| l.contains("\"ok\":true")).count();
+    if ok != BATCH {
+        return Err(format!("the batch acknowledged {ok} of {BATCH} begins").into());
+    }
+    report.put("cli_separate_begins_per_s", per_second(separate as u64, separate_elapsed), "begins/s (one CLI process each)");
+    report.put("cli_batch_begins_per_s", per_second(BATCH as u64, batch_elapsed), "begins/s (one `manifestdb batch` of 1,000)");
+    report.put("cli_1000_separate_begins_s", separate_elapsed.as_secs_f64() * 1000.0 / separate as f64, "s for 1,000 separate begins");
+    report.put("cli_batch_of_1000_begins_s", batch_elapsed.as_secs_f64(), "s for one batch of 1,000 begins");
+    report.ratio("cli_batch_vs_separate_begins", "cli_batch_begins_per_s", "cli_separate_begins_per_s");
+    Ok(())
 }
 
 /// Attempt cycles per second through the CLI without a server: three processes per cycle,
@@ -1306,5 +1363,8 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         );
     }
     report.ratio("server_64c_vs_cli_no_server", "server_attempt_cycles_per_s_64c", "cli_no_server_attempt_cycles_per_s");
+    // 1,000 begins through `manifestdb batch` against separate CLI begins (1,000 in the full
+    // run, 200 in the quick one).
+    cli_batch_figures(&cli, &dir.join("cli-batch"), report, if sizes.quick { 200 } else { 1000 })?;
     Ok(())
 }

@@ -75,6 +75,7 @@
 
 mod batch;
 mod codec;
+pub mod documents;
 mod error;
 mod grain;
 mod lifecycle;

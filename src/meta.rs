@@ -54,6 +54,9 @@ pub(crate) trait Meta {
     fn attempt(&mut self, attempt: &AttemptKey) -> Result<Option<AttemptRecord>>;
     /// Whether any record is stored under the attempt's key (without decoding it).
     fn attempt_exists(&mut self, attempt: &AttemptKey) -> Result<bool>;
+    /// Every attempt of the store for which `keep` holds, with its key, in key order (a scan of
+    /// every attempt; only the kept ones are returned).
+    fn attempts_where(&mut self, keep: &mut dyn FnMut(&AttemptRecord) -> bool) -> Result<Vec<(AttemptKey, AttemptRecord)>>;
     /// Every attempt of a task with its number, in attempt order.
     fn task_attempts(&mut self, task: &TaskKey) -> Result<Vec<(u32, AttemptRecord)>>;
     /// The task's accepted attempt.
@@ -91,8 +94,7 @@ pub(crate) trait Meta {
     fn put_effect(&mut self, effect: &EffectKey, record: &EffectRecord) -> Result<()>;
     /// Rewrites each effect of a run for which `update` returns a new record; reads each one
     /// once.
-    fn update_run_effects(&mut self, dataset: &str, run: &str, update: &mut dyn FnMut(&EffectRecord) -> Option<EffectRecord>)
-    -> Result<()>;
+    fn update_run_effects(&mut self, dataset: &str, run: &str, update: &mut dyn FnMut(EffectRecord) -> Option<EffectRecord>) -> Result<()>;
     /// Stores a partition's version entry from `generation` on.
     fn put_version(&mut self, dataset: &str, partition: &str, generation: u64, record: &PartitionVersionRecord) -> Result<()>;
     /// Stores a generation record.

@@ -115,7 +115,12 @@ pub struct FileEntry {
 }
 
 /// What a finished attempt reports. It is not data until validated, accepted and published.
+///
+/// As JSON (a batch line's, `attempt finish --from`'s): `{"snapshot", "rows", "total",
+/// "digest", "files": [{"path", "size_bytes", "crc32"}]}`; the optional figures and `files`
+/// may be left out, and an unknown field is refused.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Candidate {
     /// The input snapshot the attempt read; must be its run's.
     pub snapshot: String,
@@ -129,6 +134,7 @@ pub struct Candidate {
     /// computes ([`crate::RowDigest`]), which is the one a publish records.
     pub digest: Option<String>,
     /// The files written, relative to the staging directory.
+    #[serde(default)]
     pub files: Vec<FileEntry>,
 }
 

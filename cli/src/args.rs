@@ -529,7 +529,9 @@ pub struct BeginArgs {
     #[command(flatten)]
     pub task: TaskArgs,
     /// Print shell assignments MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR=... (quoted) for
-    /// `eval "$(manifestdb attempt begin --env ...)"`; not with --json.
+    /// `env=$(manifestdb attempt begin --env ...) || exit $?; eval "$env"`. On failure, prints
+    /// `unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; (exit N)`, so `eval` fails too. Not
+    /// with --json.
     #[arg(long, conflicts_with = "json")]
     pub env: bool,
 }
@@ -802,7 +804,8 @@ GENERATION: see `manifestdb log --help`
 REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"attempt\", \"status\", \"failures\"}]}
        | {\"partition\", \"reason\": \"gate\", \"attempt\", \"failures\": [FAILURE]}
        | {\"partition\", \"reason\": \"nondeterministic\", \"attempt\", \"digest\", \"published_digest\",
-          \"published_run\", \"published_generation\"}";
+          \"published_run\", \"published_generation\"}
+       each with \"message\": why the task refused it, in words";
 
 const VIEW_JSON: &str = "\
 JSON of `view DATASET`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),

@@ -54,6 +54,18 @@ pub struct LocationArgs {
     /// once.
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
     pub wait: std::time::Duration,
+
+    /// Send writing verbs to the server at URL (unix:PATH, or http://IP:PORT) instead of
+    /// opening the store file. Without it, a writing verb uses the server listening on the
+    /// socket in the store's directory (manifestdb.sock) if one runs, and opens the file
+    /// otherwise.
+    #[arg(long, global = true, value_name = "URL", env = "MANIFESTDB_SERVER")]
+    pub server: Option<String>,
+
+    /// A file holding the bearer token to send to the server (for a server over TCP started
+    /// with --token-file).
+    #[arg(long, global = true, value_name = "PATH", env = "MANIFESTDB_SERVER_TOKEN_FILE")]
+    pub server_token_file: Option<std::path::PathBuf>,
 }
 
 /// The pause before retry number `retry` (0-based) of a busy open: 5ms doubling up to 250ms,
@@ -133,6 +145,7 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
+        crate::remote::refuse_if_served(self)?;
         let deadline = std::time::Instant::now() + self.wait;
         let mut retry = 0;
         loop {

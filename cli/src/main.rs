@@ -13,6 +13,7 @@ mod json;
 mod location;
 mod logging;
 mod output;
+mod remote;
 
 use std::io::Write;
 use std::process::ExitCode;

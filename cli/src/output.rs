@@ -212,6 +212,16 @@ pub fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
+/// A value of a JSON document as a table cell: a string as it is, null as `-`, anything else
+/// as its JSON text.
+pub fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// Quotes a value for a POSIX shell's `eval` (shlex). A value holding a NUL byte cannot be
 /// quoted (no shell variable can hold one).
 pub fn shell_quote(value: &str) -> Result<String, shlex::QuoteError> {

@@ -19,12 +19,14 @@ test $status -eq 3
 
 # 2. A worker begins attempt 1 of the eu task and writes its file into its private staging
 #    directory, then dies before the scheduler hears back: the acknowledgement is lost.
-eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
+#    (`|| exit $?` stops the script with begin's exit code, so a failed begin cannot leave a
+#    previous attempt's variables in use; on failure `--env` prints a line that fails `eval` too.)
+env=$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU) || exit $?; eval "$env"
 lost_attempt=$MANIFESTDB_ATTEMPT lost_dir=$MANIFESTDB_STAGING_DIR
 printf 'store,item,units\n1,7,300\n2,7,400\n' > "$lost_dir/part.csv"
 
 # The scheduler retries on another worker: attempt 2 gets a directory of its own.
-eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU)"
+env=$(manifestdb attempt begin --env --dataset $D --run $R --partition $EU) || exit $?; eval "$env"
 printf 'store,item,units\n2,7,400\n1,7,300\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $MANIFESTDB_ATTEMPT \
     --snapshot sales@v42 --scan
@@ -37,14 +39,14 @@ manifestdb attempt finish --dataset $D --run $R --partition $EU --attempt $lost_
 # 3. The us task: attempt 1 writes store 3 twice (3 rows, 450 units, as expected) and its
 #    worker reports the right-looking numbers; reading at the grain finds the duplicate key,
 #    validation marks it invalid (exit 3) and the scheduler retries.
-eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
+env=$(manifestdb attempt begin --env --dataset $D --run $R --partition $US) || exit $?; eval "$env"
 printf 'store,item,units\n3,7,100\n4,7,200\n3,7,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
     --snapshot sales@v42 --rows 3 --total 450 --scan
 status=0; manifestdb attempt validate --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT || status=$?
 test $status -eq 3
 
-eval "$(manifestdb attempt begin --env --dataset $D --run $R --partition $US)"
+env=$(manifestdb attempt begin --env --dataset $D --run $R --partition $US) || exit $?; eval "$env"
 printf 'store,item,units\n3,7,100\n4,7,200\n5,7,150\n' > "$MANIFESTDB_STAGING_DIR/part.csv"
 manifestdb attempt finish --dataset $D --run $R --partition $US --attempt $MANIFESTDB_ATTEMPT \
     --snapshot sales@v42 --scan

@@ -72,15 +72,13 @@ def main():
         f.write(data)
 
     candidate = dict(
-        task,
-        attempt=attempt,
         snapshot=args.snapshot,
         rows=len(rows),
         total=sum(u for _, u in rows),
         digest="sha256:" + hashlib.sha256(data).hexdigest(),
         files=[{"path": "part.csv", "size_bytes": len(data), "crc32": zlib.crc32(data)}],
     )
-    finished = client.post("/v1/attempts/finish", candidate)
+    finished = client.post("/v1/attempts/finish", dict(task, attempt=attempt, candidate=candidate))
     verdict = client.post("/v1/attempts/validate", dict(task, attempt=attempt, checksums=True))
     client.close()
     print(

@@ -83,6 +83,24 @@ pub(crate) fn heartbeat(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64,
     }))
 }
 
+/// Records every unfinished attempt whose lease (`lease_ms`) ran out by `now_ms` abandoned
+/// (with `execute`; otherwise nothing is written) and returns them, in key order.
+pub(crate) fn abandon_expired(meta: &mut impl Meta, lease_ms: u64, now_ms: u64, execute: bool) -> Result<TxnEnd<Vec<AttemptKey>>> {
+    let expired = meta.attempts_where(&mut |record| {
+        attempts::lease_expired(record.candidate.is_some(), record.abandoned_at_ms.is_some(), record.heartbeat_at_ms, lease_ms, now_ms)
+    })?;
+    let keys: Vec<AttemptKey> = expired.iter().map(|(attempt, _)| attempt.clone()).collect();
+    if !execute || expired.is_empty() {
+        return Ok(TxnEnd::Abort(keys));
+    }
+    for (attempt, mut record) in expired {
+        record.abandoned_at_ms = Some(now_ms);
+        meta.put_attempt(&attempt, &record)?;
+        tracing::info!(attempt = %attempt, heartbeat_at_ms = record.heartbeat_at_ms, "attempt abandoned: lease ran out");
+    }
+    Ok(TxnEnd::Commit(keys))
+}
+
 /// Records one unfinished attempt abandoned at `now_ms`; again, it writes nothing.
 pub(crate) fn abandon(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64) -> Result<TxnEnd<AbandonOutcome>> {
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;

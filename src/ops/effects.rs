@@ -81,6 +81,6 @@ pub(crate) fn mark(meta: &mut impl Meta, effect: &EffectKey, claimant: Option<&s
 /// `generation`. Touches only the run's own effects (one key range).
 pub(crate) fn ready_on_publish(meta: &mut impl Meta, dataset: &str, run: &str, generation: u64) -> Result<()> {
     meta.update_run_effects(dataset, run, &mut |record| {
-        effects::on_publish(&record.status, generation).map(|status| EffectRecord { status, ..record.clone() })
+        effects::on_publish(&record.status, generation).map(|status| EffectRecord { status, ..record })
     })
 }

@@ -223,26 +223,26 @@ fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
 }
 
 /// What validating an attempt starts from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ToValidate<'r> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ToValidate {
     /// A verdict is stored: it is final, validating again returns it.
-    Final(&'r Verdict),
+    Final(Verdict),
     /// The recorded candidate, to be checked against its files.
-    Candidate(&'r Candidate),
+    Candidate(Candidate),
 }
 
 /// Decides what validating an attempt starts from, given its record's verdict, abandonment
-/// and candidate.
+/// and candidate (taken from the record, not copied).
 ///
 /// # Errors
 /// [`Error::AttemptAbandoned`] (without a verdict); [`Error::AttemptState`] if the attempt
 /// has not finished.
-pub(crate) fn to_validate<'r>(
+pub(crate) fn to_validate(
     attempt: &AttemptKey,
-    verdict: Option<&'r Verdict>,
+    verdict: Option<Verdict>,
     abandoned_at_ms: Option<u64>,
-    candidate: Option<&'r Candidate>,
-) -> Result<ToValidate<'r>> {
+    candidate: Option<Candidate>,
+) -> Result<ToValidate> {
     if let Some(verdict) = verdict {
         return Ok(ToValidate::Final(verdict));
     }
@@ -358,10 +358,10 @@ mod tests {
     fn a_stored_verdict_is_final() {
         let c = candidate("s@1");
         let invalid = Verdict::Invalid(vec![GateFailure::RowsMismatch { expected: 1, got: 2 }]);
-        assert_eq!(to_validate(&key(), Some(&invalid), Some(5), Some(&c)).unwrap(), ToValidate::Final(&invalid));
-        assert!(matches!(to_validate(&key(), None, Some(5), Some(&c)), Err(Error::AttemptAbandoned { .. })));
+        assert_eq!(to_validate(&key(), Some(invalid.clone()), Some(5), Some(c.clone())).unwrap(), ToValidate::Final(invalid));
+        assert!(matches!(to_validate(&key(), None, Some(5), Some(c.clone())), Err(Error::AttemptAbandoned { .. })));
         assert!(matches!(to_validate(&key(), None, None, None), Err(Error::AttemptState { state: "running", .. })));
-        assert_eq!(to_validate(&key(), None, None, Some(&c)).unwrap(), ToValidate::Candidate(&c));
+        assert_eq!(to_validate(&key(), None, None, Some(c.clone())).unwrap(), ToValidate::Candidate(c.clone()));
         assert_eq!(store_verdict(Some(&Verdict::Valid), Some(&c), &c), StoreVerdict::Stands(&Verdict::Valid));
         assert_eq!(store_verdict(None, Some(&c), &c), StoreVerdict::Store);
         assert_eq!(store_verdict(None, None, &c), StoreVerdict::CandidateChanged);

@@ -39,7 +39,6 @@
 //! ```
 
 mod client;
-mod docs;
 mod kind;
 mod listen;
 mod routes;

@@ -17,10 +17,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::ErrorKind;
-use super::docs;
+use crate::documents;
 use crate::{
-    Candidate, DataFormat, DeclareOutcome, EffectKey, Error, FileCheck, FileEntry, FinishOutcome, Grain, Manifest, PartitionEntry,
-    PublishOptions, PublishOutcome, RunSpec, Snapshot, Store, TaskKey, TaskSpec, describe_file,
+    BATCH_OPS_MAX, BatchOp, BatchOutcome, Error, Manifest, PartitionEntry, PublishOptions, Snapshot, Store, TaskKey, describe_file,
 };
 
 /// What every handler shares: the store.
@@ -47,7 +46,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/attempts/validate"),
     ("POST", "/v1/publish"),
     ("POST", "/v1/effects/record"),
+    ("POST", "/v1/effects/claim"),
     ("POST", "/v1/effects/mark-emitted"),
+    ("POST", "/v1/batch"),
     ("GET", "/v1/effects"),
     ("GET", "/v1/datasets"),
     ("GET", "/v1/current"),
@@ -69,7 +70,9 @@ pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: 
         .route("/v1/attempts/validate", post(validate))
         .route("/v1/publish", post(publish))
         .route("/v1/effects/record", post(effect_record))
+        .route("/v1/effects/claim", post(effect_claim))
         .route("/v1/effects/mark-emitted", post(effect_mark_emitted))
+        .route("/v1/batch", post(batch))
         .route("/v1/effects", get(effects_list))
         .route("/v1/datasets", get(datasets))
         .route("/v1/current", get(current))
@@ -140,9 +143,16 @@ impl From<Error> for ApiError {
     }
 }
 
+impl ApiError {
+    /// `{"exit_code", "kind", "message"}`: the error object of an error document.
+    fn document(&self) -> Value {
+        json!({ "exit_code": self.kind.exit_code(), "kind": self.kind.name(), "message": self.message })
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({ "error": { "exit_code": self.kind.exit_code(), "kind": self.kind.name(), "message": self.message } });
+        let body = json!({ "error": self.document() });
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -227,87 +237,14 @@ async fn health() -> axum::Json<Value> {
 
 // ---- writes ----
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DeclareBody {
-    dataset: String,
-    run: String,
-    snapshot: String,
-    tasks: Vec<TaskBody>,
-    #[serde(default)]
-    grain: Option<GrainBody>,
-}
-
-/// The `grain` object of a declaration, as `run declare --from` takes it.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GrainBody {
-    #[serde(default = "csv")]
-    format: String,
-    keys: Vec<String>,
-    measure: String,
-    #[serde(default)]
-    scale: u32,
-}
-
-fn csv() -> String {
-    "csv".to_owned()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskBody {
-    partition: String,
-    expected_rows: u64,
-    #[serde(default)]
-    expected_total: Option<i64>,
-}
-
-fn task_json(t: &TaskSpec) -> Value {
-    json!({ "partition": t.partition, "expected_rows": t.expected_rows, "expected_total": t.expected_total })
-}
-
-async fn declare(State(state): State<AppState>, Body(body): Body<DeclareBody>) -> Answer {
-    let grain = match body.grain {
-        Some(g) => {
-            let Some(format) = DataFormat::from_name(&g.format) else {
-                return Err(ApiError::new(ErrorKind::Usage, format!("unknown grain format {:?} (csv or parquet)", g.format)));
-            };
-            Some(Grain { format, keys: g.keys, measure: g.measure, measure_scale: g.scale })
-        }
-        None => None,
-    };
-    let spec = RunSpec {
-        grain,
-        dataset: body.dataset,
-        run: body.run,
-        snapshot: body.snapshot,
-        tasks: body
-            .tasks
-            .into_iter()
-            .map(|t| TaskSpec { partition: t.partition, expected_rows: t.expected_rows, expected_total: t.expected_total })
-            .collect(),
-    };
+/// A run declaration: [`documents::RunInput`], the document `run declare --from` reads.
+async fn declare(State(state): State<AppState>, Body(body): Body<documents::RunInput>) -> Answer {
+    let spec = body.into_spec()?;
     blocking(&state, move |store| {
         let outcome = store.declare_run(&spec)?;
-        Ok(axum::Json(json!({
-            "dataset": spec.dataset,
-            "run": spec.run,
-            "snapshot": spec.snapshot,
-            "outcome": if outcome == DeclareOutcome::Declared { "declared" } else { "already_declared" },
-            "grain": spec.grain.as_ref().map(docs::grain),
-            "tasks": spec.tasks.iter().map(task_json).collect::<Vec<_>>(),
-        })))
+        Ok(axum::Json(documents::declared(&spec, outcome)))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskRef {
-    dataset: String,
-    run: String,
-    partition: String,
 }
 
 #[derive(Deserialize)]
@@ -319,81 +256,65 @@ struct AttemptRef {
     attempt: u32,
 }
 
-impl AttemptRef {
-    fn key(&self) -> crate::AttemptKey {
-        TaskKey::new(&self.dataset, &self.run, &self.partition).attempt(self.attempt)
+/// A write route's body: the fields of the [`BatchOp`] the route names, without its `op` tag
+/// (the route is the tag), so a route and a batch line read one shape.
+fn batch_op(op: &'static str, mut body: serde_json::Map<String, Value>) -> Result<BatchOp, ApiError> {
+    if body.contains_key("op") {
+        return Err(ApiError::new(ErrorKind::Usage, "the request body is not valid: unknown field `op` (the route names the operation)"));
+    }
+    body.insert("op".to_owned(), Value::from(op));
+    serde_json::from_value(Value::Object(body)).map_err(|e| ApiError::new(ErrorKind::Usage, format!("the request body is not valid: {e}")))
+}
+
+/// Runs one operation as a batch of one: the same store path as `POST /v1/batch` and as the
+/// single calls (each operation is written once in the store).
+fn run_one(store: &Store, op: &BatchOp) -> Result<BatchOutcome, ApiError> {
+    let mut outcomes = store.run_batch(std::slice::from_ref(op))?;
+    match outcomes.pop() {
+        Some(outcome) if outcomes.is_empty() => Ok(outcome?),
+        _ => Err(ApiError::new(ErrorKind::Fault, "the store returned another number of outcomes than operations")),
     }
 }
 
-async fn begin(State(state): State<AppState>, Body(body): Body<TaskRef>) -> Answer {
-    blocking(&state, move |store| {
-        let ticket = store.begin_attempt(&TaskKey::new(&body.dataset, &body.run, &body.partition))?;
-        let task = &ticket.key.task;
-        Ok(axum::Json(json!({
-            "dataset": task.dataset,
-            "run": task.run,
-            "partition": task.partition,
-            "attempt": ticket.key.attempt,
-            "staging_dir": ticket.staging_dir,
-            "started_at_ms": ticket.started_at_ms,
-        })))
-    })
-    .await
+/// The outcome of another operation than the one sent: a fault of the store.
+fn mismatched() -> ApiError {
+    ApiError::new(ErrorKind::Fault, "the store answered an operation with another operation's outcome")
+}
+
+/// A write route whose answer is its operation's batch result document (the document of the
+/// verb: `attempt begin`, `effects record`, `effects claim`, `effects mark-emitted`).
+async fn op_route(state: &AppState, op: &'static str, body: serde_json::Map<String, Value>) -> Answer {
+    let op = batch_op(op, body)?;
+    blocking(state, move |store| Ok(axum::Json(documents::batch_result(&run_one(store, &op)?)))).await
+}
+
+async fn begin(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
+    op_route(&state, "begin", body).await
 }
 
 async fn heartbeat(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {
     blocking(&state, move |store| {
-        let key = body.key();
+        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
         let lease = store.heartbeat(&key)?;
-        Ok(axum::Json(json!({
-            "dataset": key.task.dataset,
-            "run": key.task.run,
-            "partition": key.task.partition,
-            "attempt": key.attempt,
-            "heartbeat_at_ms": lease.heartbeat_at_ms,
-            "expires_at_ms": lease.expires_at_ms,
-        })))
+        Ok(axum::Json(documents::heartbeat(&key, &lease)))
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FinishBody {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-    snapshot: String,
-    #[serde(default)]
-    rows: Option<u64>,
-    #[serde(default)]
-    total: Option<i64>,
-    #[serde(default)]
-    digest: Option<String>,
-    /// Files as the worker describes them (size and CRC32 computed by the worker).
-    #[serde(default)]
-    files: Vec<FileBody>,
-    /// Files the server describes (size and CRC32 read from the attempt's staging directory,
-    /// before the store's write).
-    #[serde(default)]
-    describe: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileBody {
-    path: String,
-    size_bytes: u64,
-    crc32: u32,
-}
-
-async fn finish(State(state): State<AppState>, Body(body): Body<FinishBody>) -> Answer {
+/// A finish: a batch `finish` operation (`candidate` with the files the worker describes),
+/// plus `describe`, paths under the attempt's staging directory whose size and CRC32 the
+/// server reads, before the store's write, and adds to the candidate's files.
+async fn finish(State(state): State<AppState>, Body(mut body): Body<serde_json::Map<String, Value>>) -> Answer {
+    let describe: Vec<String> = match body.remove("describe") {
+        Some(paths) => serde_json::from_value(paths)
+            .map_err(|e| ApiError::new(ErrorKind::Usage, format!("the request body is not valid: describe: {e}")))?,
+        None => Vec::new(),
+    };
+    let mut op = batch_op("finish", body)?;
     blocking(&state, move |store| {
-        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
-        let mut files: Vec<FileEntry> =
-            body.files.into_iter().map(|f| FileEntry { path: f.path, size_bytes: f.size_bytes, crc32: f.crc32 }).collect();
-        if !body.describe.is_empty() {
+        let BatchOp::Finish { dataset, run, partition, attempt, candidate } = &mut op else { return Err(mismatched()) };
+        let key = TaskKey::new(dataset.as_str(), run.as_str(), partition.as_str()).attempt(*attempt);
+        if !describe.is_empty() {
             // Checksums are read outside any write transaction: a big file delays only its own
             // request, never another worker's commit.
             let info = store.snapshot()?.attempt(&key)?.ok_or_else(|| Error::UnknownAttempt {
@@ -403,57 +324,30 @@ async fn finish(State(state): State<AppState>, Body(body): Body<FinishBody>) -> 
                 attempt: key.attempt,
             })?;
             let dir = store.staging_root().join(info.staging_rel);
-            for path in &body.describe {
-                files.push(describe_file(&dir, path)?);
+            for path in &describe {
+                candidate.files.push(describe_file(&dir, path)?);
             }
         }
-        let candidate = Candidate { snapshot: body.snapshot, rows: body.rows, total: body.total, digest: body.digest, files };
-        let outcome = store.finish_attempt(&key, &candidate)?;
-        Ok(axum::Json(json!({
-            "dataset": key.task.dataset,
-            "run": key.task.run,
-            "partition": key.task.partition,
-            "attempt": key.attempt,
-            "outcome": if outcome == FinishOutcome::Recorded { "recorded" } else { "already_recorded" },
-            "candidate": docs::candidate(&candidate),
-        })))
+        let candidate = candidate.clone();
+        match run_one(store, &op)? {
+            BatchOutcome::Finish(outcome) => Ok(axum::Json(documents::finished(&key, outcome, &candidate))),
+            _ => Err(mismatched()),
+        }
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ValidateBody {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-    /// Compare every file's CRC32 too, not only its size.
-    #[serde(default)]
-    checksums: bool,
-}
-
-async fn validate(State(state): State<AppState>, Body(body): Body<ValidateBody>) -> Answer {
+async fn validate(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
+    let op = batch_op("validate", body)?;
     blocking(&state, move |store| {
-        let task = TaskKey::new(&body.dataset, &body.run, &body.partition);
-        let key = task.attempt(body.attempt);
-        let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-        let verdict = store.validate_attempt(&key, check)?;
+        let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
+        let task = TaskKey::new(dataset, run, partition);
+        let key = task.attempt(*attempt);
+        let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
         let snapshot = store.snapshot()?;
         let accepted = snapshot.accepted(&task)?;
         let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-        drop(snapshot);
-        let (verdict_name, failures) = docs::verdict(&verdict);
-        Ok(axum::Json(json!({
-            "dataset": task.dataset,
-            "run": task.run,
-            "partition": task.partition,
-            "attempt": key.attempt,
-            "verdict": verdict_name,
-            "failures": failures,
-            "accepted_attempt": accepted,
-            "reconciliation": reconciliation.as_ref().map(docs::reconciliation),
-        })))
+        Ok(axum::Json(documents::validated(&key, &verdict, accepted, reconciliation.as_ref())))
     })
     .await
 }
@@ -471,64 +365,64 @@ async fn publish(State(state): State<AppState>, Body(body): Body<PublishBody>) -
     blocking(&state, move |store| {
         let options = PublishOptions { accept_nondeterminism: body.accept_nondeterminism };
         let outcome = store.publish(&body.dataset, &body.run, &options)?;
-        let (name, generation, refused) = match &outcome {
-            PublishOutcome::Published(g) => ("published", docs::generation(g), Vec::new()),
-            PublishOutcome::AlreadyPublished(g) => ("already_published", docs::generation(g), Vec::new()),
-            PublishOutcome::Refused(r) => ("refused", Value::Null, docs::refused_tasks(r)),
-        };
-        Ok(axum::Json(json!({
-            "dataset": body.dataset,
-            "run": body.run,
-            "outcome": name,
-            "generation": generation,
-            "refused_tasks": refused,
-        })))
+        Ok(axum::Json(documents::published(&body.dataset, &body.run, &outcome)))
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EffectRef {
-    dataset: String,
-    run: String,
-    effect: String,
-    #[serde(default)]
-    partition: Option<String>,
+async fn effect_record(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
+    op_route(&state, "record_effect", body).await
 }
 
-impl EffectRef {
-    fn key(self) -> EffectKey {
-        EffectKey { dataset: self.dataset, run: self.run, effect: self.effect, partition: self.partition }
+/// A claim: 200 whether claimed or refused (a refusal is a value: `held_by_other`,
+/// `already_emitted`); an effect not ready yet is a 409 error.
+async fn effect_claim(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
+    op_route(&state, "claim_effect", body).await
+}
+
+async fn effect_mark_emitted(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
+    op_route(&state, "mark_emitted", body).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    /// The operations, each a batch line's JSON object (`{"op": "begin", ...}`).
+    ops: Vec<Value>,
+}
+
+/// `POST /v1/batch`: every operation in one commit, one result each, in order:
+/// `{"ok", "results": [{"line", "op", "ok", "result"|"error"}]}` (`line` counts from 1). An
+/// operation that is not one, or that is refused, fails alone; a storage fault fails the
+/// request.
+async fn batch(State(state): State<AppState>, Body(body): Body<BatchBody>) -> Answer {
+    if body.ops.len() > BATCH_OPS_MAX {
+        return Err(ApiError::new(ErrorKind::Usage, format!("a batch holds at most {BATCH_OPS_MAX} operations, not {}", body.ops.len())));
     }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EffectRecordBody {
-    dataset: String,
-    run: String,
-    effect: String,
-    #[serde(default)]
-    partition: Option<String>,
-    /// The payload as text.
-    #[serde(default)]
-    payload: String,
-}
-
-async fn effect_record(State(state): State<AppState>, Body(body): Body<EffectRecordBody>) -> Answer {
+    let parsed: Vec<Result<BatchOp, String>> = body
+        .ops
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| serde_json::from_value::<BatchOp>(op).map_err(|e| format!("operation {} is not an operation: {e}", i + 1)))
+        .collect();
     blocking(&state, move |store| {
-        let key = EffectKey { dataset: body.dataset, run: body.run, effect: body.effect, partition: body.partition };
-        let recorded = store.record_effect(&key, body.payload.as_bytes())?;
-        Ok(axum::Json(json!({ "newly_recorded": recorded.newly_recorded, "effect": docs::effect(&recorded.effect) })))
-    })
-    .await
-}
-
-async fn effect_mark_emitted(State(state): State<AppState>, Body(body): Body<EffectRef>) -> Answer {
-    blocking(&state, move |store| {
-        let outcome = store.mark_effect_emitted(&body.key(), None)?;
-        Ok(axum::Json(docs::mark_outcome(&outcome)))
+        let ops: Vec<BatchOp> = parsed.iter().filter_map(|op| op.as_ref().ok().cloned()).collect();
+        let mut outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? }.into_iter();
+        let mut results = Vec::with_capacity(parsed.len());
+        let mut all_ok = true;
+        for (i, op) in parsed.iter().enumerate() {
+            let line = match op {
+                Err(message) => documents::batch_line(i + 1, None, Err(ApiError::new(ErrorKind::Usage, message.clone()).document())),
+                Ok(op) => match outcomes.next() {
+                    Some(Ok(outcome)) => documents::batch_line(i + 1, Some(op.name()), Ok(documents::batch_result(&outcome))),
+                    Some(Err(err)) => documents::batch_line(i + 1, Some(op.name()), Err(ApiError::from(err).document())),
+                    None => return Err(ApiError::new(ErrorKind::Fault, "the store returned fewer outcomes than operations")),
+                },
+            };
+            all_ok &= line["ok"] == Value::Bool(true);
+            results.push(line);
+        }
+        Ok(axum::Json(json!({ "ok": all_ok, "results": results })))
     })
     .await
 }
@@ -567,20 +461,9 @@ async fn run_show(State(state): State<AppState>, Query(query): Query<RunQuery>) 
         let mut tasks = Vec::with_capacity(info.tasks.len());
         for spec in &info.tasks {
             let key = TaskKey::new(&info.dataset, &info.run, &spec.partition);
-            let mut task = task_json(spec);
-            task["accepted_attempt"] = json!(snapshot.accepted(&key)?);
-            task["attempts"] = snapshot.attempts(&key)?.iter().map(docs::attempt).collect();
-            tasks.push(task);
+            tasks.push((spec, snapshot.accepted(&key)?, snapshot.attempts(&key)?));
         }
-        Ok(axum::Json(json!({
-            "dataset": info.dataset,
-            "run": info.run,
-            "snapshot": info.snapshot,
-            "declared_at_ms": info.declared_at_ms,
-            "published_generation": info.published_generation,
-            "grain": info.grain.as_ref().map(docs::grain),
-            "tasks": tasks,
-        })))
+        Ok(axum::Json(documents::run_show(&info, &tasks)))
     })
     .await
 }
@@ -613,7 +496,7 @@ async fn effects_list(State(state): State<AppState>, Query(query): Query<Effects
             None if query.ready => snapshot.ready_effects(&query.dataset)?,
             None => snapshot.dataset_effects(&query.dataset)?,
         };
-        Ok(axum::Json(json!({ "effects": effects.iter().map(docs::effect).collect::<Vec<_>>() })))
+        Ok(axum::Json(json!({ "effects": effects.iter().map(documents::effect).collect::<Vec<_>>() })))
     })
     .await
 }
@@ -645,32 +528,14 @@ async fn current(State(state): State<AppState>, Query(query): Query<DatasetQuery
         let snapshot = store.snapshot()?;
         require_dataset(&snapshot, &query.dataset)?;
         let current = snapshot.current(&query.dataset)?;
-        Ok(axum::Json(json!({ "dataset": query.dataset, "generation": current.as_ref().map(docs::generation) })))
+        Ok(axum::Json(json!({ "dataset": query.dataset, "generation": current.as_ref().map(documents::generation) })))
     })
     .await
 }
 
-struct Totals {
-    partitions: u64,
-    rows: u64,
-    total: Option<i64>,
-    files: u64,
-    bytes: u64,
-}
-
-fn totals(partitions: &[PartitionEntry]) -> Result<Totals, ApiError> {
-    let mut t = Totals { partitions: partitions.len() as u64, rows: 0, total: None, files: 0, bytes: 0 };
-    for p in partitions {
-        t.rows = t.rows.saturating_add(p.rows);
-        if let Some(total) = p.total {
-            t.total = Some(t.total.unwrap_or(0).checked_add(total).ok_or_else(|| {
-                ApiError::new(ErrorKind::Fault, format!("the partitions' totals overflow a 64-bit integer at {}", p.partition))
-            })?);
-        }
-        t.files += p.files.len() as u64;
-        t.bytes = t.bytes.saturating_add(p.files.iter().map(|f| f.size_bytes).sum());
-    }
-    Ok(t)
+/// The partitions' totals; an overflow is a fault.
+fn totals(partitions: &[PartitionEntry]) -> Result<documents::Totals, ApiError> {
+    documents::totals(partitions).map_err(|message| ApiError::new(ErrorKind::Fault, message))
 }
 
 #[derive(Deserialize)]
@@ -687,14 +552,9 @@ async fn manifest(State(state): State<AppState>, Query(query): Query<ManifestQue
         require_dataset(&snapshot, &query.dataset)?;
         let manifest = manifest_or_not_found(&snapshot, &query.dataset, query.generation)?;
         let current = snapshot.current(&query.dataset)?.map(|g| g.number);
-        let t = totals(&manifest.partitions)?;
-        let root = store.staging_root();
-        Ok(axum::Json(json!({
-            "generation": docs::generation(&manifest.generation),
-            "current": current == Some(manifest.generation.number),
-            "partitions": manifest.partitions.iter().map(|p| docs::partition(p, Some(root))).collect::<Vec<_>>(),
-            "totals": { "partitions": t.partitions, "rows": t.rows, "total": t.total, "files": t.files, "bytes": t.bytes },
-        })))
+        let doc = documents::manifest(&manifest, current, Some(store.staging_root()))
+            .map_err(|message| ApiError::new(ErrorKind::Fault, message))?;
+        Ok(axum::Json(doc))
     })
     .await
 }
@@ -712,7 +572,7 @@ async fn history(State(state): State<AppState>, Query(query): Query<DatasetQuery
         Ok(axum::Json(json!({ "datasets": [{
             "dataset": query.dataset,
             "current_generation": current,
-            "generations": history.iter().map(docs::generation).collect::<Vec<_>>(),
+            "generations": history.iter().map(documents::generation).collect::<Vec<_>>(),
         }] })))
     })
     .await
@@ -735,7 +595,7 @@ async fn diff(State(state): State<AppState>, Query(query): Query<DiffQuery>) -> 
         let before: BTreeMap<&str, &PartitionEntry> = from.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
         let after: BTreeMap<&str, &PartitionEntry> = to.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
         let root = store.staging_root();
-        let part = |p: &PartitionEntry| docs::partition(p, Some(root));
+        let part = |p: &PartitionEntry| documents::partition(p, Some(root));
         let added: Vec<Value> = after.iter().filter(|(k, _)| !before.contains_key(*k)).map(|(_, p)| part(p)).collect();
         let removed: Vec<Value> = before.iter().filter(|(k, _)| !after.contains_key(*k)).map(|(_, p)| part(p)).collect();
         let mut replaced = Vec::new();

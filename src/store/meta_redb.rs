@@ -98,6 +98,18 @@ impl Meta for RedbMeta<'_> {
         Ok(self.table(ATTEMPTS)?.get(raw.as_slice()).map_err(|e| Error::storage("reading an attempt", e))?.is_some())
     }
 
+    fn attempts_where(&mut self, keep: &mut dyn FnMut(&AttemptRecord) -> bool) -> Result<Vec<(AttemptKey, AttemptRecord)>> {
+        let mut out = Vec::new();
+        scan::<AttemptRecord>(self.table(ATTEMPTS)?, ATTEMPTS, &[], &[0xff], |raw, record| {
+            if keep(&record) {
+                let attempt = schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+                out.push((attempt, record));
+            }
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
     fn task_attempts(&mut self, task: &TaskKey) -> Result<Vec<(u32, AttemptRecord)>> {
         let attempt_prefix = prefix(&[&task.dataset, &task.run, &task.partition]);
         let mut out = Vec::new();
@@ -179,16 +191,11 @@ impl Meta for RedbMeta<'_> {
         put(self.table(EFFECTS)?, &effect_key(effect), record)
     }
 
-    fn update_run_effects(
-        &mut self,
-        dataset: &str,
-        run: &str,
-        update: &mut dyn FnMut(&EffectRecord) -> Option<EffectRecord>,
-    ) -> Result<()> {
+    fn update_run_effects(&mut self, dataset: &str, run: &str, update: &mut dyn FnMut(EffectRecord) -> Option<EffectRecord>) -> Result<()> {
         let effect_prefix = prefix(&[dataset, run]);
         let mut updates = Vec::new();
         scan::<EffectRecord>(self.table(EFFECTS)?, EFFECTS, &effect_prefix, &prefix_end(&effect_prefix), |raw, record| {
-            if let Some(new) = update(&record) {
+            if let Some(new) = update(record) {
                 updates.push((raw.to_vec(), new));
             }
             Ok(true)

@@ -6,6 +6,7 @@
 
 mod attempts;
 mod batch;
+mod cleanup;
 mod contain;
 mod engine_error;
 mod files;

@@ -413,7 +413,7 @@ pub(super) fn prepare_validation(
     check_task_key(&attempt.task)?;
     let task = &attempt.task;
     let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-    let (spec, run, record) = {
+    let (spec, run, mut record) = {
         let txn = snapshot.txn();
         let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
         let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
@@ -429,10 +429,10 @@ pub(super) fn prepare_validation(
         (spec, run, record)
     };
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
-    let candidate = match rules::attempts::to_validate(attempt, record.verdict.as_ref(), record.abandoned_at_ms, record.candidate.as_ref())?
-    {
-        ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict.clone()))),
-        ToValidate::Candidate(candidate) => candidate.clone(),
+    let (verdict, candidate) = (record.verdict.take(), record.candidate.take());
+    let candidate = match rules::attempts::to_validate(attempt, verdict, record.abandoned_at_ms, candidate)? {
+        ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
+        ToValidate::Candidate(candidate) => candidate,
     };
     let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
     let computed = match &run.grain {

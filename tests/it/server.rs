@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use manifestdb::Store;
 use manifestdb::server::{Answer, Client, ErrorKind, Listen, ROUTES, Server, ServerOptions};
+use manifestdb::{Store, TaskKey};
 use serde_json::{Value, json};
 
 fn openapi() -> Value {
@@ -165,9 +165,7 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
         key["attempt"] = json!(attempt);
         s.call("POST", "/v1/attempts/heartbeat", Some(key.clone()), 200);
         let mut finish = key.clone();
-        for (k, v) in [("snapshot", json!("sales@v1")), ("rows", json!(2)), ("total", json!(700)), ("digest", json!("sha256:x"))] {
-            finish[k] = v;
-        }
+        finish["candidate"] = json!({"snapshot": "sales@v1", "rows": 2, "total": 700, "digest": "sha256:x"});
         finish["describe"] = json!(["part.csv"]);
         let finished = s.call("POST", "/v1/attempts/finish", Some(finish.clone()), 200);
         assert_eq!(finished["outcome"], "recorded");
@@ -220,4 +218,124 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     s.server.take().expect("server").shutdown().expect("shut down");
     assert!(!socket.exists(), "the socket is removed at shutdown");
     assert_eq!(s.store.snapshot().unwrap().current("daily_units").unwrap().unwrap().number, 1);
+}
+
+/// Declares `daily/r1` with partitions `p=0..n` (one expected row each, no grain) through the
+/// server.
+fn declare_run(s: &mut Served, n: usize) {
+    let tasks: Vec<Value> = (0..n).map(|i| json!({"partition": format!("p={i}"), "expected_rows": 1})).collect();
+    s.call("POST", "/v1/runs/declare", Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks})), 200);
+}
+
+#[test]
+fn a_batch_runs_every_operation_with_its_own_result_and_a_refused_one_fails_alone() {
+    let mut s = Served::new();
+    declare_run(&mut s, 3);
+    let ops = json!({"ops": [
+        {"op": "begin", "dataset": "daily", "run": "r1", "partition": "p=0"},
+        {"op": "begin", "dataset": "daily", "run": "r1", "partition": "p=9"},
+        {"op": "begin", "dataset": "daily", "run": "r1", "partition": "p=1"},
+        {"op": "no_such_op"},
+        {"op": "finish", "dataset": "daily", "run": "r1", "partition": "p=0", "attempt": 1,
+         "candidate": {"snapshot": "s1", "rows": 1, "digest": "d0"}},
+    ]});
+    let answer = s.call("POST", "/v1/batch", Some(ops), 200);
+    assert_eq!(answer["ok"], false, "{answer}");
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results.len(), 5);
+    let summary: Vec<(u64, &str, bool)> =
+        results.iter().map(|r| (r["line"].as_u64().unwrap(), r["op"].as_str().unwrap_or("-"), r["ok"].as_bool().unwrap())).collect();
+    assert_eq!(summary, [(1, "begin", true), (2, "begin", false), (3, "begin", true), (4, "-", false), (5, "finish", true)], "{answer}");
+    assert_eq!(results[0]["result"]["attempt"], 1);
+    assert_eq!(results[1]["error"]["kind"], "not_found", "an unknown task is refused alone: {answer}");
+    assert_eq!(results[3]["error"]["kind"], "usage");
+    assert_eq!(results[4]["result"]["outcome"], "recorded");
+    // The accepted operations are in the store; the refused one wrote nothing.
+    let snapshot = s.store.snapshot().unwrap();
+    assert_eq!(snapshot.attempts(&TaskKey::new("daily", "r1", "p=0")).unwrap()[0].status, manifestdb::AttemptStatus::Finished);
+    assert_eq!(snapshot.attempts(&TaskKey::new("daily", "r1", "p=1")).unwrap().len(), 1);
+    assert!(snapshot.attempts(&TaskKey::new("daily", "r1", "p=2")).unwrap().is_empty());
+    drop(snapshot);
+    // The single routes read a batch operation's fields without its tag.
+    let op_tag =
+        s.call("POST", "/v1/attempts/begin", Some(json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": "p=2"})), 400);
+    assert_eq!(op_tag["error"]["kind"], "usage");
+    let too_many: Vec<Value> = (0..=manifestdb::BATCH_OPS_MAX).map(|_| json!({"op": "begin"})).collect();
+    assert_eq!(s.call("POST", "/v1/batch", Some(json!({"ops": too_many})), 400)["error"]["kind"], "usage");
+}
+
+/// Publishes `daily/r1` (one partition) with an effect `notify` recorded, through the server.
+fn publish_with_effect(s: &mut Served) {
+    declare_run(s, 1);
+    let task = json!({"dataset": "daily", "run": "r1", "partition": "p=0"});
+    let attempt = s.call("POST", "/v1/attempts/begin", Some(task.clone()), 200)["attempt"].clone();
+    let mut finish = task.clone();
+    finish["attempt"] = attempt.clone();
+    finish["candidate"] = json!({"snapshot": "s1", "rows": 1, "digest": "d0"});
+    s.call("POST", "/v1/attempts/finish", Some(finish), 200);
+    let mut validate = task;
+    validate["attempt"] = attempt;
+    assert_eq!(s.call("POST", "/v1/attempts/validate", Some(validate), 200)["verdict"], "valid");
+    s.call("POST", "/v1/effects/record", Some(json!({"dataset": "daily", "run": "r1", "effect": "notify", "payload": "hi"})), 200);
+}
+
+#[test]
+fn effect_claims_through_the_server_let_one_emitter_emit_once() {
+    let mut s = Served::new();
+    publish_with_effect(&mut s);
+    let key = json!({"dataset": "daily", "run": "r1", "effect": "notify"});
+    let with = |extra: Value| {
+        let mut body = key.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    // Not ready before the publish: an error (409), not a refusal.
+    let early = s.call("POST", "/v1/effects/claim", Some(with(json!({"claimant": "a", "lease_ms": 60_000}))), 409);
+    assert_eq!(early["error"]["kind"], "conflict");
+    s.call("POST", "/v1/publish", Some(json!({"dataset": "daily", "run": "r1"})), 200);
+
+    let first = s.call("POST", "/v1/effects/claim", Some(with(json!({"claimant": "a", "lease_ms": 60_000}))), 200);
+    assert_eq!((first["outcome"].as_str(), &first["took_over_from"]), (Some("claimed"), &Value::Null));
+    assert_eq!(first["effect"]["claim"]["claimant"], "a");
+    // A second claim within the lease is refused as a value.
+    let second = s.call("POST", "/v1/effects/claim", Some(with(json!({"claimant": "b", "lease_ms": 60_000}))), 200);
+    assert_eq!(second["outcome"], "held_by_other");
+    assert_eq!(second["effect"]["claim"]["claimant"], "a");
+    // Only the claimant marks it emitted.
+    let by_other = s.call("POST", "/v1/effects/mark-emitted", Some(with(json!({"claimant": "b"}))), 200);
+    assert_eq!((by_other["outcome"].as_str(), by_other["effect"]["status"].as_str()), (Some("claimed_by_other"), Some("ready")));
+    let marked = s.call("POST", "/v1/effects/mark-emitted", Some(with(json!({"claimant": "a"}))), 200);
+    assert_eq!((marked["outcome"].as_str(), marked["effect"]["status"].as_str()), (Some("marked"), Some("emitted")));
+    // Marking again, or claiming an emitted effect, says it was already emitted.
+    assert_eq!(s.call("POST", "/v1/effects/mark-emitted", Some(with(json!({"claimant": "a"}))), 200)["outcome"], "already_emitted");
+    assert_eq!(
+        s.call("POST", "/v1/effects/claim", Some(with(json!({"claimant": "b", "lease_ms": 60_000}))), 200)["outcome"],
+        "already_emitted"
+    );
+}
+
+#[test]
+fn an_expired_claim_is_taken_over_through_the_server() {
+    let mut s = Served::new();
+    publish_with_effect(&mut s);
+    s.call("POST", "/v1/publish", Some(json!({"dataset": "daily", "run": "r1"})), 200);
+    let claim = |claimant: &str, lease_ms: u64| json!({"dataset": "daily", "run": "r1", "effect": "notify", "claimant": claimant, "lease_ms": lease_ms});
+    assert_eq!(s.call("POST", "/v1/effects/claim", Some(claim("crashed", 1)), 200)["outcome"], "claimed");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let taken = s.call("POST", "/v1/effects/claim", Some(claim("b", 60_000)), 200);
+    assert_eq!((taken["outcome"].as_str(), taken["took_over_from"].as_str()), (Some("claimed"), Some("crashed")));
+    // The expired claimant may no longer mark it; the new one does.
+    let mark = |claimant: &str| json!({"dataset": "daily", "run": "r1", "effect": "notify", "claimant": claimant});
+    assert_eq!(s.call("POST", "/v1/effects/mark-emitted", Some(mark("crashed")), 200)["outcome"], "claimed_by_other");
+    assert_eq!(s.call("POST", "/v1/effects/mark-emitted", Some(mark("b")), 200)["outcome"], "marked");
+    // The same operations in a batch answer the same documents.
+    let batch = s.call(
+        "POST",
+        "/v1/batch",
+        Some(json!({"ops": [{"op": "mark_emitted", "dataset": "daily", "run": "r1", "effect": "notify"}]})),
+        200,
+    );
+    assert_eq!(batch["results"][0]["result"]["outcome"], "already_emitted");
 }

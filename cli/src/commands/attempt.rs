@@ -5,8 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use manifestdb::{AbandonOutcome, Candidate, FileCheck, FileEntry, FinishOutcome, InvalidateOutcome, TaskKey, describe_file};
-use serde::Deserialize;
+use manifestdb::{AbandonOutcome, Candidate, FileCheck, InvalidateOutcome, TaskKey, describe_file};
 use serde_json::json;
 
 use super::{parse_json, require_dataset};
@@ -14,69 +13,61 @@ use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, Invalid
 use crate::exit::{Exit, not_found, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, utc};
+use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, text, utc};
+use crate::remote::Remote;
 
 fn task_key(args: &TaskArgs) -> TaskKey {
     TaskKey::new(&args.dataset, &args.run, &args.partition)
 }
 
-/// `attempt begin`.
+/// `attempt begin`. With `--env`, a failure also prints to stdout a line that unsets the
+/// attempt's variables and fails with the exit code, so `eval "$env"` fails too (and a script
+/// cannot carry on with a previous attempt's directory).
 pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow::Result<Exit> {
+    let result = begin_attempt(location, out, args);
+    if args.env
+        && let Err(err) = &result
+        && !crate::exit::is_broken_pipe(err)
+    {
+        let code = crate::exit::classify(err).code();
+        out.raw(&format!("unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; (exit {code})\n"))?;
+    }
+    result
+}
+
+fn begin_attempt(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow::Result<Exit> {
     // clap cannot see the global --json conflict once it precedes the verb; refuse it here,
     // before anything is written.
     if args.env && out.is_json() {
         return Err(usage("--env prints shell assignments and cannot be combined with --json"));
     }
-    let store = location.open_writer()?;
-    let ticket = store.begin_attempt(&task_key(&args.task))?;
+    let task = task_key(&args.task);
+    let doc = match Remote::find(location)? {
+        Some(mut server) => {
+            server.post("/v1/attempts/begin", &json!({ "dataset": task.dataset, "run": task.run, "partition": task.partition }))?
+        }
+        None => {
+            let store = location.open_writer()?;
+            let ticket = store.begin_attempt(&task)?;
+            crate::location::close_writer(store)?;
+            json::begun(&ticket)
+        }
+    };
+    let attempt = doc["attempt"].as_u64().ok_or_else(|| anyhow::anyhow!("the begin answer has no attempt number"))?;
+    let staging = doc["staging_dir"].as_str().ok_or_else(|| usage("the staging directory's path is not UTF-8"))?;
     if args.env {
-        let staging = ticket.staging_dir.to_str().ok_or_else(|| usage("the staging directory's path is not UTF-8"))?;
-        crate::location::close_writer(store)?;
         let quoted = shell_quote(staging).map_err(|e| usage(format!("the staging directory's path cannot be shell-quoted: {e}")))?;
-        out.raw(&format!("MANIFESTDB_ATTEMPT={}\nMANIFESTDB_STAGING_DIR={quoted}\n", ticket.key.attempt))?;
+        out.raw(&format!("MANIFESTDB_ATTEMPT={attempt}\nMANIFESTDB_STAGING_DIR={quoted}\n"))?;
         return Ok(Exit::Success);
     }
-    let task = &ticket.key.task;
-    let doc = json!({
-        "dataset": task.dataset,
-        "run": task.run,
-        "partition": task.partition,
-        "attempt": ticket.key.attempt,
-        "staging_dir": ticket.staging_dir,
-        "started_at_ms": ticket.started_at_ms,
-    });
-    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["", ""]);
         table.row(vec!["task".into(), task.to_string()]);
-        table.row(vec!["attempt".into(), ticket.key.attempt.to_string()]);
-        table.row(vec!["staging".into(), ticket.staging_dir.display().to_string()]);
+        table.row(vec!["attempt".into(), attempt.to_string()]);
+        table.row(vec!["staging".into(), staging.to_owned()]);
         table.write_body(w)
     })?;
     Ok(Exit::Success)
-}
-
-/// The `--from` document of `attempt finish`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CandidateInput {
-    snapshot: String,
-    #[serde(default)]
-    rows: Option<u64>,
-    #[serde(default)]
-    total: Option<i64>,
-    #[serde(default)]
-    digest: Option<String>,
-    #[serde(default)]
-    files: Vec<FileInput>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileInput {
-    path: String,
-    size_bytes: u64,
-    crc32: u32,
 }
 
 /// The attempt's staging directory, from the store's record of it, read through a read-only
@@ -125,20 +116,16 @@ fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
 
 /// `attempt finish`.
 pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyhow::Result<Exit> {
-    let (snapshot, rows, total, digest, mut files) = match &args.from {
-        Some(path) => {
-            let input: CandidateInput = parse_json(path, "candidate")?;
-            let files = input.files.into_iter().map(|f| FileEntry { path: f.path, size_bytes: f.size_bytes, crc32: f.crc32 }).collect();
-            (input.snapshot, input.rows, input.total, input.digest, files)
-        }
+    let mut candidate = match &args.from {
+        Some(path) => parse_json::<Candidate>(path, "candidate")?,
         None => {
             let Some(snapshot) = &args.snapshot else {
                 return Err(usage("--snapshot is required without --from"));
             };
-            (snapshot.clone(), args.rows, args.total, args.digest.clone(), Vec::new())
+            Candidate { snapshot: snapshot.clone(), rows: args.rows, total: args.total, digest: args.digest.clone(), files: Vec::new() }
         }
     };
-    if rows.is_none() || digest.is_none() {
+    if candidate.rows.is_none() || candidate.digest.is_none() {
         // Only a run with a grain lets the store compute them; say so before anything is read
         // (through a read-only handle: the writer is opened only for the write).
         let task = task_key(&args.task);
@@ -152,8 +139,8 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             )));
         }
     }
-    // Files are checksummed before the store is opened for writing: a big file never blocks
-    // other writers.
+    // Files are checksummed before the store is opened for writing (or the server called): a
+    // big file never blocks other writers.
     if !args.files.is_empty() || args.scan {
         let dir = staging_dir(location, args)?;
         let mut paths = args.files.clone();
@@ -162,30 +149,29 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
         }
         let bar = out.progress(paths.len() as u64, "checksumming files");
         for path in &paths {
-            files.push(describe_file(&dir, path)?);
+            candidate.files.push(describe_file(&dir, path)?);
             bar.inc(1);
         }
         bar.finish_and_clear();
     }
     let key = task_key(&args.task).attempt(args.attempt);
-    let candidate = Candidate { snapshot, rows, total, digest, files };
-    let store = location.open_writer()?;
-    let outcome = store.finish_attempt(&key, &candidate)?;
-    let outcome_name = match outcome {
-        FinishOutcome::Recorded => "recorded",
-        FinishOutcome::AlreadyRecorded => "already_recorded",
+    let doc = match Remote::find(location)? {
+        Some(mut server) => server.post(
+            "/v1/attempts/finish",
+            &json!({
+                "dataset": key.task.dataset, "run": key.task.run, "partition": key.task.partition, "attempt": key.attempt,
+                "candidate": candidate,
+            }),
+        )?,
+        None => {
+            let store = location.open_writer()?;
+            let outcome = store.finish_attempt(&key, &candidate)?;
+            crate::location::close_writer(store)?;
+            json::finished(&key, outcome, &candidate)
+        }
     };
-    let doc = json!({
-        "dataset": key.task.dataset,
-        "run": key.task.run,
-        "partition": key.task.partition,
-        "attempt": key.attempt,
-        "outcome": outcome_name,
-        "candidate": json::candidate(&candidate),
-    });
-    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
-        let verb = if outcome == FinishOutcome::Recorded { "recorded" } else { "already recorded (identical; nothing written)" };
+        let verb = if doc["outcome"] == "recorded" { "recorded" } else { "already recorded (identical; nothing written)" };
         writeln!(
             w,
             "candidate of attempt {} {verb}: rows {}, total {}, digest {}",
@@ -207,83 +193,83 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
 pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> anyhow::Result<Exit> {
     let task = task_key(&args.task);
     let key = task.attempt(args.attempt);
-    let check = if args.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-    // The files are read (and made durable) through a read-only handle, before the store is
-    // opened for writing: checksumming a big file never blocks other writers.
-    let reader = location.open_reader()?;
-    let prepared = reader.prepare_validation(&key, check)?;
-    crate::location::close_reader(reader)?;
-    let store = location.open_writer()?;
-    let verdict = store.store_validation(&prepared)?;
-    let snapshot = store.snapshot()?;
-    let accepted = snapshot.accepted(&task)?;
-    let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-    drop(snapshot);
-    let (verdict_name, failures) = json::verdict(&verdict);
-    let doc = json!({
-        "dataset": task.dataset,
-        "run": task.run,
-        "partition": task.partition,
-        "attempt": key.attempt,
-        "verdict": verdict_name,
-        "failures": failures,
-        "accepted_attempt": accepted,
-        "reconciliation": reconciliation.as_ref().map(json::reconciliation),
-    });
-    crate::location::close_writer(store)?;
+    let doc = match Remote::find(location)? {
+        Some(mut server) => server.post(
+            "/v1/attempts/validate",
+            &json!({ "dataset": task.dataset, "run": task.run, "partition": task.partition, "attempt": key.attempt, "checksums": args.checksums }),
+        )?,
+        None => {
+            let check = if args.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+            // The files are read (and made durable) through a read-only handle, before the
+            // store is opened for writing: checksumming a big file never blocks other writers.
+            let reader = location.open_reader()?;
+            let prepared = reader.prepare_validation(&key, check)?;
+            crate::location::close_reader(reader)?;
+            let store = location.open_writer()?;
+            let verdict = store.store_validation(&prepared)?;
+            let snapshot = store.snapshot()?;
+            let accepted = snapshot.accepted(&task)?;
+            let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+            drop(snapshot);
+            crate::location::close_writer(store)?;
+            json::validated(&key, &verdict, accepted, reconciliation.as_ref())
+        }
+    };
+    let valid = doc["verdict"] == "valid";
     out.emit(&doc, |w| {
-        writeln!(w, "attempt {} is {verdict_name}; accepted attempt of the task: {}", escape(&key.to_string()), opt(accepted))?;
-        if let Some(r) = &reconciliation {
-            let basis = match r.basis {
-                manifestdb::ReconcileBasis::Read { format } => {
-                    format!("read from {} {format} file(s), {} bytes", r.files_read, r.bytes_read)
-                }
-                _ => "reported figures only (the run declares no grain)".to_owned(),
+        writeln!(
+            w,
+            "attempt {} is {}; accepted attempt of the task: {}",
+            escape(&key.to_string()),
+            text(&doc["verdict"]),
+            text(&doc["accepted_attempt"])
+        )?;
+        let r = &doc["reconciliation"];
+        if r.is_object() {
+            let basis = match r["basis"].as_str().and_then(|b| b.strip_prefix("read_")) {
+                Some(format) => format!("read from {} {format} file(s), {} bytes", text(&r["files_read"]), text(&r["bytes_read"])),
+                None => "reported figures only (the run declares no grain)".to_owned(),
             };
             writeln!(w, "  checked: {basis}")?;
+            let (expected, reported, computed) = (&r["expected"], &r["reported"], &r["computed"]);
             let mut table = Table::new(vec!["", "EXPECTED", "REPORTED", "COMPUTED"]);
-            table.row(vec!["rows".into(), r.expected_rows.to_string(), opt(r.reported_rows), opt(r.computed_rows)]);
-            table.row(vec!["total".into(), opt(r.expected_total), opt(r.reported_total), opt(r.computed_total)]);
-            table.row(vec![
-                "digest".into(),
-                "-".into(),
-                r.reported_digest.clone().unwrap_or_else(|| "-".into()),
-                r.computed_digest.clone().unwrap_or_else(|| "-".into()),
-            ]);
-            table.row(vec!["duplicate keys".into(), "0".into(), "-".into(), r.duplicate_keys.to_string()]);
+            table.row(vec!["rows".into(), text(&expected["rows"]), text(&reported["rows"]), text(&computed["rows"])]);
+            table.row(vec!["total".into(), text(&expected["total"]), text(&reported["total"]), text(&computed["total"])]);
+            table.row(vec!["digest".into(), "-".into(), text(&reported["digest"]), text(&computed["digest"])]);
+            table.row(vec!["duplicate keys".into(), "0".into(), "-".into(), text(&r["duplicate_keys"])]);
             table.write(w)?;
         }
-        if let manifestdb::Verdict::Invalid(failures) = &verdict {
-            for failure in failures {
-                writeln!(w, "  {}", escape(&failure.to_string()))?;
-            }
+        for failure in doc["failures"].as_array().into_iter().flatten() {
+            writeln!(w, "  {}", escape(&text(&failure["message"])))?;
         }
         Ok(())
     })?;
-    Ok(if verdict.is_valid() { Exit::Success } else { Exit::Refused })
+    Ok(if valid { Exit::Success } else { Exit::Refused })
 }
 
 /// `attempt heartbeat`.
 pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
-    let lease = store.heartbeat(&key)?;
-    let doc = json!({
-        "dataset": key.task.dataset,
-        "run": key.task.run,
-        "partition": key.task.partition,
-        "attempt": key.attempt,
-        "heartbeat_at_ms": lease.heartbeat_at_ms,
-        "expires_at_ms": lease.expires_at_ms,
-    });
-    crate::location::close_writer(store)?;
+    let doc = match Remote::find(location)? {
+        Some(mut server) => server.post(
+            "/v1/attempts/heartbeat",
+            &json!({ "dataset": key.task.dataset, "run": key.task.run, "partition": key.task.partition, "attempt": key.attempt }),
+        )?,
+        None => {
+            let store = location.open_writer()?;
+            let lease = store.heartbeat(&key)?;
+            crate::location::close_writer(store)?;
+            json::heartbeat(&key, &lease)
+        }
+    };
+    let (heartbeat_at_ms, expires_at_ms) = (doc["heartbeat_at_ms"].as_u64().unwrap_or(0), doc["expires_at_ms"].as_u64().unwrap_or(0));
     out.emit(&doc, |w| {
         writeln!(
             w,
             "attempt {}: lease renewed until {} ({} from now)",
             escape(&key.to_string()),
-            utc(lease.expires_at_ms),
-            duration_s(lease.expires_at_ms.saturating_sub(lease.heartbeat_at_ms))
+            utc(expires_at_ms),
+            duration_s(expires_at_ms.saturating_sub(heartbeat_at_ms))
         )
     })?;
     Ok(Exit::Success)

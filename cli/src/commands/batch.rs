@@ -3,19 +3,21 @@
 use std::io::Read;
 
 use anyhow::Context;
-use manifestdb::{BATCH_OPS_MAX, BatchOp, BatchOutcome, FinishOutcome};
+use manifestdb::{BATCH_OPS_MAX, BatchOp};
 use serde_json::{Value, json};
 
 use crate::exit::{self, Exit};
 use crate::json;
 use crate::location::LocationArgs;
 use crate::output::Out;
+use crate::remote::Remote;
 
 /// One input line: its number (1-based) and the operation, or why it is not one.
 type Line = (usize, Result<BatchOp, String>);
 
 /// `batch`: reads every line first, runs the operations in commits of at most
-/// [`BATCH_OPS_MAX`], closes the store, then writes the result lines.
+/// [`BATCH_OPS_MAX`] (through the store's server when one runs: `POST /v1/batch`), closes the
+/// store, then writes the result lines.
 pub fn batch(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let mut input = String::new();
     std::io::stdin().read_to_string(&mut input).context("reading operations from stdin")?;
@@ -25,34 +27,53 @@ pub fn batch(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
         .filter(|(_, text)| !text.trim().is_empty())
         .map(|(i, text)| (i + 1, serde_json::from_str::<BatchOp>(text).map_err(|e| format!("line {} is not an operation: {e}", i + 1))))
         .collect();
-    let ops: Vec<BatchOp> = lines.iter().filter_map(|(_, op)| op.as_ref().ok().cloned()).collect();
-    let mut outcomes = Vec::with_capacity(ops.len());
+    let ops: Vec<&BatchOp> = lines.iter().filter_map(|(_, op)| op.as_ref().ok()).collect();
+    // Each operation's result: the result document, or the error object.
+    let mut results: Vec<Result<Value, Value>> = Vec::with_capacity(ops.len());
     if !ops.is_empty() {
-        let store = location.open_writer()?;
-        for chunk in ops.chunks(BATCH_OPS_MAX) {
-            outcomes.extend(store.run_batch(chunk)?);
+        match Remote::find(location)? {
+            Some(mut server) => {
+                for chunk in ops.chunks(BATCH_OPS_MAX) {
+                    let answer = server.post("/v1/batch", &json!({ "ops": chunk }))?;
+                    let lines = answer["results"].as_array().map(Vec::as_slice).unwrap_or_default();
+                    if lines.len() != chunk.len() {
+                        anyhow::bail!("the server returned {} results for {} operations", lines.len(), chunk.len());
+                    }
+                    results.extend(
+                        lines.iter().map(|line| if line["ok"] == true { Ok(line["result"].clone()) } else { Err(line["error"].clone()) }),
+                    );
+                }
+            }
+            None => {
+                let ops: Vec<BatchOp> = ops.into_iter().cloned().collect();
+                let store = location.open_writer()?;
+                let mut outcomes = Vec::with_capacity(ops.len());
+                for chunk in ops.chunks(BATCH_OPS_MAX) {
+                    outcomes.extend(store.run_batch(chunk)?);
+                }
+                crate::location::close_writer(store)?;
+                results.extend(outcomes.into_iter().map(|outcome| match outcome {
+                    Ok(outcome) => Ok(json::batch_result(&outcome)),
+                    Err(err) => {
+                        let err = anyhow::Error::new(err);
+                        Err(error(exit::classify(&err), &exit::message(&err)))
+                    }
+                }));
+            }
         }
-        crate::location::close_writer(store)?;
     }
-    let mut outcomes = outcomes.into_iter();
+    let mut results = results.into_iter();
     let mut text = String::new();
     let mut all_ok = true;
     for (number, parsed) in lines {
         let doc = match parsed {
-            Err(message) => {
-                all_ok = false;
-                json!({ "line": number, "op": Value::Null, "ok": false, "error": error(Exit::Usage, &message) })
-            }
-            Ok(op) => match outcomes.next() {
-                Some(Ok(outcome)) => json!({ "line": number, "op": op.name(), "ok": true, "result": result(&outcome) }),
-                Some(Err(err)) => {
-                    all_ok = false;
-                    let err = anyhow::Error::new(err);
-                    json!({ "line": number, "op": op.name(), "ok": false, "error": error(exit::classify(&err), &exit::message(&err)) })
-                }
+            Err(message) => json::batch_line(number, None, Err(error(Exit::Usage, &message))),
+            Ok(op) => match results.next() {
+                Some(result) => json::batch_line(number, Some(op.name()), result),
                 None => anyhow::bail!("the batch returned fewer results than operations"),
             },
         };
+        all_ok &= doc["ok"] == true;
         text.push_str(&serde_json::to_string(&doc).context("rendering a result line")?);
         text.push('\n');
     }
@@ -62,38 +83,4 @@ pub fn batch(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
 
 fn error(exit: Exit, message: &str) -> Value {
     exit::error_document(exit, message)["error"].clone()
-}
-
-/// The result document of one operation: the shape its single verb prints with `--json`.
-fn result(outcome: &BatchOutcome) -> Value {
-    match outcome {
-        BatchOutcome::Begin(ticket) => {
-            let task = &ticket.key.task;
-            json!({
-                "dataset": task.dataset,
-                "run": task.run,
-                "partition": task.partition,
-                "attempt": ticket.key.attempt,
-                "staging_dir": ticket.staging_dir,
-                "started_at_ms": ticket.started_at_ms,
-            })
-        }
-        BatchOutcome::Finish(finish) => json!({
-            "outcome": match finish {
-                FinishOutcome::Recorded => "recorded",
-                FinishOutcome::AlreadyRecorded => "already_recorded",
-            }
-        }),
-        BatchOutcome::Validate(verdict) => {
-            let (name, failures) = json::verdict(verdict);
-            json!({ "verdict": name, "failures": failures })
-        }
-        BatchOutcome::RecordEffect(recorded) => {
-            json!({ "newly_recorded": recorded.newly_recorded, "effect": json::effect(&recorded.effect) })
-        }
-        BatchOutcome::ClaimEffect(claim) => json::claim_outcome(claim),
-        BatchOutcome::MarkEmitted(mark) => json::mark_outcome(mark),
-        // BatchOutcome is non_exhaustive: an operation this tool does not know yet.
-        _ => json!({ "outcome": "unknown" }),
-    }
 }

@@ -2,40 +2,51 @@
 
 use std::io::Write;
 
-use manifestdb::{ClaimOutcome, Effect, EffectKey, MarkOutcome};
-use serde_json::json;
+use manifestdb::EffectKey;
+use serde_json::{Value, json};
 
 use super::{read_input, require_dataset};
 use crate::args::{EffectClaimArgs, EffectKeyArgs, EffectMarkArgs, EffectRecordArgs, EffectsListArgs};
 use crate::exit::{Exit, not_found};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, escape, opt, utc};
+use crate::output::{Out, Table, escape, text, utc};
+use crate::remote::Remote;
 
 fn effect_key(args: &EffectKeyArgs) -> EffectKey {
     EffectKey { dataset: args.dataset.clone(), run: args.run.clone(), effect: args.effect.clone(), partition: args.partition.clone() }
 }
 
-fn effects_table(effects: &[Effect], w: &mut dyn Write) -> std::io::Result<()> {
+/// The table of effect documents ([`json::effect`]).
+fn effects_table(effects: &[&Value], w: &mut dyn Write) -> std::io::Result<()> {
     let mut table = Table::new(vec!["RUN", "EFFECT", "PARTITION", "STATUS", "GENERATION", "RECORDED", "PAYLOAD"]);
     for e in effects {
-        let (status, generation, _) = json::effect_status(&e.status);
         // The table escapes and cuts the text; the exact payload is in --json.
-        let payload = match std::str::from_utf8(&e.payload) {
-            Ok(text) => text.to_owned(),
-            Err(_) => format!("({} bytes, not UTF-8)", e.payload.len()),
+        let payload = match e["payload"].as_str() {
+            Some(text) => text.to_owned(),
+            None => format!("({} bytes, not UTF-8)", e["payload_hex"].as_str().map_or(0, |h| h.len() / 2)),
         };
         table.row(vec![
-            e.key.run.clone(),
-            e.key.effect.clone(),
-            e.key.partition.clone().unwrap_or_else(|| "-".into()),
-            status.to_owned(),
-            opt(generation),
-            utc(e.recorded_at_ms),
+            text(&e["run"]),
+            text(&e["effect"]),
+            text(&e["partition"]),
+            text(&e["status"]),
+            text(&e["generation"]),
+            utc(e["recorded_at_ms"].as_u64().unwrap_or(0)),
             payload,
         ]);
     }
     table.write(w)
+}
+
+/// The effect key as the effect routes take it.
+fn key_body(key: &EffectKey) -> serde_json::Map<String, Value> {
+    let mut body = serde_json::Map::new();
+    body.insert("dataset".into(), json!(key.dataset));
+    body.insert("run".into(), json!(key.run));
+    body.insert("effect".into(), json!(key.effect));
+    body.insert("partition".into(), json!(key.partition));
+    body
 }
 
 /// `effects list`.
@@ -58,9 +69,10 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &EffectsListArgs) -> a
         (None, false) => snapshot.dataset_effects(&args.dataset)?,
     };
     drop(snapshot);
-    let doc = json!({ "effects": effects.iter().map(json::effect).collect::<Vec<_>>() });
+    let docs: Vec<Value> = effects.iter().map(json::effect).collect();
     crate::location::close_reader(store)?;
-    out.emit(&doc, |w| effects_table(&effects, w))?;
+    let doc = json!({ "effects": docs });
+    out.emit(&doc, |w| effects_table(&docs.iter().collect::<Vec<_>>(), w))?;
     Ok(Exit::Success)
 }
 
@@ -71,54 +83,88 @@ pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -
         (None, Some(path)) => read_input(path)?,
         (None, None) => Vec::new(),
     };
-    let store = location.open_writer()?;
-    let recorded = store.record_effect(&effect_key(&args.key), &payload)?;
-    let doc = json!({ "newly_recorded": recorded.newly_recorded, "effect": json::effect(&recorded.effect) });
-    crate::location::close_writer(store)?;
+    let key = effect_key(&args.key);
+    let doc = match Remote::find(location)? {
+        Some(mut server) => {
+            let payload =
+                String::from_utf8(payload).map_err(|_| crate::exit::usage("through a server an effect's payload must be UTF-8 text"))?;
+            let mut body = key_body(&key);
+            body.insert("payload".into(), json!(payload));
+            server.post("/v1/effects/record", &Value::Object(body))?
+        }
+        None => {
+            let store = location.open_writer()?;
+            let recorded = store.record_effect(&key, &payload)?;
+            crate::location::close_writer(store)?;
+            json::recorded(&recorded)
+        }
+    };
     out.emit(&doc, |w| {
-        if !recorded.newly_recorded {
+        if doc["newly_recorded"] == false {
             writeln!(w, "already recorded under this key; nothing written (the first record stands)")?;
         }
-        effects_table(std::slice::from_ref(&recorded.effect), w)
+        effects_table(&[&doc["effect"]], w)
     })?;
     Ok(Exit::Success)
 }
 
 /// `effects claim`: exit 0 when claimed, 3 when refused.
 pub fn claim(location: &LocationArgs, out: &mut Out, args: &EffectClaimArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
-    let outcome = store.claim_effect(&effect_key(&args.key), &args.claimant, args.lease)?;
-    crate::location::close_writer(store)?;
-    let doc = json::claim_outcome(&outcome);
-    let effect = outcome.effect();
+    let key = effect_key(&args.key);
+    let doc = match Remote::find(location)? {
+        Some(mut server) => {
+            let mut body = key_body(&key);
+            body.insert("claimant".into(), json!(args.claimant));
+            body.insert("lease_ms".into(), json!(u64::try_from(args.lease.as_millis()).unwrap_or(u64::MAX)));
+            server.post("/v1/effects/claim", &Value::Object(body))?
+        }
+        None => {
+            let store = location.open_writer()?;
+            let outcome = store.claim_effect(&key, &args.claimant, args.lease)?;
+            crate::location::close_writer(store)?;
+            json::claim_outcome(&outcome)
+        }
+    };
+    let outcome = doc["outcome"].as_str().unwrap_or_default().to_owned();
     out.emit(&doc, |w| {
-        match &outcome {
-            ClaimOutcome::Claimed { took_over_from: Some(previous), .. } => {
+        match (outcome.as_str(), doc["took_over_from"].as_str()) {
+            ("claimed", Some(previous)) => {
                 writeln!(w, "claimed (taken over from {}, whose claim had expired): emit it, then mark it emitted", escape(previous))?
             }
-            ClaimOutcome::Claimed { .. } => writeln!(w, "claimed: emit it, then mark it emitted")?,
-            ClaimOutcome::HeldByOther { .. } => writeln!(w, "refused: another emitter holds a live claim; do not emit")?,
-            ClaimOutcome::AlreadyEmitted { .. } => writeln!(w, "refused: already emitted; do not emit")?,
+            ("claimed", None) => writeln!(w, "claimed: emit it, then mark it emitted")?,
+            ("held_by_other", _) => writeln!(w, "refused: another emitter holds a live claim; do not emit")?,
+            _ => writeln!(w, "refused: already emitted; do not emit")?,
         }
-        effects_table(std::slice::from_ref(effect), w)
+        effects_table(&[&doc["effect"]], w)
     })?;
-    Ok(if matches!(outcome, ClaimOutcome::Claimed { .. }) { Exit::Success } else { Exit::Refused })
+    Ok(if outcome == "claimed" { Exit::Success } else { Exit::Refused })
 }
 
 /// `effects mark-emitted`: exit 0 when marked or already emitted, 3 while another emitter's
 /// claim is live.
 pub fn mark_emitted(location: &LocationArgs, out: &mut Out, args: &EffectMarkArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
-    let outcome = store.mark_effect_emitted(&effect_key(&args.key), args.claimant.as_deref())?;
-    crate::location::close_writer(store)?;
-    let doc = json::mark_outcome(&outcome);
-    out.emit(&doc, |w| {
-        match &outcome {
-            MarkOutcome::AlreadyEmitted { .. } => writeln!(w, "already emitted; nothing written")?,
-            MarkOutcome::ClaimedByOther { .. } => writeln!(w, "refused: another emitter holds a live claim; nothing written")?,
-            MarkOutcome::Marked { .. } => {}
+    let key = effect_key(&args.key);
+    let doc = match Remote::find(location)? {
+        Some(mut server) => {
+            let mut body = key_body(&key);
+            body.insert("claimant".into(), json!(args.claimant));
+            server.post("/v1/effects/mark-emitted", &Value::Object(body))?
         }
-        effects_table(std::slice::from_ref(outcome.effect()), w)
+        None => {
+            let store = location.open_writer()?;
+            let outcome = store.mark_effect_emitted(&key, args.claimant.as_deref())?;
+            crate::location::close_writer(store)?;
+            json::mark_outcome(&outcome)
+        }
+    };
+    let outcome = doc["outcome"].as_str().unwrap_or_default().to_owned();
+    out.emit(&doc, |w| {
+        match outcome.as_str() {
+            "already_emitted" => writeln!(w, "already emitted; nothing written")?,
+            "claimed_by_other" => writeln!(w, "refused: another emitter holds a live claim; nothing written")?,
+            _ => {}
+        }
+        effects_table(&[&doc["effect"]], w)
     })?;
-    Ok(if matches!(outcome, MarkOutcome::ClaimedByOther { .. }) { Exit::Refused } else { Exit::Success })
+    Ok(if outcome == "claimed_by_other" { Exit::Refused } else { Exit::Success })
 }

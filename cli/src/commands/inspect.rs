@@ -16,28 +16,9 @@ use crate::json;
 use crate::location::LocationArgs;
 use crate::output::{Out, Table, escape, opt, utc};
 
-/// Sizes summed over a manifest's partitions.
-struct Totals {
-    partitions: u64,
-    rows: u64,
-    /// Sum of the partitions' totals; `None` if no partition reports one.
-    total: Option<i64>,
-    files: u64,
-    bytes: u64,
-}
-
-fn totals(partitions: &[PartitionEntry]) -> anyhow::Result<Totals> {
-    let mut t = Totals { partitions: partitions.len() as u64, rows: 0, total: None, files: 0, bytes: 0 };
-    for p in partitions {
-        t.rows = t.rows.saturating_add(p.rows);
-        if let Some(total) = p.total {
-            let sum = t.total.unwrap_or(0).checked_add(total);
-            t.total = Some(sum.with_context(|| format!("the partitions' totals overflow a 64-bit integer at {}", p.partition))?);
-        }
-        t.files += p.files.len() as u64;
-        t.bytes = t.bytes.saturating_add(p.files.iter().map(|f| f.size_bytes).sum());
-    }
-    Ok(t)
+/// The partitions' totals; an overflow is a fault.
+fn totals(partitions: &[PartitionEntry]) -> anyhow::Result<json::Totals> {
+    json::totals(partitions).map_err(anyhow::Error::msg)
 }
 
 fn manifest_or_not_found(snapshot: &Snapshot, dataset: &str, generation: Option<u64>) -> anyhow::Result<Manifest> {
@@ -78,13 +59,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
     drop(snapshot);
     let is_current = current == Some(manifest.generation.number);
     let t = totals(&manifest.partitions)?;
-    let staging_root = location.staging_root();
-    let doc = json!({
-        "generation": json::generation(&manifest.generation),
-        "current": is_current,
-        "partitions": manifest.partitions.iter().map(|p| json::partition(p, staging_root.as_deref())).collect::<Vec<_>>(),
-        "totals": { "partitions": t.partitions, "rows": t.rows, "total": t.total, "files": t.files, "bytes": t.bytes },
-    });
+    let doc = json::manifest(&manifest, current, location.staging_root().as_deref()).map_err(anyhow::Error::msg)?;
     crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         let g = &manifest.generation;

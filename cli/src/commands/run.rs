@@ -1,7 +1,6 @@
 //! `run declare`, `run show` and `run list`.
 
-use manifestdb::{DataFormat, DeclareOutcome, Grain, RunSpec, RunSummary, TaskKey, TaskSpec};
-use serde::Deserialize;
+use manifestdb::{RunSpec, RunSummary, TaskKey};
 use serde_json::{Value, json};
 
 use super::{parse_json, require_dataset};
@@ -10,99 +9,49 @@ use crate::exit::{Exit, not_found, usage};
 use crate::json;
 use crate::location::LocationArgs;
 use crate::output::{Out, Table, escape, opt, utc};
-
-/// The `--from` document of `run declare`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunInput {
-    dataset: String,
-    run: String,
-    snapshot: String,
-    tasks: Vec<TaskInput>,
-    #[serde(default)]
-    grain: Option<GrainInput>,
-}
-
-/// The `grain` object of a `--from` run declaration.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GrainInput {
-    #[serde(default = "csv")]
-    format: String,
-    keys: Vec<String>,
-    measure: String,
-    #[serde(default)]
-    scale: u32,
-}
-
-fn csv() -> String {
-    "csv".to_owned()
-}
-
-fn grain_from(format: &str, keys: Vec<String>, measure: String, scale: u32) -> anyhow::Result<Grain> {
-    let format = DataFormat::from_name(format).ok_or_else(|| usage(format!("unknown grain format {format:?} (csv or parquet)")))?;
-    Ok(Grain { format, keys, measure, measure_scale: scale })
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TaskInput {
-    partition: String,
-    expected_rows: u64,
-    #[serde(default)]
-    expected_total: Option<i64>,
-}
+use crate::remote::Remote;
 
 fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
     if let Some(path) = &args.from {
-        let input: RunInput = parse_json(path, "run declaration")?;
-        return Ok(RunSpec {
-            dataset: input.dataset,
-            run: input.run,
-            snapshot: input.snapshot,
-            tasks: input
-                .tasks
-                .into_iter()
-                .map(|t| TaskSpec { partition: t.partition, expected_rows: t.expected_rows, expected_total: t.expected_total })
-                .collect(),
-            grain: input.grain.map(|g| grain_from(&g.format, g.keys, g.measure, g.scale)).transpose()?,
-        });
+        let input: json::RunInput = parse_json(path, "run declaration")?;
+        return Ok(input.into_spec()?);
     }
     // clap enforces these when --from is absent; the checks keep this function honest alone.
     let (Some(dataset), Some(run), Some(snapshot)) = (&args.dataset, &args.run, &args.snapshot) else {
         return Err(usage("--dataset, --run and --snapshot are required without --from"));
     };
     let grain = match &args.measure {
-        Some(measure) if !args.grain.is_empty() => Some(grain_from(&args.format, args.grain.clone(), measure.clone(), args.scale)?),
+        Some(measure) if !args.grain.is_empty() => Some(json::grain_from(&args.format, args.grain.clone(), measure.clone(), args.scale)?),
         _ => None,
     };
     Ok(RunSpec { dataset: dataset.clone(), run: run.clone(), snapshot: snapshot.clone(), tasks: args.tasks.clone(), grain })
 }
 
-fn task_json(t: &TaskSpec) -> Value {
-    json!({ "partition": t.partition, "expected_rows": t.expected_rows, "expected_total": t.expected_total })
+/// The declaration as `POST /v1/runs/declare` takes it ([`json::RunInput`]).
+fn run_input(spec: &RunSpec) -> Value {
+    json!({
+        "dataset": spec.dataset,
+        "run": spec.run,
+        "snapshot": spec.snapshot,
+        "tasks": spec.tasks.iter().map(json::task).collect::<Vec<_>>(),
+        "grain": spec.grain.as_ref().map(json::grain),
+    })
 }
 
 /// `run declare`.
 pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> anyhow::Result<Exit> {
     let spec = spec_from(args)?;
-    let store = location.open_writer()?;
-    let outcome = store.declare_run(&spec)?;
-    let outcome_name = match outcome {
-        DeclareOutcome::Declared => "declared",
-        DeclareOutcome::AlreadyDeclared => "already_declared",
+    let doc = match Remote::find(location)? {
+        Some(mut server) => server.post("/v1/runs/declare", &run_input(&spec))?,
+        None => {
+            let store = location.open_writer()?;
+            let outcome = store.declare_run(&spec)?;
+            crate::location::close_writer(store)?;
+            json::declared(&spec, outcome)
+        }
     };
-    let doc = json!({
-        "dataset": spec.dataset,
-        "run": spec.run,
-        "snapshot": spec.snapshot,
-        "outcome": outcome_name,
-        "grain": spec.grain.as_ref().map(json::grain),
-        "tasks": spec.tasks.iter().map(task_json).collect::<Vec<_>>(),
-    });
-    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
-        let verb = if outcome == DeclareOutcome::Declared { "declared" } else { "already declared (identical; nothing written)" };
+        let verb = if doc["outcome"] == "declared" { "declared" } else { "already declared (identical; nothing written)" };
         writeln!(
             w,
             "run {} of {} {verb}: snapshot {}, {} tasks",
@@ -135,20 +84,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
         tasks.push((spec, snapshot.accepted(&key)?, snapshot.attempts(&key)?));
     }
     drop(snapshot);
-    let doc = json!({
-        "dataset": info.dataset,
-        "run": info.run,
-        "snapshot": info.snapshot,
-        "declared_at_ms": info.declared_at_ms,
-        "published_generation": info.published_generation,
-        "grain": info.grain.as_ref().map(json::grain),
-        "tasks": tasks.iter().map(|(spec, accepted, attempts)| {
-            let mut task = task_json(spec);
-            task["accepted_attempt"] = json!(accepted);
-            task["attempts"] = attempts.iter().map(json::attempt).collect();
-            task
-        }).collect::<Vec<_>>(),
-    });
+    let doc = json::run_show(&info, &tasks);
     crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         let published = info.published_generation.map_or_else(|| "not published".to_owned(), |g| format!("published as generation {g}"));

@@ -102,3 +102,8 @@ fn a_whole_run_can_be_driven_through_batches() {
     let shown = env.json(&["show", "-d", "daily"]).code(0).json();
     assert_eq!((shown["totals"]["rows"].as_u64(), shown["totals"]["total"].as_i64()), (Some(3), Some(705)));
 }
+
+crate::support::through_a_server!(
+    a_batch_prints_one_result_line_per_operation_in_order_and_a_bad_line_fails_alone,
+    a_whole_run_can_be_driven_through_batches,
+);

@@ -141,3 +141,5 @@ fn checksums_are_computed_before_the_store_is_opened_for_writing_and_output_foll
     under_strace(&env, &trace, &validate).code(0);
     assert_files_read_before_writing_and_output_after_close(&std::fs::read_to_string(&trace).unwrap(), "part.csv");
 }
+
+crate::support::through_a_server!(of_emitter_processes_racing_to_claim_one_effect_exactly_one_gets_it);

@@ -70,3 +70,8 @@ fn finishing_without_figures_is_refused_for_a_run_without_a_grain() {
     let stderr = env.run(&finish_args(&attempt.to_string(), &[])).code(2).stderr.clone();
     assert!(stderr.contains("declares no grain"), "{stderr}");
 }
+
+crate::support::through_a_server!(
+    a_grain_run_needs_no_reported_figures_and_validation_shows_what_it_computed,
+    finishing_without_figures_is_refused_for_a_run_without_a_grain,
+);

@@ -162,3 +162,9 @@ fn help_documents_the_exit_codes_and_every_json_shape() {
         assert!(help.contains("JSON"), "{verb:?} --help does not document its JSON document");
     }
 }
+
+crate::support::through_a_server!(
+    publish_of_an_incomplete_run_is_refused_and_moves_no_pointer,
+    traversal_in_a_partition_key_is_refused_as_invalid_input,
+    an_unknown_run_task_or_attempt_is_not_found,
+);

@@ -2,84 +2,21 @@
 //! `examples/python/`) at once, a SIGKILL under load, bad requests, slow clients, the token and
 //! the socket's mode.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use manifestdb::server::{Client, ErrorKind, Listen};
 use serde_json::{Value, json};
 
-use crate::support::{Env, command};
+use crate::support::{Env, Serve};
 
 /// The Python example (worker, scheduler, client), in the repository.
 fn python_example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/python").join(name)
-}
-
-/// A `manifestdb serve` process; SIGTERM and wait when dropped.
-pub struct Serve {
-    child: Child,
-    pub address: Listen,
-}
-
-impl Serve {
-    /// Starts `manifestdb --dir <env> --json serve ARGS` and waits for its "listening" line.
-    pub fn start(env: &Env, args: &[&str]) -> Serve {
-        let mut child = command()
-            .arg("--dir")
-            .arg(env.dir())
-            .arg("--json")
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start manifestdb serve");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
-        let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("serve printed {line:?}: {e}"));
-        let address = manifestdb::server::parse_target(doc["listening"].as_str().expect("listening")).expect("address");
-        Serve { child, address }
-    }
-
-    pub fn client(&self) -> Client {
-        Client::new(self.address.clone()).expect("client")
-    }
-
-    pub fn socket(&self) -> PathBuf {
-        match &self.address {
-            Listen::Unix(path) => path.clone(),
-            other => panic!("not a Unix socket: {other:?}"),
-        }
-    }
-
-    /// SIGKILL: the server dies without a word, mid-request.
-    pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL the server");
-        self.child.wait().expect("reap the server");
-        std::mem::forget(self);
-    }
-
-    /// SIGTERM and the exit code.
-    pub fn stop(mut self) -> i32 {
-        let code = self.terminate();
-        std::mem::forget(self);
-        code
-    }
-
-    fn terminate(&mut self) -> i32 {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        self.child.wait().expect("wait for the server").code().unwrap_or(-1)
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        self.terminate();
-    }
 }
 
 /// Runs the example scheduler against the server and returns its summary document.
@@ -362,33 +299,40 @@ fn a_second_server_of_the_same_store_is_refused_busy() {
     assert_eq!(serve.client().request("GET", "/v1/health", None).unwrap().status, 200, "the first server still serves");
 }
 
-/// The functions of a Rust source file by name: from `fn NAME` to the closing brace at the
-/// start of a line, with `pub(crate)`/`pub` and doc comments left out.
-fn functions(source: &str) -> std::collections::BTreeMap<String, String> {
-    let mut found = std::collections::BTreeMap::new();
-    let mut rest = source;
-    while let Some(start) = rest.find("\npub") {
-        let text = &rest[start + 1..];
-        let Some(end) = text.find("\n}\n") else { break };
-        let item = &text[..end + 2];
-        if let Some(fn_at) = item.find("fn ") {
-            let name: String = item[fn_at + 3..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-            found.insert(name, item[fn_at..].to_owned());
-        }
-        rest = &text[end..];
-    }
-    found
-}
-
 #[test]
-fn the_servers_json_shapes_are_the_clis_own() {
-    // The server builds its answers with a copy of the CLI's document functions (the library
-    // cannot depend on the binary); each must stay the same text as its namesake.
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cli = functions(&std::fs::read_to_string(root.join("src/json.rs")).unwrap());
-    let server = functions(&std::fs::read_to_string(root.join("../src/server/docs.rs")).unwrap());
-    assert!(server.len() >= 10, "found only {:?}", server.keys());
-    for (name, body) in &server {
-        assert_eq!(Some(body), cli.get(name), "src/server/docs.rs `{name}` differs from cli/src/json.rs");
-    }
+fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at_once() {
+    const EU: &str = "date=2026-11-29/region=eu";
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    let serve = Serve::start(&env, &[]);
+    // The server holds the store's writer, so a writing verb that opened the file would fail
+    // busy (--wait 0s); found through the store directory's socket, it succeeds.
+    let begun = env.json(&["--wait", "0s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU]).code(0).json();
+    assert_eq!(begun["attempt"], 1);
+    // A read-only verb reads the file beside the server and sees the server's commit.
+    assert_eq!(env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["tasks"][0]["attempts"][0]["attempt"], 1);
+    // A verb that needs the file itself fails busy at once, saying why.
+    let gc = env.json(&["gc", "abandon"]);
+    gc.code(6);
+    assert!(gc.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", gc.stderr);
+    // An error answer is the same exit code and message as without a server.
+    let unknown = env.json(&["attempt", "begin", "-d", "daily", "-r", "r1", "-p", "p=none"]);
+    unknown.code(4);
+    assert!(unknown.error_json()["error"]["message"].as_str().unwrap().contains("p=none"), "{}", unknown.stderr);
+    drop(serve);
+
+    // Over TCP with a token: --server names it, --server-token-file carries the token.
+    let token_file = env.tmp.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0", "--token-file", token_file.to_str().unwrap()]);
+    let url = serve.address.to_string();
+    let begin = ["attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU];
+    // No socket in the store's directory: the file is opened, and the server holds it.
+    env.json(&[&["--wait", "0s"][..], &begin].concat()).code(6);
+    let unauthorized = env.json(&[&["--server", url.as_str()][..], &begin].concat());
+    unauthorized.code(1);
+    assert_eq!(unauthorized.error_json()["error"]["kind"], "fault", "401 is a fault of the caller's setup: {}", unauthorized.stderr);
+    let served = env.json(&[&["--server", url.as_str(), "--server-token-file", token_file.to_str().unwrap()][..], &begin].concat());
+    assert_eq!(served.code(0).json()["attempt"], 2);
+    assert_eq!(serve.stop(), 0);
 }

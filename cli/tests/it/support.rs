@@ -1,16 +1,125 @@
-//! Running the built binary against a store in a temporary directory.
+//! Running the built binary against a store in a temporary directory, with or without a
+//! server of the store running (`manifestdb serve`).
+//!
+//! A suite's tests run both ways: each test is an ordinary `#[test]` (the store file opened by
+//! every command), and [`through_a_server!`] runs the same functions again with a `manifestdb
+//! serve` process started for every store [`Env::new`] makes, so every writing command goes
+//! through the server (found through the store directory's socket). The assertions are the
+//! same: the outputs and exit codes must be too.
 
+use std::cell::Cell;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
+use manifestdb::server::{Client, Listen};
 use serde_json::Value;
 
 /// The built binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_manifestdb");
 
-/// A temporary directory holding one store (`store/store.redb`, `store/staging/`).
+/// A temporary directory holding one store (`store/store.redb`, `store/staging/`), and the
+/// server of that store when the test runs through a server.
 pub struct Env {
+    /// Dropped after the server (fields drop in order).
+    server: Option<Serve>,
     pub tmp: tempfile::TempDir,
+}
+
+thread_local! {
+    /// Whether the test on this thread runs through a server ([`served`]).
+    static SERVED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `test` with a server started for every store [`Env::new`] makes.
+pub fn served(test: fn()) {
+    SERVED.set(true);
+    test();
+    SERVED.set(false);
+}
+
+/// Whether the test on this thread runs through a server.
+pub fn is_served() -> bool {
+    SERVED.get()
+}
+
+/// Runs the named test functions of the suite again, each through a server: `mod
+/// through_a_server` with one `#[test]` per function.
+macro_rules! through_a_server {
+    ($($test:ident),* $(,)?) => {
+        mod through_a_server {
+            $(
+                #[test]
+                fn $test() {
+                    crate::support::served(super::$test)
+                }
+            )*
+        }
+    };
+}
+pub(crate) use through_a_server;
+
+/// A `manifestdb serve` process; SIGTERM and wait when dropped.
+pub struct Serve {
+    child: Child,
+    pub address: Listen,
+}
+
+impl Serve {
+    /// Starts `manifestdb --dir <env> --json serve ARGS` and waits for its "listening" line.
+    pub fn start(env: &Env, args: &[&str]) -> Serve {
+        let mut child = command()
+            .arg("--dir")
+            .arg(env.dir())
+            .arg("--json")
+            .arg("serve")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start manifestdb serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
+        let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("serve printed {line:?}: {e}"));
+        let address = manifestdb::server::parse_target(doc["listening"].as_str().expect("listening")).expect("address");
+        Serve { child, address }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(self.address.clone()).expect("client")
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        match &self.address {
+            Listen::Unix(path) => path.clone(),
+            other => panic!("not a Unix socket: {other:?}"),
+        }
+    }
+
+    /// SIGKILL: the server dies without a word, mid-request.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        self.child.wait().expect("reap the server");
+        std::mem::forget(self);
+    }
+
+    /// SIGTERM and the exit code.
+    pub fn stop(mut self) -> i32 {
+        let code = self.terminate();
+        std::mem::forget(self);
+        code
+    }
+
+    fn terminate(&mut self) -> i32 {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        self.child.wait().expect("wait for the server").code().unwrap_or(-1)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        self.terminate();
+    }
 }
 
 /// What one run of the binary did.
@@ -66,13 +175,17 @@ pub fn finish(cmd: &mut Command) -> Run {
 impl Env {
     /// A fresh temporary directory; no store yet.
     pub fn empty() -> Env {
-        Env { tmp: tempfile::tempdir().expect("tempdir") }
+        Env { server: None, tmp: tempfile::tempdir().expect("tempdir") }
     }
 
-    /// A fresh, initialised store.
+    /// A fresh, initialised store; served by a `manifestdb serve` process when the test runs
+    /// through a server ([`served`]).
     pub fn new() -> Env {
-        let env = Env::empty();
+        let mut env = Env::empty();
         env.run(&["init"]).code(0);
+        if is_served() {
+            env.server = Some(Serve::start(&env, &[]));
+        }
         env
     }
 

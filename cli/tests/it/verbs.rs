@@ -207,7 +207,10 @@ fn publish_exit_codes_distinguish_published_refused_and_error() {
     assert_eq!(keys(&refused), ["dataset", "run", "outcome", "generation", "refused_tasks"]);
     assert_eq!(refused["outcome"], "refused");
     assert_eq!(refused["generation"], serde_json::Value::Null);
-    assert_eq!(refused["refused_tasks"], json!([{ "partition": US, "reason": "no_accepted_attempt", "attempts": [] }]));
+    assert_eq!(
+        refused["refused_tasks"],
+        json!([{ "partition": US, "reason": "no_accepted_attempt", "attempts": [], "message": "no accepted attempt (none begun)" }])
+    );
 
     env.attempt("r1", "s1", US, 1, 5).code(0);
     let published = env.json(&["publish", "-d", "daily", "-r", "r1"]).code(0).json();
@@ -439,3 +442,18 @@ fn an_expired_claim_is_taken_over_through_the_cli() {
     let taken = claim("w2", "1m").code(0).json();
     assert_eq!((taken["outcome"].as_str(), taken["took_over_from"].as_str()), (Some("claimed"), Some("w1")));
 }
+
+crate::support::through_a_server!(
+    run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op,
+    attempt_begin_prints_number_and_private_staging_dir,
+    attempt_finish_computes_sizes_and_checksums_from_the_staging_dir,
+    attempt_validate_exits_0_when_valid_and_3_when_invalid,
+    publish_exit_codes_distinguish_published_refused_and_error,
+    show_log_and_diff_report_generations,
+    effects_are_recorded_once_and_emitted_after_publish,
+    stats_counts_what_the_store_holds,
+    run_show_lists_attempts_and_the_accepted_one,
+    a_closed_output_pipe_is_not_an_error,
+    effects_claim_lets_one_emitter_emit_and_only_it_marks,
+    an_expired_claim_is_taken_over_through_the_cli,
+);

@@ -74,3 +74,61 @@ fn readme_documents_the_exit_codes_shown_by_help() {
     let codes = &help[help.find("Exit codes:").expect("exit codes in --help")..];
     assert!(readme().contains(codes.trim_end()), "README.md must show the --help exit-code table verbatim:\n{codes}");
 }
+
+/// Runs `script` in bash (`set -euo pipefail` first) with the built binary on PATH and the
+/// store of `env`.
+fn bash(env: &Env, script: &str) -> std::process::Output {
+    let bin_dir = Path::new(BIN).parent().expect("binary's directory");
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{script}"))
+        .env("PATH", path)
+        .env("MANIFESTDB_DIR", env.dir())
+        .env_remove("MANIFESTDB_STORE")
+        .env_remove("MANIFESTDB_STAGING")
+        .output()
+        .expect("run bash")
+}
+
+#[test]
+fn the_documented_shell_pattern_stops_at_a_failing_begin_under_set_e() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[("p=1", 1, 1)]);
+    // A shell that already ran one begin: the previous attempt's variables are set. The
+    // failing begin (an unknown partition: exit 4) must stop the script before it uses them.
+    let previous = "MANIFESTDB_ATTEMPT=1 MANIFESTDB_STAGING_DIR=/previous/attempt\n";
+    let pattern = r#"env=$(manifestdb attempt begin --env --dataset daily --run r1 --partition p=9) || exit $?; eval "$env"
+echo "carried on with attempt $MANIFESTDB_ATTEMPT in $MANIFESTDB_STAGING_DIR""#;
+    let out = bash(&env, &format!("{previous}{pattern}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(4), "the script exits with begin's code\nstdout:\n{stdout}");
+    assert!(!stdout.contains("carried on"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("p=9"), "begin's error names the task: {}", String::from_utf8_lossy(&out.stderr));
+
+    // The README's former pattern, `eval "$(...)"`, fails loudly too: what a failed `--env`
+    // prints unsets the variables and makes `eval` return the exit code.
+    let old = r#"eval "$(manifestdb attempt begin --env --dataset daily --run r1 --partition p=9)"
+echo "carried on with attempt $MANIFESTDB_ATTEMPT in $MANIFESTDB_STAGING_DIR""#;
+    let out = bash(&env, &format!("{previous}{old}"));
+    assert_eq!(out.status.code(), Some(4), "eval fails with begin's code: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("carried on"));
+    // Without set -e, the variables are gone, so set -u stops the next use of them.
+    let out = bash(&env, &format!("set +e\n{previous}{old}\nset -e\necho \"$MANIFESTDB_ATTEMPT\""));
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("MANIFESTDB_ATTEMPT: unbound variable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A begin that succeeds still sets both variables.
+    let good = r#"env=$(manifestdb attempt begin --env --dataset daily --run r1 --partition p=1) || exit $?; eval "$env"
+test -d "$MANIFESTDB_STAGING_DIR"; echo "attempt $MANIFESTDB_ATTEMPT""#;
+    let out = bash(&env, good);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "attempt 1");
+}

@@ -1,0 +1,95 @@
+//! Talking to a running server of the store (`manifestdb serve`) instead of opening its file.
+//!
+//! A writing verb first looks for a server: the one `--server URL` names, or else one listening
+//! on the socket in the store's directory ([`manifestdb::server::socket_path`]). When it finds
+//! one, it sends its request there, and prints the server's answer, which is the document the
+//! verb prints when it opens the file itself (both are built by `manifestdb::documents`); an
+//! error answer becomes the same exit code and message. Without a server the verb opens the
+//! file. Read-only verbs read the file directly in either case: a read-only open works while
+//! the server holds the writer, and shows the same committed state.
+
+use std::os::unix::net::UnixStream;
+
+use anyhow::Context;
+use manifestdb::server::{Client, Listen, parse_target, socket_path};
+use serde_json::Value;
+
+use crate::exit::{CliError, Exit, usage};
+use crate::location::LocationArgs;
+
+/// A connection to the store's server.
+pub struct Remote {
+    client: Client,
+}
+
+impl Remote {
+    /// The server to use: the one `--server` names (an error if that address is not valid),
+    /// else the one listening on the socket in the store's directory, else none (open the
+    /// file). A socket left by a server that was killed accepts nobody and counts as none.
+    pub fn find(location: &LocationArgs) -> anyhow::Result<Option<Remote>> {
+        let target = match &location.server {
+            Some(text) => parse_target(text).map_err(|e| usage(format!("--server: {e}")))?,
+            None => match live_socket(location)? {
+                Some(target) => target,
+                None => return Ok(None),
+            },
+        };
+        let mut client = Client::new(target).context("starting the server client")?;
+        if let Some(path) = &location.server_token_file {
+            let text = std::fs::read_to_string(path).with_context(|| format!("reading the server token file {}", path.display()))?;
+            let token = text.trim();
+            if token.is_empty() {
+                return Err(usage(format!("the server token file {} is empty", path.display())));
+            }
+            client = client.with_token(token);
+        }
+        Ok(Some(Remote { client }))
+    }
+
+    /// `POST route` with `body`: the answer's document, or its error as the tool's own error
+    /// (the exit code the JSON error's `kind` names, and its message).
+    pub fn post(&mut self, route: &str, body: &Value) -> anyhow::Result<Value> {
+        let answer =
+            self.client.request("POST", route, Some(body)).with_context(|| format!("calling the server at {}", self.client.target()))?;
+        if (200..300).contains(&answer.status) {
+            return Ok(answer.body);
+        }
+        let error = &answer.body["error"];
+        let message = error["message"].as_str().map_or_else(|| format!("the server answered {}", answer.status), str::to_owned);
+        Err(CliError { exit: exit_of_kind(error["kind"].as_str().unwrap_or_default()), message }.into())
+    }
+}
+
+/// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind,
+/// and `unauthorized`, are faults.
+pub fn exit_of_kind(kind: &str) -> Exit {
+    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt]
+        .into_iter()
+        .find(|exit| exit.name() == kind)
+        .unwrap_or(Exit::Fault)
+}
+
+/// The store directory's socket, if a server accepts connections on it.
+fn live_socket(location: &LocationArgs) -> anyhow::Result<Option<Listen>> {
+    let Ok(store) = location.store_path() else { return Ok(None) };
+    let path = socket_path(&store);
+    // A connection that succeeds is a live server (it sees a connection closed without a
+    // request); refused or missing is no server.
+    Ok(UnixStream::connect(&path).is_ok().then_some(Listen::Unix(path)))
+}
+
+/// Fails busy, at once, when a server holds the store: for verbs that need the file itself
+/// (they would only wait for the server's writer until `--wait` ran out).
+pub fn refuse_if_served(location: &LocationArgs) -> anyhow::Result<()> {
+    if let Some(Listen::Unix(path)) = live_socket(location)? {
+        return Err(CliError {
+            exit: Exit::Busy,
+            message: format!(
+                "the store is held by a running server (unix:{}), which serves the worker verbs; this verb needs the store file itself: stop the server first",
+                path.display()
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
