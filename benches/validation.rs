@@ -12,7 +12,7 @@
 //! --toggle-collect='*read_partition*' <bench binary> --quick --only parquet` counts the
 //! instructions of reading and checking alone).
 //!
-//! Each figure is the best of three runs, in wall-clock seconds and in the CPU seconds of the
+//! Each figure is the best of five runs, in wall-clock seconds and in the CPU seconds of the
 //! process (`CLOCK_PROCESS_CPUTIME_ID` here, `time.process_time()` for DuckDB): on a shared,
 //! loaded machine the CPU figures are the steadier comparison, since time spent waiting for a
 //! core counts in wall time only.
@@ -135,7 +135,7 @@ for path, reader in [(sys.argv[1], "read_csv('%s', header=true, columns={'store'
                      (sys.argv[2], "read_parquet('%s')")]:
     q = "select count(*), sum(units), count(*) - count(distinct (store, item)) from " + (reader % path)
     best, best_cpu = None, None
-    for _ in range(3):
+    for _ in range(5):
         t, c = time.perf_counter(), time.process_time()
         r = con.execute(q).fetchone()
         t, c = time.perf_counter() - t, time.process_time() - c
@@ -144,7 +144,7 @@ for path, reader in [(sys.argv[1], "read_csv('%s', header=true, columns={'store'
     print(best, best_cpu, r[0], r[1], r[2])
 "#;
 
-/// DuckDB's best-of-three seconds for the CSV and the Parquet query, or why there are none.
+/// DuckDB's best-of-five seconds for the CSV and the Parquet query, or why there are none.
 fn duckdb(csv: &Path, parquet: &Path) -> Result<Vec<(Timing, String)>, String> {
     let output = Command::new("python3")
         .args(["-c", DUCKDB, &csv.display().to_string(), &parquet.display().to_string()])
@@ -212,9 +212,9 @@ fn main() -> Result<(), BoxError> {
             continue;
         }
         let bytes = fs::metadata(path)?.len() as f64;
-        // Best of three, like DuckDB's figure.
+        // Best of five, like DuckDB's figure.
         let mut best = Timing { wall: f64::INFINITY, cpu: f64::INFINITY };
-        for round in 0..3 {
+        for round in 0..5 {
             best = best.best(validate(dir.path(), &format!("{}-{round}", format.name()), format, rows, path)?);
         }
         println!(
