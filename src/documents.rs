@@ -18,8 +18,8 @@ use crate::grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 use crate::lifecycle::AttemptLease;
 use crate::model::{
     AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectStatus, FileEntry,
-    FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, MarkOutcome, PartitionEntry, PublishOutcome, PublishRefusal,
-    RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskRefusal, TaskSpec, Verdict,
+    FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, ManifestDiff, MarkOutcome, PartitionEntry, PublishOutcome,
+    PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskRefusal, TaskSpec, Verdict,
 };
 use crate::{Error, Result};
 
@@ -171,6 +171,26 @@ pub fn generation(g: &Generation) -> Value {
         "published_at_ms": g.published_at_ms,
         "partitions_replaced": g.partitions_replaced,
         "nondeterminism_accepted": g.nondeterminism_accepted.as_ref().map(|n| json!({ "reason": n.reason, "partitions": n.partitions })),
+    })
+}
+
+/// `diff`: what changed in `dataset` from generation `from` to `to` (`{dataset, from, to,
+/// added, removed, replaced: [{partition, from, to}], unchanged}`), partitions as
+/// [`partition`] gives them.
+pub fn diff(dataset: &str, from: u64, to: u64, diff: &ManifestDiff<'_>, staging_root: Option<&Path>) -> Value {
+    let part = |p: &PartitionEntry| partition(p, staging_root);
+    json!({
+        "dataset": dataset,
+        "from": from,
+        "to": to,
+        "added": diff.added.iter().map(|p| part(p)).collect::<Vec<_>>(),
+        "removed": diff.removed.iter().map(|p| part(p)).collect::<Vec<_>>(),
+        "replaced": diff
+            .replaced
+            .iter()
+            .map(|(old, new)| json!({ "partition": old.partition, "from": part(old), "to": part(new) }))
+            .collect::<Vec<_>>(),
+        "unchanged": diff.unchanged,
     })
 }
 

@@ -492,6 +492,52 @@ pub enum ErrorKind {
     Busy,
     /// The store is damaged or of an unsupported format.
     Corrupt,
+    /// A request to the server lacks the right bearer token. Only the server answers with it
+    /// ([`Error::kind`] never gives it); the command-line tool exits 1 for it.
+    Unauthorized,
+}
+
+impl ErrorKind {
+    const ALL: [ErrorKind; 7] = [
+        ErrorKind::Fault,
+        ErrorKind::Usage,
+        ErrorKind::NotFound,
+        ErrorKind::Conflict,
+        ErrorKind::Busy,
+        ErrorKind::Corrupt,
+        ErrorKind::Unauthorized,
+    ];
+
+    /// The command-line tool's exit code for this kind (the server's error documents carry it
+    /// too).
+    pub fn exit_code(self) -> u8 {
+        match self {
+            ErrorKind::Fault | ErrorKind::Unauthorized => 1,
+            ErrorKind::Usage => 2,
+            ErrorKind::NotFound => 4,
+            ErrorKind::Conflict => 5,
+            ErrorKind::Busy => 6,
+            ErrorKind::Corrupt => 7,
+        }
+    }
+
+    /// The stable name used in JSON error documents (`"kind"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Fault => "fault",
+            ErrorKind::Usage => "usage",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unauthorized => "unauthorized",
+        }
+    }
+
+    /// The kind named `name` in a JSON error document, if it is one of these.
+    pub fn from_name(name: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.name() == name)
+    }
 }
 
 /// An error of the storage layer, opaque: its [`kind`](StorageError::kind) says what kind of

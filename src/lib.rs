@@ -104,8 +104,8 @@ pub use lifecycle::{
 pub use model::{
     AbandonOutcome, AttemptInfo, AttemptKey, AttemptStatus, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, Effect, EffectClaim,
     EffectKey, EffectStatus, FileCheck, FileEntry, FinishOutcome, GateFailure, Generation, GenerationKind, InvalidateOutcome, Manifest,
-    MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect, RefusalReason,
-    RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
+    ManifestDiff, MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect,
+    RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{

@@ -5,6 +5,8 @@
 //! [`GateFailure`]) are also embedded in stored records, so changing their fields needs a new
 //! record version (see `codec.rs`).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::grain::{Grain, Reconciliation};
@@ -541,6 +543,39 @@ pub struct Manifest {
     pub generation: Generation,
     /// Its partitions in key order.
     pub partitions: Vec<PartitionEntry>,
+}
+
+impl Manifest {
+    /// What changed from this manifest to `to` (another generation of the same dataset),
+    /// partition by partition, each list in partition key order: a partition only in `to` is
+    /// added, one only in `self` removed, one in both with a different entry replaced.
+    pub fn diff<'a>(&'a self, to: &'a Manifest) -> ManifestDiff<'a> {
+        let before: BTreeMap<&str, &PartitionEntry> = self.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
+        let after: BTreeMap<&str, &PartitionEntry> = to.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
+        let mut diff = ManifestDiff::default();
+        for (key, old) in &before {
+            match after.get(key) {
+                None => diff.removed.push(*old),
+                Some(new) if old == new => diff.unchanged += 1,
+                Some(new) => diff.replaced.push((*old, *new)),
+            }
+        }
+        diff.added = after.iter().filter(|(key, _)| !before.contains_key(*key)).map(|(_, p)| *p).collect();
+        diff
+    }
+}
+
+/// The difference between two manifests ([`Manifest::diff`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestDiff<'a> {
+    /// Partitions only in the later manifest.
+    pub added: Vec<&'a PartitionEntry>,
+    /// Partitions only in the earlier manifest.
+    pub removed: Vec<&'a PartitionEntry>,
+    /// Partitions in both with different entries: (earlier, later).
+    pub replaced: Vec<(&'a PartitionEntry, &'a PartitionEntry)>,
+    /// How many partitions have the same entry in both.
+    pub unchanged: u64,
 }
 
 /// What a publish did.

@@ -11,7 +11,8 @@ use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 
-use super::{ErrorKind, Listen};
+use super::Listen;
+use crate::ErrorKind;
 use crate::{Error, Result};
 
 /// The time a client waits for an answer by default: longer than the server's own request

@@ -17,7 +17,7 @@
 //!   the right token gets 401.
 //!
 //! Every error is a JSON document `{"error": {"exit_code", "kind", "message"}}` with the exit
-//! code and kind the command-line tool uses for the same error ([`ErrorKind`]): 4xx for the
+//! code and kind the command-line tool uses for the same error ([`crate::ErrorKind`]): 4xx for the
 //! caller's mistakes, 404 for something named that does not exist, 409 for conflicts with the
 //! store's state, 503 while the store handle is poisoned. Bodies are limited in size
 //! ([`ServerOptions::body_limit_bytes`]); a request must arrive within
@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::{Answer, CLIENT_TIMEOUT_DEFAULT, Client, parse_target};
-pub use kind::ErrorKind;
 pub use routes::ROUTES;
 
 use crate::{Error, Result, Store};

@@ -1,7 +1,6 @@
 //! The routes: each parses its JSON body (or query), runs one store call on the blocking pool
 //! and answers with the document the command-line tool prints for the same verb.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,7 +15,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::ErrorKind;
+use super::kind;
+use crate::ErrorKind;
 use crate::documents;
 use crate::{
     BATCH_OPS_MAX, BatchOp, BatchOutcome, Error, Manifest, PartitionEntry, PublishOptions, Snapshot, Store, TaskKey, describe_file,
@@ -124,7 +124,7 @@ pub(super) struct ApiError {
 
 impl ApiError {
     fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
-        ApiError { status: kind.status(None), kind, message: message.into() }
+        ApiError { status: kind::status(kind, None), kind, message: message.into() }
     }
 
     fn with_status(status: StatusCode, kind: ErrorKind, message: impl Into<String>) -> ApiError {
@@ -138,8 +138,8 @@ impl ApiError {
 
 impl From<Error> for ApiError {
     fn from(err: Error) -> ApiError {
-        let kind = ErrorKind::of(&err);
-        ApiError { status: kind.status(Some(&err)), kind, message: err.to_string() }
+        let kind = err.kind();
+        ApiError { status: kind::status(kind, Some(&err)), kind, message: err.to_string() }
     }
 }
 
@@ -592,32 +592,7 @@ async fn diff(State(state): State<AppState>, Query(query): Query<DiffQuery>) -> 
         require_dataset(&snapshot, &query.dataset)?;
         let from = manifest_or_not_found(&snapshot, &query.dataset, Some(query.from))?;
         let to = manifest_or_not_found(&snapshot, &query.dataset, Some(query.to))?;
-        let before: BTreeMap<&str, &PartitionEntry> = from.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
-        let after: BTreeMap<&str, &PartitionEntry> = to.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
-        let root = store.staging_root();
-        let part = |p: &PartitionEntry| documents::partition(p, Some(root));
-        let added: Vec<Value> = after.iter().filter(|(k, _)| !before.contains_key(*k)).map(|(_, p)| part(p)).collect();
-        let removed: Vec<Value> = before.iter().filter(|(k, _)| !after.contains_key(*k)).map(|(_, p)| part(p)).collect();
-        let mut replaced = Vec::new();
-        let mut unchanged = 0u64;
-        for (key, old) in &before {
-            if let Some(new) = after.get(key) {
-                if old == new {
-                    unchanged += 1;
-                } else {
-                    replaced.push(json!({ "partition": old.partition, "from": part(old), "to": part(new) }));
-                }
-            }
-        }
-        Ok(axum::Json(json!({
-            "dataset": query.dataset,
-            "from": query.from,
-            "to": query.to,
-            "added": added,
-            "removed": removed,
-            "replaced": replaced,
-            "unchanged": unchanged,
-        })))
+        Ok(axum::Json(documents::diff(&query.dataset, query.from, query.to, &from.diff(&to), Some(store.staging_root()))))
     })
     .await
 }

@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use manifestdb::server::{Answer, Client, ErrorKind, Listen, ROUTES, Server, ServerOptions};
+use manifestdb::ErrorKind;
+use manifestdb::server::{Answer, Client, Listen, ROUTES, Server, ServerOptions};
 use manifestdb::{Store, TaskKey};
 use serde_json::{Value, json};
 

@@ -1,13 +1,12 @@
 //! Read-only verbs: `show`, `log`, `diff`, `stats`. Each opens the store read-only and reads
 //! through one snapshot, so it sees one committed state even while a writer publishes.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use manifestdb::{Manifest, PartitionEntry, Snapshot};
-use serde_json::{Value, json};
+use manifestdb::{Manifest, ManifestDiff, PartitionEntry, Snapshot};
+use serde_json::json;
 
 use super::require_dataset;
 use crate::args::{DiffArgs, LogArgs, ShowArgs};
@@ -168,32 +167,9 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
     let from = manifest_or_not_found(&snapshot, &args.dataset, Some(args.from))?;
     let to = manifest_or_not_found(&snapshot, &args.dataset, Some(args.to))?;
     drop(snapshot);
-    let before: BTreeMap<&str, &PartitionEntry> = from.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
-    let after: BTreeMap<&str, &PartitionEntry> = to.partitions.iter().map(|p| (p.partition.as_str(), p)).collect();
-    let added: Vec<&PartitionEntry> = after.iter().filter(|(k, _)| !before.contains_key(*k)).map(|(_, p)| *p).collect();
-    let removed: Vec<&PartitionEntry> = before.iter().filter(|(k, _)| !after.contains_key(*k)).map(|(_, p)| *p).collect();
-    let mut replaced = Vec::new();
-    let mut unchanged = 0u64;
-    for (key, old) in &before {
-        if let Some(new) = after.get(key) {
-            if old == new {
-                unchanged += 1;
-            } else {
-                replaced.push((*old, *new));
-            }
-        }
-    }
-    let root = location.staging_root();
-    let part = |p: &PartitionEntry| -> Value { json::partition(p, root.as_deref()) };
-    let doc = json!({
-        "dataset": args.dataset,
-        "from": args.from,
-        "to": args.to,
-        "added": added.iter().map(|p| part(p)).collect::<Vec<_>>(),
-        "removed": removed.iter().map(|p| part(p)).collect::<Vec<_>>(),
-        "replaced": replaced.iter().map(|(old, new)| json!({ "partition": old.partition, "from": part(old), "to": part(new) })).collect::<Vec<_>>(),
-        "unchanged": unchanged,
-    });
+    let diff = from.diff(&to);
+    let doc = json::diff(&args.dataset, args.from, args.to, &diff, location.staging_root().as_deref());
+    let ManifestDiff { added, removed, replaced, unchanged } = diff;
     crate::location::close_reader(store)?;
     out.emit(&doc, |w| {
         writeln!(w, "{} generation {} -> {}", escape(&args.dataset), args.from, args.to)?;

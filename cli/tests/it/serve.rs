@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use manifestdb::server::{Client, ErrorKind, Listen};
+use manifestdb::ErrorKind;
+use manifestdb::server::{Client, Listen};
 use serde_json::{Value, json};
 
 use crate::support::{Env, Serve};
