@@ -72,12 +72,14 @@ impl Store {
             } else {
                 prepared.iter().map(|_| None).collect()
             };
+            // Each directory the batch's begins need durable is synced once for the batch.
+            let mut synced = std::collections::BTreeSet::new();
             for (op, outcome) in prepared.into_iter().zip(ran) {
                 let result = match (op, outcome) {
                     (Prepared::Settled(result), _) => result,
                     // After the commit, before the ticket is handed out, as a single begin.
                     (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket)))) => {
-                        files::sync_created_dirs(&ticket.staging_dir, &begin.created).map(|_| BatchOutcome::Begin(ticket))
+                        files::sync_created_dirs(&ticket.staging_dir, &begin.created, &mut synced).map(|_| BatchOutcome::Begin(ticket))
                     }
                     (_, Some(result)) => result,
                     (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),

@@ -12,7 +12,7 @@
 //! reported to the calling thread's observer (`testing::observe_syncs`), which may record it or
 //! fail it; that is the seam the durability tests observe.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -227,8 +227,11 @@ pub(crate) fn create_dir_all_durable(path: &Path) -> Result<()> {
 
 /// Makes the directories a `begin_attempt` created durable: each one and its parent, every
 /// directory once. `leaf` is the attempt's own directory, synced with its parent whether this
-/// call or a crashed earlier begin created it.
-pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf]) -> Result<usize> {
+/// call or a crashed earlier begin created it. A directory in `synced` is skipped, and each one
+/// synced here is added to it: a batch passes one set for all its begins, because every
+/// directory of the batch was created (inside its transaction) before the first of these syncs,
+/// so one sync of a shared parent covers the entries of all of them. Gives the number synced.
+pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf], synced: &mut BTreeSet<PathBuf>) -> Result<usize> {
     let mut dirs: Vec<&Path> = Vec::new();
     for dir in created.iter().map(PathBuf::as_path).chain([leaf]) {
         dirs.push(dir);
@@ -236,9 +239,11 @@ pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf]) -> Result<usiz
     }
     dirs.sort();
     dirs.dedup();
+    dirs.retain(|dir| !synced.contains(*dir));
     // Deepest first: a child's entry is flushed before its parent's.
     for dir in dirs.iter().rev() {
         sync_dir(dir)?;
+        synced.insert(dir.to_path_buf());
     }
     Ok(dirs.len())
 }

@@ -88,7 +88,7 @@ impl Store {
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
-            files::sync_created_dirs(&ticket.staging_dir, &prepared.created)?;
+            files::sync_created_dirs(&ticket.staging_dir, &prepared.created, &mut Default::default())?;
             Ok(ticket)
         })
     }

@@ -136,3 +136,47 @@ fn a_failed_write_of_the_result_leaves_no_success_document_behind() {
     let again = env.json(&["publish", "-d", "daily", "-r", "r1"]).code(0).json();
     assert_eq!(again["outcome"], "already_published");
 }
+
+#[test]
+fn a_batch_of_begins_syncs_each_staging_directory_once() {
+    if !strace_available() {
+        return;
+    }
+    let env = Env::new();
+    let (eu, us) = ("date=2026-11-29/region=eu", "date=2026-11-29/region=us");
+    env.declare("r1", "s1", &[(eu, 2, 700), (us, 1, 5)]);
+    let begin = |p: &str| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string();
+    // Two attempts of one partition and one of its sibling: they share every directory above
+    // their own, which a sync per begin would flush again each time.
+    let input = [begin(eu), begin(us), begin(eu)].join("\n") + "\n";
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let mut child = Command::new("strace")
+        .args(["-f", "-qq", "-y", "-etrace=fsync", "-o"])
+        .arg(&trace)
+        .arg(BIN)
+        .arg("--dir")
+        .arg(env.dir())
+        .arg("batch")
+        .env_remove("MANIFESTDB_DIR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "the batch runs");
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 3, "three begins acknowledged: {stdout}");
+    // `-y` prints each descriptor's path: `fsync(5</tmp/.../staging/daily/r1>) = 0`.
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut synced: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.contains("fsync(")) {
+        let path = line.split_once('<').and_then(|(_, rest)| rest.split_once('>')).map(|(path, _)| path).unwrap_or(line);
+        *synced.entry(path).or_default() += 1;
+    }
+    let staging: Vec<_> = synced.iter().filter(|(path, _)| path.contains("/staging")).collect();
+    assert!(staging.len() >= 6, "the attempt directories, their partitions' and the run's are synced: {staging:?}");
+    let twice: Vec<_> = staging.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "a staging directory synced more than once in one batch: {twice:?}");
+}
