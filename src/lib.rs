@@ -84,7 +84,7 @@ mod model;
 mod ops;
 #[cfg(feature = "postgres")]
 // Wired into `Store` once the layer abstraction (issue14r) lands; until then only its tests use it.
-#[cfg_attr(not(test), allow(dead_code))]
+#[allow(dead_code)]
 mod pg;
 mod readers;
 mod records;

@@ -22,8 +22,8 @@ use crate::error::{Error, Result, StorageErrorKind};
 use crate::meta::Meta;
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, Checked, DigestRecord, EffectRecord, GenerationRecord, PartitionVersionRecord, PointerRecord,
-    RunRecord, TaskRecord,
+    AcceptedRecord, AttemptRecord, Checked, DigestRecord, EffectRecord, GenerationRecord, PartitionVersionRecord, PointerRecord, RunRecord,
+    TaskRecord,
 };
 use crate::schema::{
     self, ACCEPTED, ATTEMPTS, DIGESTS, Def, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix,
@@ -202,7 +202,10 @@ impl Meta for PgMeta<'_> {
 
     fn attempts_where(&mut self, keep: &mut dyn FnMut(&AttemptRecord) -> bool) -> Result<Vec<(AttemptKey, AttemptRecord)>> {
         let context = "scanning the attempts";
-        let rows = match self.client.query_typed_raw::<&(dyn postgres::types::ToSql + Sync), _>("SELECT key, value FROM manifestdb.attempts_v1 ORDER BY key", []) {
+        let rows = match self
+            .client
+            .query_typed_raw::<&(dyn postgres::types::ToSql + Sync), _>("SELECT key, value FROM manifestdb.attempts_v1 ORDER BY key", [])
+        {
             Ok(rows) => rows,
             Err(e) => {
                 self.fault.get_or_insert(retry_of(&e));
@@ -267,11 +270,8 @@ impl Meta for PgMeta<'_> {
 
     fn pointer(&mut self, dataset: &str) -> Result<Option<u64>> {
         let raw = key(&[dataset]);
-        let rows = self.query(
-            "reading a pointer",
-            "SELECT generation, value FROM manifestdb.pointers_v1 WHERE key = $1",
-            &[(&raw, Type::BYTEA)],
-        )?;
+        let rows =
+            self.query("reading a pointer", "SELECT generation, value FROM manifestdb.pointers_v1 WHERE key = $1", &[(&raw, Type::BYTEA)])?;
         let Some(row) = rows.first() else { return Ok(None) };
         let column: i64 = self.column(row, 0)?;
         let value: &[u8] = self.column(row, 1)?;
@@ -440,8 +440,11 @@ fn partitions_at(meta: &mut PgMeta<'_>, dataset: &str, generation: u64) -> Resul
         ) found ON true
         WHERE parts.k IS NOT NULL
         ORDER BY parts.k";
-    let rows =
-        meta.query("reading a generation's partitions", sql, &[(&dataset_prefix, Type::BYTEA), (&dataset_end, Type::BYTEA), (&number, Type::INT8)])?;
+    let rows = meta.query(
+        "reading a generation's partitions",
+        sql,
+        &[(&dataset_prefix, Type::BYTEA), (&dataset_end, Type::BYTEA), (&number, Type::INT8)],
+    )?;
     let mut out = Vec::new();
     for row in &rows {
         let first: Vec<u8> = meta.column(row, 0)?;

@@ -163,7 +163,9 @@ impl PgLayer {
         let layer = PgLayer { pool, shown: shown(url) };
         let started = Instant::now();
         loop {
-            let result = layer.connection().and_then(|mut conn| if migrate { schema::migrate(&mut conn).map(|_| ()) } else { schema::check(&mut conn) });
+            let result = layer
+                .connection()
+                .and_then(|mut conn| if migrate { schema::migrate(&mut conn).map(|_| ()) } else { schema::check(&mut conn) });
             match result {
                 Ok(()) => return Ok(layer),
                 Err(err) if is_lost_connection(&err) && started.elapsed() < Duration::from_secs(10) => {
@@ -350,7 +352,11 @@ impl PgLayer {
             let mut fault = None;
             let result = self.read_once(context, &mut body, &mut fault);
             match result {
-                Err(err) if fault.is_none_or(|f| f == Retry::Reconnect) && is_lost_connection(&err) && started.elapsed() < RECONNECT_TIME_MAX => {
+                Err(err)
+                    if fault.is_none_or(|f| f == Retry::Reconnect)
+                        && is_lost_connection(&err)
+                        && started.elapsed() < RECONNECT_TIME_MAX =>
+                {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 other => return other,
@@ -358,7 +364,12 @@ impl PgLayer {
         }
     }
 
-    fn read_once<T>(&self, context: &'static str, body: &mut impl FnMut(&mut PgMeta<'_>) -> Result<T>, fault: &mut Option<Retry>) -> Result<T> {
+    fn read_once<T>(
+        &self,
+        context: &'static str,
+        body: &mut impl FnMut(&mut PgMeta<'_>) -> Result<T>,
+        fault: &mut Option<Retry>,
+    ) -> Result<T> {
         let conn = self.connection()?;
         let mut txn = Txn { conn, open: false };
         begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;

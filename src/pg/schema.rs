@@ -149,8 +149,6 @@ fn read_version(txn: &mut postgres::Transaction<'_>) -> Result<u32> {
 #[cfg(test)]
 pub(crate) fn pretend_newer(client: &mut Client, version: u32) -> Result<()> {
     let version = i32::try_from(version).unwrap_or(i32::MAX);
-    client
-        .execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version])
-        .map_err(failed("recording a schema version"))?;
+    client.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version]).map_err(failed("recording a schema version"))?;
     Ok(())
 }

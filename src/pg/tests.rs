@@ -72,12 +72,7 @@ fn fresh_database(test: &str) -> Option<TestDb> {
     let admin = test_server(test)?;
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
-    let name = format!(
-        "manifestdb_unit_{}_{}_{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        nanos
-    );
+    let name = format!("manifestdb_unit_{}_{}_{}", std::process::id(), COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed), nanos);
     let mut client = Client::connect(&admin, NoTls).unwrap_or_else(|e| panic!("{test}: cannot reach the test server: {e}"));
     client.batch_execute(&format!("CREATE DATABASE {name}")).expect("creating the test database");
     let url = with_database(&admin, &name);
@@ -219,7 +214,10 @@ fn a_damaged_value_or_a_value_under_another_key_is_corruption_never_absence() {
     let original = key(&["ds", "r1"]);
     let other = key(&["ds", "r2"]);
     client
-        .execute("INSERT INTO manifestdb.runs_v1 (key, value) SELECT $2, value FROM manifestdb.runs_v1 WHERE key = $1", &[&original, &other])
+        .execute(
+            "INSERT INTO manifestdb.runs_v1 (key, value) SELECT $2, value FROM manifestdb.runs_v1 WHERE key = $1",
+            &[&original, &other],
+        )
         .expect("copy");
     match layer.read("reading", |meta| meta.run("ds", "r2")) {
         Err(Error::Corrupted { table, .. }) => assert_eq!(table, RUNS.name),
