@@ -7,7 +7,7 @@
 //! failure fails the whole batch, as it fails a single call.
 
 use super::write::{self, PreparedBegin, PreparedValidation};
-use super::{Store, TxnEnd, files, tables};
+use super::{Store, TxnEnd, files};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 use crate::error::{Error, Result};
 use crate::model::{AttemptKey, Candidate, EffectKey};
@@ -50,7 +50,7 @@ impl Store {
                     let mut wrote = false;
                     let mut ran = Vec::with_capacity(prepared.len());
                     for op in &mut prepared {
-                        let writes_before = tables::writes_on_this_thread();
+                        let writes_before = crate::meta::writes_on_this_thread();
                         let result = self.run_op(txn, op);
                         match result {
                             Some(Ok(TxnEnd::Commit(outcome))) => {
@@ -62,7 +62,7 @@ impl Store {
                             Some(Err(err @ Error::Storage { .. })) => return Err(err),
                             // A refusal after a write would commit half an operation; the
                             // group commit fails the whole batch for it (see `group.rs`).
-                            Some(Err(err)) if tables::writes_on_this_thread() != writes_before => return Err(err),
+                            Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
                             Some(Err(err)) => ran.push(Some(Err(err))),
                             None => ran.push(None),
                         }

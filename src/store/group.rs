@@ -272,7 +272,7 @@ fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<T
     while !state.open {
         batch.changed.wait(&mut state);
     }
-    let writes_before = super::tables::writes_on_this_thread();
+    let writes_before = crate::meta::writes_on_this_thread();
     let mut ran = match (&state.failure, &state.txn) {
         (None, Some(txn)) => match catch_unwind(AssertUnwindSafe(|| body(txn))) {
             Ok(result) => Ran::Returned(result),
@@ -286,7 +286,7 @@ fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<T
     // a debug build the caller panics, so the faulty body is found by any test reaching it.
     let refused = matches!(&ran, Ran::Returned(Ok(TxnEnd::Abort(_))))
         || matches!(&ran, Ran::Returned(Err(err)) if !matches!(err, Error::Storage { .. }));
-    if refused && super::tables::writes_on_this_thread() != writes_before {
+    if refused && crate::meta::writes_on_this_thread() != writes_before {
         state.failure.get_or_insert_with(|| WROTE_THEN_REFUSED.to_owned());
         if cfg!(debug_assertions) {
             ran = Ran::Panicked(Box::new(WROTE_THEN_REFUSED));

@@ -39,10 +39,12 @@ pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
 pub(crate) use crate::meta::TxnEnd;
+use crate::meta::{Meta, MetaRead};
 use crate::records::{MetaRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
-use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
+use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
+use meta_redb::RedbMeta;
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,9 +257,22 @@ fn initialize(
             wrote = true;
         }
     }
-    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+    let mut init = initialize_records(&mut RedbMeta::new(txn), attempt_lifetime_max_ms, root, new_identity)?;
+    init.wrote |= wrote;
+    Ok(init)
+}
+
+/// The format record of a store: checks an existing one (its format, and that `root` is its
+/// staging root), or writes a new store's, with `new_identity` (drawn if `None`) and the lease
+/// asked for (the default if none).
+fn initialize_records(
+    meta: &mut dyn Meta,
+    attempt_lifetime_max_ms: Option<u64>,
+    root: &RootSeen,
+    new_identity: Option<&str>,
+) -> Result<Initialized> {
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
-    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+    match meta.store_format()? {
         Some(record) if record.format_version == FORMAT_VERSION => {
             let action = staging::decide(Some(&record.staging_identity), &root.marker, root.empty_but_marker)
                 .map_err(|detail| root_refused(root, detail))?;
@@ -265,7 +280,7 @@ fn initialize(
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 write_marker: action != RootAction::Use,
                 staging_identity: record.staging_identity,
-                wrote,
+                wrote: false,
             })
         }
         Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
@@ -280,7 +295,7 @@ fn initialize(
                 attempt_lifetime_max_ms: attempt_lifetime_max_ms.unwrap_or(default_ms),
                 staging_identity,
             };
-            tables::put(&mut meta, META_FORMAT_KEY, &record)?;
+            meta.put_store_format(&record)?;
             Ok(Initialized {
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 staging_identity: record.staging_identity,
@@ -346,7 +361,7 @@ impl Store {
         let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let init = initialize(&txn, lease_ms, &root, None)?;
-        let (views, configured) = configure_views(&txn, options, &root.path)?;
+        let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
         // Only a store that needed a change pays a commit: reopening one costs no sync.
         if init.wrote || configured {
             txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
@@ -470,11 +485,10 @@ impl Store {
         if lease_ms == 0 {
             return Ok(());
         }
-        let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
-        let record = tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
-            .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
+        let meta = &mut RedbMeta::new(txn);
+        let record = meta.store_format()?.ok_or_else(|| crate::ops::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
         if record.attempt_lifetime_max_ms < lease_ms {
-            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+            meta.put_store_format(&MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
         }
         Ok(())
     }
@@ -607,9 +621,8 @@ impl Store {
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
 /// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
 /// whether the record had to be written.
-fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
-    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
-    let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
+fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
+    let recorded = meta.views_config()?;
     let wanted = match (&options.views, &recorded) {
         (Some(asked), _) => asked.clone(),
         (None, Some(record)) => {
@@ -627,7 +640,7 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         if let Some(old) = &recorded {
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
-        tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+        meta.put_views_config(&record)?;
         return Ok((Some(views), true));
     }
     Ok((Some(views), false))

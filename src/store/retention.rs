@@ -5,31 +5,16 @@
 //! pure rules (`rules::attempts`, `rules::retention`); heartbeat and rollback are written once
 //! in `ops/`, the others read their inputs here and write what the rules decided.
 
-use redb::WriteTransaction;
-
 use super::meta_redb::RedbMeta;
-use super::read::{generation_list, read_pointer};
-use super::tables::{self, scan};
-use super::{Store, TxnEnd, now_ms};
+use super::{Store, now_ms};
 use crate::error::{Error, Result};
 use crate::lifecycle::{AttemptLease, ExpireReport, RetentionPolicy, RollbackOutcome, RunMode};
 use crate::model::AttemptKey;
 use crate::ops;
-use crate::records::PartitionVersionRecord;
-use crate::rules::{ids, retention};
-use crate::schema::{self, GENERATIONS, POINTERS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end};
+use crate::rules::ids;
 
 /// Longest rollback actor or reason, in bytes.
 const ROLLBACK_TEXT_BYTES_MAX: usize = 4096;
-
-fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-}
-
-pub(crate) fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
-    let task = &attempt.task;
-    key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt)
-}
 
 pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_name("dataset", &attempt.task.dataset)?;
@@ -147,73 +132,13 @@ impl Store {
             self.sync_view(dataset)?;
         }
         self.write("expiring generations", |txn| {
-            let mut generations = open(txn, GENERATIONS)?;
-            let mut versions = open(txn, VERSIONS)?;
-            let pointers = open(txn, POINTERS)?;
-            let current = read_pointer(&pointers, dataset)?.unwrap_or(0);
-            let list = generation_list(&generations, dataset)?;
-            if list.last().map_or(0, |(n, _)| *n) != current {
-                return Err(tables::corrupted(POINTERS, &key(&[dataset]), "pointer does not name the newest generation"));
-            }
-            let oldest = retention::oldest_retained(&list, policy, now_ms());
-            let expired: Vec<u64> = list.iter().map(|(n, _)| *n).filter(|n| *n < oldest).collect();
-            let mut report = ExpireReport {
-                dataset: dataset.to_owned(),
-                mode,
-                current,
-                oldest_retained: oldest,
-                expired,
-                versions_removed: 0,
-                views_removed: Vec::new(),
-            };
-            // Group the dataset's version keys by partition (keys sort by partition, then
-            // generation), and let the rule pick the invisible ones.
-            let dataset_prefix = prefix(&[dataset]);
-            let mut doomed: Vec<Vec<u8>> = Vec::new();
-            let mut partition: Option<String> = None;
-            let mut group: Vec<(u64, bool)> = Vec::new();
-            let mut flush = |partition: &Option<String>, group: &mut Vec<(u64, bool)>| {
-                if let Some(p) = partition {
-                    for generation in retention::versions_to_remove(group, oldest) {
-                        doomed.push(key_u64(&[dataset, p], generation));
-                    }
-                }
-                group.clear();
-            };
-            scan::<PartitionVersionRecord>(&versions, VERSIONS, &dataset_prefix, &prefix_end(&dataset_prefix), |k, record| {
-                let (p, generation) = schema::split_text_u64(&k[dataset_prefix.len()..])
-                    .ok_or_else(|| tables::corrupted(VERSIONS, k, "malformed version key"))?;
-                if partition.as_deref() != Some(p) {
-                    flush(&partition, &mut group);
-                    partition = Some(p.to_owned());
-                }
-                group.push((generation, record.entry.is_none()));
-                Ok(true)
-            })?;
-            flush(&partition, &mut group);
-            report.versions_removed = doomed.len() as u64;
-            if mode == RunMode::DryRun || (report.expired.is_empty() && doomed.is_empty()) {
-                return Ok(TxnEnd::Abort(report));
-            }
             // Views of the expired generations go first: once this commits, their files may
-            // become cleanup candidates. A failure here aborts the expiry.
-            if let Some(views) = self.views() {
-                report.views_removed = views.remove_expiring(dataset, &report.expired)?;
-            }
-            for k in &doomed {
-                versions.remove(k.as_slice()).map_err(|e| Error::storage("removing a version entry", e))?;
-            }
-            for n in &report.expired {
-                generations.remove(key_u64(&[dataset], *n).as_slice()).map_err(|e| Error::storage("removing a generation", e))?;
-            }
-            tracing::info!(
-                dataset,
-                oldest_retained = oldest,
-                expired = report.expired.len(),
-                versions_removed = report.versions_removed,
-                "expired generations"
-            );
-            Ok(TxnEnd::Commit(report))
+            // become cleanup candidates. A failure there aborts the expiry.
+            let mut remove_views = |expired: &[u64]| match self.views() {
+                Some(views) => views.remove_expiring(dataset, expired),
+                None => Ok(Vec::new()),
+            };
+            ops::lifecycle::expire(&mut RedbMeta::new(txn), dataset, policy, mode, now_ms(), &mut remove_views)
         })
     }
 }

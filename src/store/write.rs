@@ -6,10 +6,10 @@
 use redb::WriteTransaction;
 
 use super::meta_redb::RedbMeta;
-use super::tables::{self, get};
 use super::{Store, TxnEnd, files, now_ms};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
+use crate::meta::MetaRead;
 use crate::model::{
     AttemptKey, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, EffectKey, FileCheck, FileEntry, FinishOutcome, MarkOutcome,
     PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
@@ -20,7 +20,6 @@ use crate::records::{AttemptRecord, RunRecord, TaskRecord};
 use crate::rules::attempts::ToValidate;
 use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
-use crate::schema::{ATTEMPTS, RUNS, TASKS, key, key_u32};
 
 /// Largest side-effect payload, in bytes.
 const EFFECT_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
@@ -45,13 +44,13 @@ fn unknown_attempt(key: &AttemptKey) -> Error {
 }
 
 /// Reads a run, or fails with [`Error::UnknownRun`].
-fn read_run(table: &impl tables::Readable, dataset: &str, run: &str) -> Result<RunRecord> {
-    get(table, RUNS, &key(&[dataset, run]))?.ok_or_else(|| unknown_run(dataset, run))
+fn read_run(meta: &mut dyn MetaRead, dataset: &str, run: &str) -> Result<RunRecord> {
+    meta.run(dataset, run)?.ok_or_else(|| unknown_run(dataset, run))
 }
 
 /// Reads a task, or fails with [`Error::UnknownTask`].
-fn read_task(table: &impl tables::Readable, task: &TaskKey) -> Result<TaskRecord> {
-    get(table, TASKS, &key(&[&task.dataset, &task.run, &task.partition]))?.ok_or_else(|| Error::UnknownTask {
+fn read_task(meta: &mut dyn MetaRead, task: &TaskKey) -> Result<TaskRecord> {
+    meta.task(task)?.ok_or_else(|| Error::UnknownTask {
         dataset: task.dataset.clone(),
         run: task.run.clone(),
         partition: task.partition.clone(),
@@ -99,13 +98,10 @@ impl Store {
     /// so that no directory is made for a task that does not exist.
     pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey) -> Result<PreparedBegin> {
         check_task_key(task)?;
-        {
-            let txn = snapshot.txn();
-            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            read_run(&runs, &task.dataset, &task.run)?;
-            read_task(&tasks, task)?;
-        }
+        snapshot.read("reading the task to begin", |meta| {
+            read_run(meta, &task.dataset, &task.run)?;
+            read_task(meta, task).map(drop)
+        })?;
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
         // Nothing is created under a root that is not this store's (its marker checked).
         drop(self.checked_staging_root()?);
@@ -412,22 +408,17 @@ pub(super) fn prepare_validation(
 ) -> Result<PreparedValidation> {
     check_task_key(&attempt.task)?;
     let task = &attempt.task;
-    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-    let (spec, run, mut record) = {
-        let txn = snapshot.txn();
-        let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let run = read_run(&runs, &task.dataset, &task.run)?;
-        let task_record = read_task(&tasks, task)?;
-        let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    let (spec, run, mut record) = snapshot.read("reading the attempt to validate", |meta| {
+        let run = read_run(meta, &task.dataset, &task.run)?;
+        let task_record = read_task(meta, task)?;
+        let record: AttemptRecord = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
         let spec = TaskSpec {
             partition: task.partition.clone(),
             expected_rows: task_record.expected_rows,
             expected_total: task_record.expected_total,
         };
-        (spec, run, record)
-    };
+        Ok((spec, run, record))
+    })?;
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
     let (verdict, candidate) = (record.verdict.take(), record.candidate.take());
     let candidate = match rules::attempts::to_validate(attempt, verdict, record.abandoned_at_ms, candidate)? {
