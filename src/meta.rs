@@ -52,6 +52,12 @@ impl<T> TxnEnd<T> {
 /// validation, cleanup's facts, and verify). Every method may fail with a storage or corruption
 /// error; after one, the caller returns it.
 pub(crate) trait MetaRead {
+    /// The clock of this transaction, in ms since the Unix epoch: every time an operation
+    /// writes or compares with stored times (declared, started, heartbeat, lease expiry,
+    /// claims, published) comes from it, so that times written through one host are judged
+    /// through another on the same clock (redb: this host's clock; a shared database: its
+    /// server's).
+    fn now_ms(&mut self) -> u64;
     /// The store's format record (format version, creation time, the attempt lease, the
     /// staging identity); `None` only for a store being created.
     fn store_format(&mut self) -> Result<Option<MetaRecord>>;

@@ -11,7 +11,6 @@
 
 use std::os::fd::{AsFd, BorrowedFd};
 
-use super::meta_redb::RedbMeta;
 use super::{Store, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
@@ -89,8 +88,7 @@ impl Store {
                 kept: draft.kept,
                 unconsidered: walked.unconsidered,
             };
-            let id =
-                self.write("storing a cleanup plan", |txn| ops::cleanup::store_plan(&mut RedbMeta::new(txn), &record, CLEANUP_PLANS_KEPT))?;
+            let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
             for path in record.candidates.iter().chain(&record.unknown) {
                 tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
             }
@@ -228,7 +226,7 @@ impl Store {
     }
 
     fn record_batch(&self, plan: u64, batch: u32, record: &CleanupBatchRecord) -> Result<()> {
-        self.write("recording a cleanup batch", |txn| ops::cleanup::record_batch(&mut RedbMeta::new(txn), plan, batch, record))
+        self.write("recording a cleanup batch", |meta| ops::cleanup::record_batch(meta, plan, batch, record))
     }
 
     /// Removes the records (and empty directories) of attempts that can never be used again,
@@ -259,9 +257,8 @@ impl Store {
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }
-        let removed = self.write("removing dead attempt records", |txn| {
-            ops::cleanup::remove_dead_attempts(&mut RedbMeta::new(txn), &doomed, plan, batch, now_ms())
-        })?;
+        let removed =
+            self.write("removing dead attempt records", |meta| ops::cleanup::remove_dead_attempts(meta, &doomed, plan, batch, now_ms()))?;
         Ok((removed, dirs))
     }
 }

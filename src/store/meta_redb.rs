@@ -219,6 +219,10 @@ fn effects_in(effects: &impl Readable, effect_prefix: &[u8]) -> Result<Vec<(Effe
 }
 
 impl<X: RawTables> MetaRead for X {
+    fn now_ms(&mut self) -> u64 {
+        super::now_ms()
+    }
+
     fn store_format(&mut self) -> Result<Option<MetaRecord>> {
         get(self.table(META)?, META, META_FORMAT_KEY)
     }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use redb::ReadTransaction;
 
 use super::contain::Poison;
-use super::meta_redb::RedbRead;
+use super::layer::ReadTxn;
 use crate::error::{Error, Result};
 use crate::meta::MetaRead;
 use crate::model::{
@@ -23,7 +23,7 @@ use crate::schema::{FORMAT_VERSION, META, META_FORMAT_KEY, POINTERS, key};
 /// Holding a snapshot keeps the pages it sees alive; drop it when done so the writer can reuse
 /// space.
 pub struct Snapshot {
-    txn: ReadTransaction,
+    txn: ReadTxn,
     staging_root: Option<PathBuf>,
     /// The poison flag of the handle it came from (see `contain.rs`).
     poison: Poison,
@@ -40,7 +40,7 @@ fn no_format_record() -> Error {
 }
 
 impl Snapshot {
-    pub(crate) fn new(txn: ReadTransaction, staging_root: Option<PathBuf>, poison: Poison) -> Snapshot {
+    pub(crate) fn new(txn: ReadTxn, staging_root: Option<PathBuf>, poison: Poison) -> Snapshot {
         Snapshot { txn, staging_root, poison }
     }
 
@@ -52,11 +52,15 @@ impl Snapshot {
     /// Runs `body` over this snapshot's reads, at the boundary with the engine: every read of
     /// the snapshot goes through here.
     pub(crate) fn read<T>(&self, operation: &'static str, body: impl FnOnce(&mut dyn MetaRead) -> Result<T>) -> Result<T> {
-        self.poison.contain(operation, || body(&mut RedbRead::new(&self.txn)))
+        self.poison.contain(operation, || self.txn.read(body))
     }
 
-    pub(crate) fn txn(&self) -> &ReadTransaction {
-        &self.txn
+    /// The redb read transaction, for verify's decoding of every stored frame; `None` for a
+    /// snapshot of another layer.
+    pub(crate) fn redb_txn(&self) -> Option<&ReadTransaction> {
+        match &self.txn {
+            ReadTxn::Redb(txn) => Some(txn),
+        }
     }
 
     /// Checks that the store has the format this build reads.

@@ -5,8 +5,7 @@
 //! pure rules (`rules::attempts`, `rules::retention`); heartbeat and rollback are written once
 //! in `ops/`, the others read their inputs here and write what the rules decided.
 
-use super::meta_redb::RedbMeta;
-use super::{Store, now_ms};
+use super::Store;
 use crate::error::{Error, Result};
 use crate::lifecycle::{AttemptLease, ExpireReport, RetentionPolicy, RollbackOutcome, RunMode};
 use crate::model::AttemptKey;
@@ -57,7 +56,10 @@ impl Store {
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
         let lease_ms = self.attempt_lifetime_max_ms;
-        self.write("renewing an attempt's lease", |txn| ops::attempts::heartbeat(&mut RedbMeta::new(txn), attempt, now_ms(), lease_ms))
+        self.write("renewing an attempt's lease", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::heartbeat(meta, attempt, now, lease_ms)
+        })
     }
 
     /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
@@ -71,8 +73,9 @@ impl Store {
     /// Storage and corruption errors.
     pub fn abandon_expired_attempts(&self, mode: RunMode) -> Result<Vec<AttemptKey>> {
         let lifetime_ms = self.attempt_lifetime_max_ms;
-        self.write("abandoning expired attempts", |txn| {
-            ops::attempts::abandon_expired(&mut RedbMeta::new(txn), lifetime_ms, now_ms(), mode == RunMode::Execute)
+        self.write("abandoning expired attempts", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::abandon_expired(meta, lifetime_ms, now, mode == RunMode::Execute)
         })
     }
 
@@ -108,7 +111,10 @@ impl Store {
         ids::check_name("dataset", dataset)?;
         check_rollback_text("rollback actor", actor)?;
         check_rollback_text("rollback reason", reason)?;
-        self.write("rolling back", |txn| ops::lifecycle::rollback(&mut RedbMeta::new(txn), dataset, to, actor, reason, now_ms()))
+        self.write("rolling back", |meta| {
+            let now = meta.now_ms();
+            ops::lifecycle::rollback(meta, dataset, to, actor, reason, now)
+        })
     }
 
     /// Expires the generations of `dataset` that `policy` does not retain, in one transaction:
@@ -131,14 +137,15 @@ impl Store {
             // `current` must name the current generation's view before older views can go.
             self.sync_view(dataset)?;
         }
-        self.write("expiring generations", |txn| {
+        self.write("expiring generations", |meta| {
             // Views of the expired generations go first: once this commits, their files may
             // become cleanup candidates. A failure there aborts the expiry.
             let mut remove_views = |expired: &[u64]| match self.views() {
                 Some(views) => views.remove_expiring(dataset, expired),
                 None => Ok(Vec::new()),
             };
-            ops::lifecycle::expire(&mut RedbMeta::new(txn), dataset, policy, mode, now_ms(), &mut remove_views)
+            let now = meta.now_ms();
+            ops::lifecycle::expire(meta, dataset, policy, mode, now, &mut remove_views)
         })
     }
 }

@@ -3,13 +3,10 @@
 //! Each one reads and checks everything first and writes only once every check passed, so a
 //! refused operation leaves its transaction untouched (and aborts it).
 
-use redb::WriteTransaction;
-
-use super::meta_redb::RedbMeta;
-use super::{Store, TxnEnd, files, now_ms};
+use super::{Store, TxnEnd, files};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
-use crate::meta::MetaRead;
+use crate::meta::{Meta, MetaRead};
 use crate::model::{
     AttemptKey, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, EffectKey, FileCheck, FileEntry, FinishOutcome, MarkOutcome,
     PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
@@ -66,7 +63,10 @@ impl Store {
     /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
-        self.write_grouped("declaring a run", |txn| ops::declare::declare_run(&mut RedbMeta::new(txn), spec, now_ms()))
+        self.write_grouped("declaring a run", |meta| {
+            let now = meta.now_ms();
+            ops::declare::declare_run(meta, spec, now)
+        })
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
@@ -83,7 +83,7 @@ impl Store {
             let snapshot = self.snapshot()?;
             let mut prepared = self.prepare_begin(&snapshot, task)?;
             drop(snapshot);
-            let ticket = self.write_grouped("beginning an attempt", |txn| self.begin_body(txn, &mut prepared))?;
+            let ticket = self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
@@ -113,9 +113,10 @@ impl Store {
     /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
     /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
     /// commit.
-    pub(super) fn begin_body(&self, txn: &WriteTransaction, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
+    pub(super) fn begin_body(&self, meta: &mut dyn Meta, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
         let PreparedBegin { task, parent, created } = prepared;
-        ops::attempts::begin(&mut RedbMeta::new(txn), task, now_ms(), |attempt, staging_rel| {
+        let now = meta.now_ms();
+        ops::attempts::begin(meta, task, now, |attempt, staging_rel| {
             // The directory is made before the commit: if the commit fails, the number is not
             // taken and the next begin reuses the (empty, never handed out) directory.
             match files::create_attempt_dir(parent, &ids::attempt_dir_name(attempt), staging_rel)? {
@@ -134,7 +135,7 @@ impl Store {
     /// recorded, [`Error::InvalidInput`] for a bad file path or digest.
     pub fn finish_attempt(&self, attempt: &AttemptKey, candidate: &Candidate) -> Result<FinishOutcome> {
         check_finish(attempt, candidate)?;
-        self.write_grouped("finishing an attempt", |txn| finish_body(txn, attempt, candidate))
+        self.write_grouped("finishing an attempt", |meta| finish_body(meta, attempt, candidate))
     }
 
     /// Validates a finished attempt: its snapshot is the run's, its rows and total match the
@@ -208,7 +209,7 @@ impl Store {
                 format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
             ));
         }
-        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation))
+        self.write_grouped("storing a verdict", |meta| store_verdict_body(meta, &prepared.attempt, candidate, verdict, reconciliation))
     }
 
     /// Publishes a run in one write transaction.
@@ -247,14 +248,15 @@ impl Store {
     fn publish_commit(&self, dataset: &str, run: &str, options: &PublishOptions) -> Result<PublishOutcome> {
         ids::check_name("dataset", dataset)?;
         ids::check_name("run id", run)?;
-        self.write("publishing a run", |txn| {
+        self.write("publishing a run", |meta| {
             // Every file of every accepted candidate is still there with its size (a stat, no
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
             let observe = |accepted: &rules::publish::Accepted| {
                 observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)
             };
-            ops::publish::publish(&mut RedbMeta::new(txn), dataset, run, options.accept_nondeterminism.as_deref(), now_ms(), observe)
+            let now = meta.now_ms();
+            ops::publish::publish(meta, dataset, run, options.accept_nondeterminism.as_deref(), now, observe)
         })
     }
 
@@ -267,7 +269,7 @@ impl Store {
     /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
         check_record(effect, payload)?;
-        self.write_grouped("recording a side effect", |txn| record_body(txn, effect, payload))
+        self.write_grouped("recording a side effect", |meta| record_body(meta, effect, payload))
     }
 
     /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
@@ -287,7 +289,7 @@ impl Store {
     /// run is not published.
     pub fn claim_effect(&self, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<ClaimOutcome> {
         check_claim(effect, claimant, lease)?;
-        self.write_grouped("claiming a side effect", |txn| claim_body(txn, effect, claimant, lease))
+        self.write_grouped("claiming a side effect", |meta| claim_body(meta, effect, claimant, lease))
     }
 
     /// Marks a ready side effect as emitted. `claimant` is the caller's claim
@@ -300,7 +302,7 @@ impl Store {
     /// [`Error::EffectNotReady`] if its run is not published.
     pub fn mark_effect_emitted(&self, effect: &EffectKey, claimant: Option<&str>) -> Result<MarkOutcome> {
         check_mark(effect, claimant)?;
-        self.write_grouped("marking a side effect emitted", |txn| mark_body(txn, effect, claimant))
+        self.write_grouped("marking a side effect emitted", |meta| mark_body(meta, effect, claimant))
     }
 }
 
@@ -327,18 +329,20 @@ pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<(
 
 /// The claim, in a write transaction (a single call's or a batch's).
 pub(super) fn claim_body(
-    txn: &WriteTransaction,
+    meta: &mut dyn Meta,
     effect: &EffectKey,
     claimant: &str,
     lease: std::time::Duration,
 ) -> Result<TxnEnd<ClaimOutcome>> {
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    ops::effects::claim(&mut RedbMeta::new(txn), effect, claimant, lease_ms, now_ms())
+    let now = meta.now_ms();
+    ops::effects::claim(meta, effect, claimant, lease_ms, now)
 }
 
 /// Marking emitted, in a write transaction (a single call's or a batch's).
-pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
-    ops::effects::mark(&mut RedbMeta::new(txn), effect, claimant, now_ms())
+pub(super) fn mark_body(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
+    let now = meta.now_ms();
+    ops::effects::mark(meta, effect, claimant, now)
 }
 
 fn check_effect_key(effect: &EffectKey) -> Result<()> {
@@ -495,24 +499,24 @@ fn read_candidate_data(
 
 /// Storing a prepared verdict in a batch's transaction (prepared by the batch itself, under
 /// this store's staging root).
-pub(super) fn store_prepared_body(txn: &WriteTransaction, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
+pub(super) fn store_prepared_body(meta: &mut dyn Meta, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
     match &prepared.decided {
         Decided::Stored(verdict) => Ok(TxnEnd::Abort(verdict.clone())),
         Decided::New { candidate, verdict, reconciliation } => {
-            store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation)
+            store_verdict_body(meta, &prepared.attempt, candidate, verdict, reconciliation)
         }
     }
 }
 
 /// Storing a decided verdict, in a write transaction (a single call's or a batch's).
 pub(super) fn store_verdict_body(
-    txn: &WriteTransaction,
+    meta: &mut dyn Meta,
     attempt: &AttemptKey,
     candidate: &Candidate,
     verdict: &Verdict,
     reconciliation: &Reconciliation,
 ) -> Result<TxnEnd<Verdict>> {
-    ops::validate::store_verdict(&mut RedbMeta::new(txn), attempt, candidate, verdict, reconciliation)
+    ops::validate::store_verdict(meta, attempt, candidate, verdict, reconciliation)
 }
 
 /// What is seen of each reported file of an attempt, through directory handles from the
@@ -547,8 +551,8 @@ pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Resul
 }
 
 /// Recording a candidate, in a write transaction (a single call's or a batch's).
-pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
-    ops::attempts::finish(&mut RedbMeta::new(txn), attempt, candidate)
+pub(super) fn finish_body(meta: &mut dyn Meta, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+    ops::attempts::finish(meta, attempt, candidate)
 }
 
 pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
@@ -564,6 +568,7 @@ pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
 }
 
 /// Recording an effect, in a write transaction (a single call's or a batch's).
-pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
-    ops::effects::record(&mut RedbMeta::new(txn), effect, payload, now_ms())
+pub(super) fn record_body(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
+    let now = meta.now_ms();
+    ops::effects::record(meta, effect, payload, now)
 }
