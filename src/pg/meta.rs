@@ -45,6 +45,8 @@ pub(crate) struct PgMeta<'c> {
     pub(super) fault: Option<Retry>,
     /// Records written so far (a body that wrote and then refused is a bug; see `mod.rs`).
     pub(super) writes: u64,
+    /// The transaction's clock reading: the server's `now()`, in milliseconds since the epoch.
+    now_ms: u64,
 }
 
 fn task_key(task: &TaskKey) -> Vec<u8> {
@@ -98,14 +100,16 @@ fn as_bigint(def: Def, key: &[u8], number: u64) -> Result<i64> {
 }
 
 impl<'c> PgMeta<'c> {
-    /// A view of the read-write transaction `conn` is in.
-    pub(crate) fn new(conn: &'c mut Conn) -> PgMeta<'c> {
-        PgMeta { conn, writable: true, fault: None, writes: 0 }
+    /// A view of the read-write transaction `conn` is in, which began at the server's time
+    /// `now_ms`.
+    pub(crate) fn new(conn: &'c mut Conn, now_ms: u64) -> PgMeta<'c> {
+        PgMeta { conn, writable: true, fault: None, writes: 0, now_ms }
     }
 
-    /// A view of the read-only transaction `conn` is in.
-    pub(crate) fn read_only(conn: &'c mut Conn) -> PgMeta<'c> {
-        PgMeta { conn, writable: false, fault: None, writes: 0 }
+    /// A view of the read-only transaction `conn` is in, which began at the server's time
+    /// `now_ms`.
+    pub(crate) fn read_only(conn: &'c mut Conn, now_ms: u64) -> PgMeta<'c> {
+        PgMeta { conn, writable: false, fault: None, writes: 0, now_ms }
     }
 
     fn failed(&mut self, context: &'static str, e: &PgError) -> Error {
@@ -283,6 +287,10 @@ impl<'c> PgMeta<'c> {
 }
 
 impl MetaRead for PgMeta<'_> {
+    fn now_ms(&mut self) -> u64 {
+        self.now_ms
+    }
+
     fn store_format(&mut self) -> Result<Option<MetaRecord>> {
         self.get(META, META_FORMAT_KEY)
     }

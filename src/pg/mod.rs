@@ -72,9 +72,10 @@ const IN_PROGRESS_WAIT_MAX: Duration = Duration::from_secs(5);
 /// minute unused.
 pub(crate) const CONNECTIONS_MAX: u32 = 64;
 
-/// Whether `location` names a PostgreSQL database rather than a redb file.
-pub(crate) fn is_postgres_location(location: &std::path::Path) -> bool {
-    location.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+/// The PostgreSQL URL `location` is, if its string form starts with `postgres://` or
+/// `postgresql://`; otherwise it names a redb file.
+pub(crate) fn postgres_url(location: &std::path::Path) -> Option<&str> {
+    location.to_str().filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
 
 /// Makes the pool's connections.
@@ -204,11 +205,6 @@ impl PgLayer {
         }
     }
 
-    /// The URL without its password.
-    pub(crate) fn location(&self) -> &str {
-        &self.shown
-    }
-
     /// A connection from the pool.
     pub(crate) fn connection(&self) -> Result<Pooled> {
         self.pool.get().map_err(|e| {
@@ -259,7 +255,7 @@ impl PgLayer {
             Err(e) => return step_after(context, &e),
         };
         txn.open = true;
-        let mut meta = PgMeta::new(&mut txn.conn);
+        let mut meta = PgMeta::new(&mut txn.conn, now_ms);
         let outcome = body(&mut meta, now_ms);
         let (fault, writes) = (meta.fault, meta.writes);
         match outcome {
@@ -380,6 +376,7 @@ impl PgLayer {
     /// Runs `body` in one read-only transaction at REPEATABLE READ: every read sees one
     /// committed state (one snapshot), whatever commits meanwhile. A lost connection is retried
     /// on a new one, for up to [`RECONNECT_TIME_MAX`].
+    #[cfg(test)]
     pub(crate) fn read<T>(&self, context: &'static str, mut body: impl FnMut(&mut PgMeta<'_>) -> Result<T>) -> Result<T> {
         let started = Instant::now();
         loop {
@@ -398,6 +395,7 @@ impl PgLayer {
         }
     }
 
+    #[cfg(test)]
     fn read_once<T>(
         &self,
         context: &'static str,
@@ -406,9 +404,10 @@ impl PgLayer {
     ) -> Result<T> {
         let conn = self.connection()?;
         let mut txn = Txn { conn, open: false };
-        begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
+        let (now_ms, _) =
+            begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
         txn.open = true;
-        let mut meta = PgMeta::read_only(&mut txn.conn);
+        let mut meta = PgMeta::read_only(&mut txn.conn, now_ms);
         let value = body(&mut meta);
         *fault = meta.fault;
         value
@@ -424,12 +423,13 @@ impl PgLayer {
         loop {
             let attempt = self.connection().and_then(|conn| {
                 let mut txn = Txn { conn, open: false };
-                begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
+                let (now_ms, _) =
+                    begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
                 txn.open = true;
-                Ok(txn)
+                Ok((txn, now_ms))
             });
             match attempt {
-                Ok(txn) => return Ok(PgRead { txn: parking_lot::Mutex::new(txn) }),
+                Ok((txn, now_ms)) => return Ok(PgRead { txn: parking_lot::Mutex::new(txn), now_ms }),
                 Err(err) if is_lost_connection(&err) && started.elapsed() < RECONNECT_TIME_MAX => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -442,6 +442,8 @@ impl PgLayer {
 /// A read snapshot of a PostgreSQL store (see [`PgLayer::begin_read`]).
 pub(crate) struct PgRead {
     txn: parking_lot::Mutex<Txn>,
+    /// The server's clock when the snapshot was taken.
+    now_ms: u64,
 }
 
 impl std::fmt::Debug for PgRead {
@@ -454,7 +456,7 @@ impl PgRead {
     /// Runs `body` over the snapshot's reads.
     pub(crate) fn read<T>(&self, body: impl FnOnce(&mut dyn crate::meta::MetaRead) -> Result<T>) -> Result<T> {
         let mut txn = self.txn.lock();
-        body(&mut PgMeta::read_only(&mut txn.conn))
+        body(&mut PgMeta::read_only(&mut txn.conn, self.now_ms))
     }
 }
 

@@ -342,16 +342,16 @@ fn the_pointer_moves_only_from_the_generation_it_names_and_only_forward() {
     PgLayer::open(&db.url, true).expect("open");
     let mut client = connect(&db.url).expect("connect");
     client.batch("BEGIN", "test").expect("begin");
-    let mut meta = PgMeta::new(&mut client);
+    let mut meta = PgMeta::new(&mut client, 0);
     meta.move_pointer("ds", 0, 1).expect("first generation");
     match meta.move_pointer("ds", 0, 2) {
         Err(Error::Storage { source, .. }) => assert_eq!(source.kind(), StorageErrorKind::Conflict),
         other => panic!("a pointer that exists does not move from 0: {other:?}"),
     }
     assert_eq!(meta.fault, Some(Retry::Rerun), "the runner reruns the operation after a lost compare-and-swap");
-    let mut meta = PgMeta::new(&mut client);
+    let mut meta = PgMeta::new(&mut client, 0);
     assert!(matches!(meta.move_pointer("ds", 5, 6), Err(Error::Storage { .. })), "it names 1, not 5");
-    let mut meta = PgMeta::new(&mut client);
+    let mut meta = PgMeta::new(&mut client, 0);
     assert!(matches!(meta.move_pointer("ds", 1, 1), Err(Error::Corrupted { .. })), "never backwards or in place");
     meta.move_pointer("ds", 1, 2).expect("forward from what it names");
     assert_eq!(meta.pointer("ds").expect("read"), Some(2));
@@ -460,7 +460,57 @@ fn meta_backend_pid(meta: &mut PgMeta<'_>) -> i32 {
 fn a_url_password_is_never_shown() {
     assert_eq!(super::shown("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
     assert_eq!(super::shown("postgresql://u@h/db"), "postgresql://u@h/db");
-    assert!(super::is_postgres_location(std::path::Path::new("postgresql://h/db")));
-    assert!(!super::is_postgres_location(std::path::Path::new("/tmp/postgres://x")));
+    assert_eq!(super::postgres_url(std::path::Path::new("postgresql://h/db")), Some("postgresql://h/db"));
+    assert_eq!(super::postgres_url(std::path::Path::new("/tmp/postgres://x")), None);
     let _ = AttemptKey::clone;
+}
+
+/// One whole run through the public API on a PostgreSQL store: two attempts of one task (the
+/// seeds' scenario: the first one's acknowledgement lost, both finish), validation, publish,
+/// a repeat publish, a reader in a `ReadOnlyStore`, and a second handle on the same database
+/// and staging root (another coordinator) that sees it all.
+#[test]
+fn a_store_on_postgres_runs_the_protocol_through_the_public_api() {
+    use crate::{FileCheck, PublishOptions, ReadOnlyStore, Store};
+    let Some(db) = fresh_database("a_store_on_postgres_runs_the_protocol_through_the_public_api") else { return };
+    let staging = tempfile::tempdir().expect("staging root");
+    let store = Store::open(&db.url, staging.path()).expect("open a PostgreSQL store");
+    assert_eq!(store.path(), None, "no store file");
+    store.declare_run(&spec("ds", "r1", &["p=1"])).expect("declare");
+    let task = TaskKey::new("ds", "r1", "p=1");
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let ticket = store.begin_attempt(&task).expect("begin");
+        assert!(ticket.staging_dir.starts_with(store.staging_root()), "inside the staging root");
+        std::fs::write(ticket.staging_dir.join("part.csv"), b"a,b\n1,2\n").expect("write the output");
+        let file = crate::describe_file(&ticket.staging_dir, "part.csv").expect("describe");
+        let candidate = Candidate { files: vec![file], ..candidate() };
+        store.finish_attempt(&ticket.key, &candidate).expect("finish");
+        attempts.push(ticket.key);
+    }
+    assert_eq!(attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(), vec![1, 2]);
+    // Validated in reverse order: the lowest valid attempt is accepted all the same.
+    for attempt in attempts.iter().rev() {
+        assert_eq!(store.validate_attempt(attempt, FileCheck::SizeAndChecksum).expect("validate"), Verdict::Valid);
+    }
+    let first = store.publish("ds", "r1", &PublishOptions::default()).expect("publish");
+    let PublishOutcome::Published(generation) = first else { panic!("published: {first:?}") };
+    assert_eq!(generation.number, 1);
+    match store.publish("ds", "r1", &PublishOptions::default()).expect("again") {
+        PublishOutcome::AlreadyPublished(again) => assert_eq!(again.number, 1),
+        other => panic!("a repeat publish is told the generation: {other:?}"),
+    }
+    let reader = ReadOnlyStore::open(&db.url).expect("open read-only").with_staging_root(staging.path()).expect("root");
+    let manifest = reader.snapshot().expect("snapshot").manifest("ds", None).expect("manifest").expect("a generation");
+    assert_eq!(manifest.partitions.len(), 1);
+    assert_eq!(manifest.partitions[0].attempt, 1, "the lowest valid attempt, not the last validated");
+    // Another coordinator on the same database and staging root.
+    let other = Store::open(&db.url, staging.path()).expect("a second handle");
+    assert_eq!(other.snapshot().expect("snapshot").current("ds").expect("current").map(|g| g.number), Some(1));
+    let wrong = tempfile::tempdir().expect("another root");
+    std::fs::write(wrong.path().join("stray"), b"x").expect("a non-empty root");
+    assert!(
+        matches!(Store::open(&db.url, wrong.path()), Err(Error::StagingRootMismatch { .. })),
+        "the staging root's marker must name this store"
+    );
 }

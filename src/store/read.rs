@@ -60,6 +60,8 @@ impl Snapshot {
     pub(crate) fn redb_txn(&self) -> Option<&ReadTransaction> {
         match &self.txn {
             ReadTxn::Redb(txn) => Some(txn),
+            #[cfg(feature = "postgres")]
+            ReadTxn::Postgres(_) => None,
         }
     }
 
