@@ -179,30 +179,40 @@ impl PgLayer {
     /// Connects to the database at `url` and, for a writable open (`migrate`), brings its schema
     /// to this build's version; a read-only open only checks it.
     pub(crate) fn open(url: &str, migrate: bool) -> Result<PgLayer> {
-        let manager = Manager { config: config(url)? };
+        let config = config(url)?;
+        let shown = shown(url);
+        // The first connection is made directly, not through the pool: a database that does
+        // not exist or a refused password is answered at once with the server's error (the
+        // pool would only report a time-out). A server that is not up yet (refused, starting)
+        // is waited for 10 s.
+        let started = Instant::now();
+        let mut first = loop {
+            match Conn::connect(&config) {
+                Ok(conn) => break conn,
+                Err(e) if error::retry_of(&e) == Retry::Reconnect && started.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(Error::postgres("connecting to PostgreSQL", &e)),
+            }
+        };
+        if migrate {
+            schema::migrate(&mut first).map(|_| ())?
+        } else {
+            schema::check(&mut first)?
+        }
+        let manager = Manager { config };
         let pool = r2d2::Pool::builder()
             .max_size(CONNECTIONS_MAX)
             .min_idle(Some(0))
             .idle_timeout(Some(Duration::from_secs(60)))
-            .connection_timeout(Duration::from_secs(30))
+            // How long a call waits for a connection (all 64 busy, or the server unreachable)
+            // before its runner counts a lost connection and tries again.
+            .connection_timeout(Duration::from_secs(10))
             // A connection is checked when it is taken from the pool only if it reports itself
             // closed; a silently dead one fails its first statement, which the runner retries.
             .test_on_check_out(false)
             .build_unchecked(manager);
-        let layer = PgLayer { pool, shown: shown(url) };
-        let started = Instant::now();
-        loop {
-            let result = layer
-                .connection()
-                .and_then(|mut conn| if migrate { schema::migrate(&mut conn).map(|_| ()) } else { schema::check(&mut conn) });
-            match result {
-                Ok(()) => return Ok(layer),
-                Err(err) if is_lost_connection(&err) && started.elapsed() < Duration::from_secs(10) => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(err) => return Err(err),
-            }
-        }
+        Ok(PgLayer { pool, shown })
     }
 
     /// A connection from the pool.
