@@ -507,6 +507,21 @@ fn a_store_on_postgres_runs_the_protocol_through_the_public_api() {
     // Another coordinator on the same database and staging root.
     let other = Store::open(&db.url, staging.path()).expect("a second handle");
     assert_eq!(other.snapshot().expect("snapshot").current("ds").expect("current").map(|g| g.number), Some(1));
+    // Verify decodes every record of every table, and checks the files of the generation.
+    let options = crate::VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..crate::VerifyOptions::default() };
+    let report = reader.verify(&options).expect("verify");
+    assert!(report.is_clean(), "a clean store verifies clean: {report:?}");
+    assert!(report.records_total() >= 8, "every table walked: {report:?}");
+    let mut client = connect(&db.url).expect("connect");
+    client
+        .execute(
+            "UPDATE manifestdb.attempts_v1 SET value = set_byte(value, length(value) - 1, get_byte(value, length(value) - 1) # 1) \
+             WHERE key = (SELECT key FROM manifestdb.attempts_v1 ORDER BY key LIMIT 1)",
+            &[],
+        )
+        .expect("damage an attempt");
+    let report = reader.verify(&options).expect("verify");
+    assert!(report.findings.iter().any(|f| f.table == "attempts_v1"), "the damaged attempt is found: {report:?}");
     let wrong = tempfile::tempdir().expect("another root");
     std::fs::write(wrong.path().join("stray"), b"x").expect("a non-empty root");
     assert!(

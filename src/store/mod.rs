@@ -36,6 +36,7 @@ pub(crate) use files::observe;
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
+pub(crate) use read::Frames;
 pub use read::Snapshot;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 

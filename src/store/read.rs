@@ -18,6 +18,16 @@ use crate::model::{
 use crate::records::{AttemptRecord, EffectRecord, attempt_status, effect_from, generation_from};
 use crate::schema::{FORMAT_VERSION, META, META_FORMAT_KEY, POINTERS, key};
 
+/// The raw entries of a snapshot, for verify's decoding of every stored frame.
+#[derive(Clone, Copy)]
+pub(crate) enum Frames<'a> {
+    /// A redb read transaction's tables.
+    Redb(&'a ReadTransaction),
+    /// A PostgreSQL snapshot's tables ([`crate::pg::PgRead::each_frame`]).
+    #[cfg(feature = "postgres")]
+    Postgres(&'a crate::pg::PgRead),
+}
+
 /// A consistent, read-only view of the store at one moment.
 ///
 /// Holding a snapshot keeps the pages it sees alive; drop it when done so the writer can reuse
@@ -55,13 +65,12 @@ impl Snapshot {
         self.poison.contain(operation, || self.txn.read(body))
     }
 
-    /// The redb read transaction, for verify's decoding of every stored frame; `None` for a
-    /// snapshot of another layer.
-    pub(crate) fn redb_txn(&self) -> Option<&ReadTransaction> {
+    /// Where verify reads every stored frame from: the layer's raw entries, table by table.
+    pub(crate) fn frames(&self) -> Frames<'_> {
         match &self.txn {
-            ReadTxn::Redb(txn) => Some(txn),
+            ReadTxn::Redb(txn) => Frames::Redb(txn),
             #[cfg(feature = "postgres")]
-            ReadTxn::Postgres(_) => None,
+            ReadTxn::Postgres(read) => Frames::Postgres(read),
         }
     }
 
