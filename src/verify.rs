@@ -19,7 +19,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use foldhash::{HashMap, HashSet};
-use redb::{DatabaseError, ReadTransaction, ReadableTable, StorageError};
+use redb::{DatabaseError, ReadableTable, StorageError};
 
 use crate::codec;
 use crate::error::{Error, Result};
@@ -33,7 +33,7 @@ use crate::schema::{
     ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META,
     META_FORMAT_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number, text_fields,
 };
-use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
+use crate::store::{Frames, ReadOnlyStore, Snapshot, Store, observe};
 
 /// What [`Store::verify`] and [`Snapshot::verify`] check beyond the records themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,15 +174,16 @@ impl Store {
     pub fn verify(&mut self, options: &VerifyOptions) -> Result<VerifyReport> {
         let poison = self.poison().clone();
         let integrity = if options.integrity_check {
-            let checked = poison.contain("checking the store's integrity", || Ok(self.database_mut().check_integrity()));
+            let checked = poison.contain("checking the store's integrity", || Ok(self.redb_database_mut().map(|db| db.check_integrity())));
             match checked {
-                Ok(Ok(true)) => IntegrityCheck::Passed,
-                Ok(Ok(false)) => IntegrityCheck::Repaired,
-                Ok(Err(DatabaseError::TransactionInProgress)) => {
+                Ok(None) => IntegrityCheck::Skipped { reason: "this store's storage layer has no file-integrity check".into() },
+                Ok(Some(Ok(true))) => IntegrityCheck::Passed,
+                Ok(Some(Ok(false))) => IntegrityCheck::Repaired,
+                Ok(Some(Err(DatabaseError::TransactionInProgress))) => {
                     IntegrityCheck::Skipped { reason: "a snapshot or transaction of this handle is alive".into() }
                 }
-                Ok(Err(DatabaseError::Storage(StorageError::Corrupted(message)))) => IntegrityCheck::Failed { message },
-                Ok(Err(err)) => return Err(Error::storage("checking the store's integrity", err)),
+                Ok(Some(Err(DatabaseError::Storage(StorageError::Corrupted(message))))) => IntegrityCheck::Failed { message },
+                Ok(Some(Err(err))) => return Err(Error::storage("checking the store's integrity", err)),
                 // redb panicked on what it read: that is damage, reported like the rest.
                 Err(panic) => IntegrityCheck::Failed { message: panic.to_string() },
             }
@@ -246,8 +247,9 @@ impl Snapshot {
                 notes: Vec::new(),
             },
         };
-        let txn = self.txn();
-        let tables = walk.decode_all(txn);
+        // Decoding every stored frame is the layer's (redb: each table's raw entries); the
+        // checks after it run over the decoded `Tables`, plain values.
+        let tables = walk.decode_all(self.frames());
         walk.check_references(&tables);
         if let Some(check) = options.files {
             let root = self.staging_root().map(Path::to_path_buf).or_else(|| options.staging_root.clone());
@@ -445,64 +447,75 @@ impl Walk {
     /// to `keep`, which parses its key and returns false if it cannot: those keys are reported
     /// as malformed after the table's other findings. Nothing is collected in between, so the
     /// walk holds each record once.
-    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
-        self.decode_table_where(txn, def, |_| true, keep)
+    fn decode_table<R: Checked>(&mut self, frames: Frames<'_>, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
+        self.decode_table_where(frames, def, |_| true, keep)
     }
 
     /// As `decode_table`, for the keys `select` accepts; the others are decoded as a
     /// [`ViewsRecord`] (the one other record type a table holds: `meta_v1`'s `views` key).
     fn decode_table_where<R: Checked>(
         &mut self,
-        txn: &ReadTransaction,
+        frames: Frames<'_>,
         def: Def,
         select: impl Fn(&[u8]) -> bool,
         mut keep: impl FnMut(&[u8], R) -> bool,
     ) {
         let mut count = 0u64;
-        let table = match txn.open_table(def.def()) {
-            Ok(table) => table,
-            Err(err) => {
-                self.find(def.name, "", format!("table cannot be opened: {err}"));
-                self.report.records.push((def.name, 0));
-                return;
-            }
-        };
-        let iter = match table.iter() {
-            Ok(iter) => iter,
-            Err(err) => {
-                self.find(def.name, "", format!("table cannot be read: {err}"));
-                self.report.records.push((def.name, 0));
-                return;
-            }
-        };
         let mut malformed = Vec::new();
-        for item in iter {
-            let (key, value) = match item {
-                Ok(pair) => pair,
-                Err(err) => {
-                    self.find(def.name, "", format!("reading stopped: {err}"));
-                    break;
-                }
-            };
+        let mut entry = |walk: &mut Walk, key: &[u8], value: &[u8]| {
             count += 1;
-            let key = key.value();
             if !select(key) {
-                match records::decode::<ViewsRecord>(def.name, key, value.value()) {
+                match records::decode::<ViewsRecord>(def.name, key, value) {
                     Ok(_) => {}
-                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
-                    Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
+                    Err(Error::Corrupted { detail, .. }) => walk.find(def.name, codec::printable_key(key), detail.to_string()),
+                    Err(other) => walk.find(def.name, codec::printable_key(key), other.to_string()),
                 }
-                continue;
+                return;
             }
-            let decoded = records::decode::<R>(def.name, key, value.value());
-            match decoded {
+            match records::decode::<R>(def.name, key, value) {
                 Ok(record) => {
                     if !keep(key, record) {
                         malformed.push(key.to_vec());
                     }
                 }
-                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
-                Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
+                Err(Error::Corrupted { detail, .. }) => walk.find(def.name, codec::printable_key(key), detail.to_string()),
+                Err(other) => walk.find(def.name, codec::printable_key(key), other.to_string()),
+            }
+        };
+        match frames {
+            Frames::Redb(txn) => {
+                let table = match txn.open_table(def.def()) {
+                    Ok(table) => table,
+                    Err(err) => {
+                        self.find(def.name, "", format!("table cannot be opened: {err}"));
+                        self.report.records.push((def.name, 0));
+                        return;
+                    }
+                };
+                let iter = match table.iter() {
+                    Ok(iter) => iter,
+                    Err(err) => {
+                        self.find(def.name, "", format!("table cannot be read: {err}"));
+                        self.report.records.push((def.name, 0));
+                        return;
+                    }
+                };
+                for item in iter {
+                    match item {
+                        Ok((key, value)) => entry(self, key.value(), value.value()),
+                        Err(err) => {
+                            self.find(def.name, "", format!("reading stopped: {err}"));
+                            break;
+                        }
+                    }
+                }
+            }
+            #[cfg(feature = "postgres")]
+            Frames::Postgres(read) => {
+                let walked = read.each_frame(def, &mut |key, value| entry(self, key, value));
+                if let Err(err) = walked {
+                    self.find(def.name, "", format!("reading stopped: {err}"));
+                }
             }
         }
         self.report.records.push((def.name, count));
@@ -515,7 +528,7 @@ impl Walk {
         self.find(def.name, codec::printable_key(key), "malformed key");
     }
 
-    fn decode_all(&mut self, txn: &ReadTransaction) -> Tables {
+    fn decode_all(&mut self, txn: Frames<'_>) -> Tables {
         let mut t = Tables::default();
         debug_assert_eq!(ALL_TABLES.len(), 12, "verify walks every table; a new table needs its checks here");
         let mut meta: Vec<(Vec<u8>, MetaRecord)> = Vec::new();

@@ -7,9 +7,10 @@
 //! failure fails the whole batch, as it fails a single call.
 
 use super::write::{self, PreparedBegin, PreparedValidation};
-use super::{Store, TxnEnd, files, tables};
+use super::{Store, TxnEnd, files};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 use crate::error::{Error, Result};
+use crate::meta::Meta;
 use crate::model::{AttemptKey, Candidate, EffectKey};
 
 /// An operation once its checks and file work ran, ready for the transaction.
@@ -46,12 +47,12 @@ impl Store {
             let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
             let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
             let ran = if pending {
-                self.write_grouped("running a batch", |txn| {
+                self.write_grouped("running a batch", |meta| {
                     let mut wrote = false;
                     let mut ran = Vec::with_capacity(prepared.len());
                     for op in &mut prepared {
-                        let writes_before = tables::writes_on_this_thread();
-                        let result = self.run_op(txn, op);
+                        let writes_before = crate::meta::writes_on_this_thread();
+                        let result = self.run_op(meta, op);
                         match result {
                             Some(Ok(TxnEnd::Commit(outcome))) => {
                                 wrote = true;
@@ -62,7 +63,7 @@ impl Store {
                             Some(Err(err @ Error::Storage { .. })) => return Err(err),
                             // A refusal after a write would commit half an operation; the
                             // group commit fails the whole batch for it (see `group.rs`).
-                            Some(Err(err)) if tables::writes_on_this_thread() != writes_before => return Err(err),
+                            Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
                             Some(Err(err)) => ran.push(Some(Err(err))),
                             None => ran.push(None),
                         }
@@ -130,18 +131,18 @@ impl Store {
     }
 
     /// One operation's body in the batch's transaction; `None` for one settled before it.
-    fn run_op(&self, txn: &redb::WriteTransaction, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
+    fn run_op(&self, meta: &mut dyn Meta, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
         let ran = match op {
             Prepared::Settled(_) => return None,
-            Prepared::Begin(begin) => self.begin_body(txn, begin).map(|end| end.map(BatchOutcome::Begin)),
-            Prepared::Finish(key, candidate) => write::finish_body(txn, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
-            Prepared::Validate(prepared) => write::store_prepared_body(txn, prepared).map(|end| end.map(BatchOutcome::Validate)),
-            Prepared::RecordEffect(key, payload) => write::record_body(txn, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
+            Prepared::Begin(begin) => self.begin_body(meta, begin).map(|end| end.map(BatchOutcome::Begin)),
+            Prepared::Finish(key, candidate) => write::finish_body(meta, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
+            Prepared::Validate(prepared) => write::store_prepared_body(meta, prepared).map(|end| end.map(BatchOutcome::Validate)),
+            Prepared::RecordEffect(key, payload) => write::record_body(meta, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
             Prepared::ClaimEffect(key, claimant, lease) => {
-                write::claim_body(txn, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
+                write::claim_body(meta, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
             }
             Prepared::MarkEmitted(key, claimant) => {
-                write::mark_body(txn, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
+                write::mark_body(meta, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
             }
         };
         Some(ran)
