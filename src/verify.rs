@@ -467,7 +467,7 @@ impl Walk {
         mut keep: impl FnMut(&[u8], R) -> bool,
     ) {
         let mut count = 0u64;
-        let table = match txn.open_table(def.def()) {
+        let table = match txn.open_table(crate::store::table_definition(def)) {
             Ok(table) => table,
             Err(err) => {
                 self.find(def.name, "", format!("table cannot be opened: {err}"));

@@ -64,7 +64,7 @@ impl<'t> RedbMeta<'t> {
         let slot = &mut self.tables[table_index(def)];
         let table = match slot.take() {
             Some(table) => table,
-            None => txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))?,
+            None => txn.open_table(tables::definition(def)).map_err(|e| Error::storage("opening a table", e))?,
         };
         Ok(slot.insert(table))
     }
@@ -110,7 +110,7 @@ impl RawTables for RedbRead<'_> {
         let slot = &mut self.tables[table_index(def)];
         let table = match slot.take() {
             Some(table) => table,
-            None => txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))?,
+            None => txn.open_table(tables::definition(def)).map_err(|e| Error::storage("opening a table for reading", e))?,
         };
         Ok(slot.insert(table))
     }

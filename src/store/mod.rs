@@ -1,8 +1,9 @@
-//! The redb-backed store: opening and creating, the write operations, and read snapshots.
+//! The store: opening and creating, the write operations, and read snapshots, over a storage
+//! layer (`layer.rs`; redb's open, creation and recovery are here).
 //!
-//! Invariant: every state change is one redb write transaction committed with immediate
-//! durability; an operation refused on its merits writes nothing; after any storage failure
-//! on a write path the handle refuses further writes until reopened.
+//! Invariant: every state change is one transaction of the layer committed durably (redb:
+//! immediate durability); an operation refused on its merits writes nothing; after any
+//! storage failure on a write path the handle refuses further writes until reopened.
 
 mod attempts;
 mod batch;
@@ -37,6 +38,8 @@ pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
+/// For verify's walk of every stored frame.
+pub(crate) use tables::definition as table_definition;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
@@ -254,7 +257,7 @@ fn initialize(
     let mut wrote = false;
     for def in ALL_TABLES {
         if !existing.contains(def.name) {
-            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            txn.open_table(tables::definition(def)).map_err(|e| Error::storage("creating tables", e))?;
             wrote = true;
         }
     }
@@ -369,6 +372,23 @@ impl Store {
         } else {
             txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
         }
+        let layer = Layer::Redb(RedbLayer { db, group: group::GroupCommit::default() });
+        Store::assemble(layer, db_path, root, init, views, lease_ms, options)
+    }
+
+    /// The rest of an open, whatever the layer: once the layer's first transaction checked
+    /// (or wrote) the store's format record and view root ([`initialize_records`],
+    /// [`configure_views`]) and committed, writes the staging root's marker if needed, builds
+    /// the handle and brings the views up to date.
+    fn assemble(
+        layer: Layer,
+        db_path: Option<PathBuf>,
+        root: RootSeen,
+        init: Initialized,
+        views: Option<Views>,
+        lease_ms: Option<u64>,
+        options: &StoreOptions,
+    ) -> Result<Store> {
         if init.write_marker {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
@@ -378,7 +398,7 @@ impl Store {
         }
         let requested = lease_ms.unwrap_or(0);
         let store = Store {
-            layer: Layer::Redb(RedbLayer { db, group: group::GroupCommit::default() }),
+            layer,
             db_path,
             staging_root: root.path,
             poison: Poison::default(),

@@ -1,8 +1,9 @@
 //! Read snapshots: a consistent view of the store, in the writer's process or another one.
 //!
-//! A [`Snapshot`] is one redb read transaction: everything read through it comes from one
-//! committed state, so a reader sees a generation either entirely before or entirely after a
-//! publish, never a mix.
+//! A [`Snapshot`] is one consistent read of the storage layer (`layer::ReadTxn`; redb: one read
+//! transaction): everything read through it comes from one committed state, so a reader sees a
+//! generation either entirely before or entirely after a publish, never a mix. Every read is
+//! written once over `meta::MetaRead` and calls no engine.
 
 use std::path::{Path, PathBuf};
 
