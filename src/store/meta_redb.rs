@@ -472,6 +472,15 @@ impl<X: RawTables> MetaRead for X {
             })
             .collect()
     }
+
+    fn each_frame(&mut self, def: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        let read = |e: redb::StorageError| Error::storage("reading a table's records", e);
+        for item in self.table(def)?.iter().map_err(read)? {
+            let (key, value) = item.map_err(read)?;
+            visit(key.value(), value.value());
+        }
+        Ok(())
+    }
 }
 
 impl Meta for RedbMeta<'_> {

@@ -38,8 +38,6 @@ pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
-/// For verify's walk of every stored frame.
-pub(crate) use tables::definition as table_definition;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};

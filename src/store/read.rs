@@ -7,8 +7,6 @@
 
 use std::path::{Path, PathBuf};
 
-use redb::ReadTransaction;
-
 use super::contain::Poison;
 use super::layer::ReadTxn;
 use crate::error::{Error, Result};
@@ -54,14 +52,6 @@ impl Snapshot {
     /// the snapshot goes through here.
     pub(crate) fn read<T>(&self, operation: &'static str, body: impl FnOnce(&mut dyn MetaRead) -> Result<T>) -> Result<T> {
         self.poison.contain(operation, || self.txn.read(body))
-    }
-
-    /// The redb read transaction, for verify's decoding of every stored frame; `None` for a
-    /// snapshot of another layer.
-    pub(crate) fn redb_txn(&self) -> Option<&ReadTransaction> {
-        match &self.txn {
-            ReadTxn::Redb(txn) => Some(txn),
-        }
     }
 
     /// Checks that the store has the format this build reads.
