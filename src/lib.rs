@@ -82,6 +82,8 @@ mod lifecycle;
 mod meta;
 mod model;
 mod ops;
+#[cfg(feature = "postgres")]
+mod pg;
 mod readers;
 mod records;
 mod rules;

@@ -22,7 +22,8 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_DIR")]
     pub dir: Option<PathBuf>,
 
-    /// The store file (overrides the one in --dir).
+    /// The store file (overrides the one in --dir), or a PostgreSQL database's URL
+    /// (`postgres://user@host:port/dbname`; then pass --staging too).
     #[arg(long, global = true, value_name = "PATH", env = "MANIFESTDB_STORE")]
     pub store: Option<PathBuf>,
 
@@ -120,7 +121,7 @@ impl LocationArgs {
     pub fn create(&self) -> anyhow::Result<(Store, PathBuf, bool)> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
-        let existed = path.exists();
+        let existed = store_exists(&path);
         let store =
             Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
         Ok((store, path, !existed))
@@ -194,6 +195,27 @@ pub fn close_reader(store: ReadOnlyStore) -> anyhow::Result<()> {
     store.close().context("closing the store")
 }
 
+/// Whether `--store` names a PostgreSQL database (a `postgres://` or `postgresql://` URL)
+/// rather than a store file.
+fn is_database_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// Whether a store exists at `path`: a file, or a database holding a store's schema.
+fn store_exists(path: &Path) -> bool {
+    if is_database_url(path) { ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()) } else { path.exists() }
+}
+
 fn require_existing(path: &Path) -> anyhow::Result<()> {
-    if path.exists() { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
+    if is_database_url(path) {
+        // A database that cannot be reached is that error, not a missing store.
+        return match ReadOnlyStore::open(path) {
+            Ok(store) => store.close().context("closing the store"),
+            Err(err) if err.kind() == manifestdb::ErrorKind::NotFound => {
+                Err(not_found(format!("no store in {} (create one with `manifestdb init`)", path.display())))
+            }
+            Err(err) => Err(anyhow::Error::new(err).context(format!("opening store {}", path.display()))),
+        };
+    }
+    if store_exists(path) { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
 }

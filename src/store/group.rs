@@ -333,6 +333,8 @@ mod tests {
     fn group(store: &Store) -> &GroupCommit {
         match &store.layer {
             crate::store::layer::Layer::Redb(redb) => &redb.group,
+            #[cfg(feature = "postgres")]
+            crate::store::layer::Layer::Postgres(_) => unreachable!("these tests open redb stores"),
         }
     }
 

@@ -32,6 +32,9 @@ use crate::meta::{Meta, MetaRead, TxnEnd};
 pub(crate) enum Layer {
     /// A redb file (or a custom redb backend).
     Redb(RedbLayer),
+    /// A PostgreSQL database (`crate::pg`): concurrent SERIALIZABLE transactions.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgLayer),
 }
 
 /// The redb layer of a writable store: the database and its group-commit queue.
@@ -46,6 +49,23 @@ impl Layer {
     pub(super) fn write<T>(&self, context: &'static str, body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
         match self {
             Layer::Redb(redb) => redb.write(context, body),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                let mut body = body;
+                pg.write(context, |meta, _| body(meta))
+            }
+        }
+    }
+
+    /// Whether a storage failure on a write path must poison the handle. redb: yes (a failed
+    /// fsync cannot be retried and trusted, and redb refuses the handle's later operations
+    /// anyway). PostgreSQL: no: the server owns durability, a failed transaction left nothing
+    /// behind, and the next operation runs on a connection of its own.
+    pub(super) fn poisons_on_failure(&self) -> bool {
+        match self {
+            Layer::Redb(_) => true,
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => false,
         }
     }
 
@@ -60,6 +80,13 @@ impl Layer {
     ) -> Result<T> {
         match self {
             Layer::Redb(redb) => redb.write_grouped(poison, context, body),
+            // Concurrent transactions instead of a shared one: every call commits its own.
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                let _ = poison;
+                let mut body = body;
+                pg.write(context, |meta, _| body(meta))
+            }
         }
     }
 
@@ -67,6 +94,8 @@ impl Layer {
     pub(super) fn begin_read(&self) -> Result<ReadTxn> {
         match self {
             Layer::Redb(redb) => Ok(ReadTxn::Redb(redb.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?)),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => Ok(ReadTxn::Postgres(pg.begin_read()?)),
         }
     }
 
@@ -74,6 +103,12 @@ impl Layer {
     pub(super) fn close(self) -> Result<()> {
         match self {
             Layer::Redb(redb) => redb.db.into_inner().close().map_err(|e| Error::storage("closing the store", e)),
+            // Dropping the pool closes its connections; nothing is pending.
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                drop(pg);
+                Ok(())
+            }
         }
     }
 }
@@ -100,6 +135,9 @@ impl RedbLayer {
 pub(crate) enum ReadLayer {
     /// A redb file opened read-only (or a custom redb backend).
     Redb(DropContained<ReadOnlyDatabase>),
+    /// A PostgreSQL database, read through REPEATABLE READ READ ONLY transactions.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgLayer),
 }
 
 impl ReadLayer {
@@ -107,6 +145,8 @@ impl ReadLayer {
     pub(super) fn begin_read(&self) -> Result<ReadTxn> {
         match self {
             ReadLayer::Redb(db) => Ok(ReadTxn::Redb(db.begin_read().map_err(|e| Error::storage("beginning a read", e))?)),
+            #[cfg(feature = "postgres")]
+            ReadLayer::Postgres(pg) => Ok(ReadTxn::Postgres(pg.begin_read()?)),
         }
     }
 
@@ -114,6 +154,11 @@ impl ReadLayer {
     pub(super) fn close(self) -> Result<()> {
         match self {
             ReadLayer::Redb(db) => db.into_inner().close().map_err(|e| Error::storage("closing the store", e)),
+            #[cfg(feature = "postgres")]
+            ReadLayer::Postgres(pg) => {
+                drop(pg);
+                Ok(())
+            }
         }
     }
 }
@@ -123,6 +168,9 @@ impl ReadLayer {
 pub(crate) enum ReadTxn {
     /// A redb read transaction; each read opens the tables it needs once ([`RedbRead`]).
     Redb(ReadTransaction),
+    /// A PostgreSQL REPEATABLE READ READ ONLY transaction on a connection of its own.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgRead),
 }
 
 impl ReadTxn {
@@ -130,6 +178,8 @@ impl ReadTxn {
     pub(super) fn read<T>(&self, body: impl FnOnce(&mut dyn MetaRead) -> Result<T>) -> Result<T> {
         match self {
             ReadTxn::Redb(txn) => body(&mut RedbRead::new(txn)),
+            #[cfg(feature = "postgres")]
+            ReadTxn::Postgres(read) => read.read(body),
         }
     }
 }

@@ -331,6 +331,10 @@ impl Store {
         let db_path = db_path.as_ref();
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
+        #[cfg(feature = "postgres")]
+        if let Some(url) = crate::pg::postgres_url(db_path) {
+            return contain_open("opening the store", || Store::open_postgres(url, root, lease_ms, options));
+        }
         contain_open("opening the store", || {
             if !db_path.exists() {
                 create_file(db_path, options, lease_ms, &root)?;
@@ -371,20 +375,32 @@ impl Store {
             txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
         }
         let layer = Layer::Redb(RedbLayer { db, group: group::GroupCommit::default() });
-        Store::assemble(layer, db_path, root, init, views, lease_ms, options)
+        Store::assemble(layer, db_path, root, init, lease_ms, views, options)
     }
 
-    /// The rest of an open, whatever the layer: once the layer's first transaction checked
-    /// (or wrote) the store's format record and view root ([`initialize_records`],
-    /// [`configure_views`]) and committed, writes the staging root's marker if needed, builds
-    /// the handle and brings the views up to date.
+    /// Opens (creating its schema and its format record if needed) the store in the PostgreSQL
+    /// database at `url`, with `root` as its staging root: the format and staging-identity
+    /// checks and the views' configuration in one transaction (committed only if it wrote).
+    #[cfg(feature = "postgres")]
+    fn open_postgres(url: &str, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
+        let pg = crate::pg::PgLayer::open(url, true)?;
+        let (init, views) = pg.write("checking the store format", |meta, _| {
+            let init = initialize_records(meta, lease_ms, &root, None)?;
+            let (views, configured) = configure_views(meta, options, &root.path)?;
+            Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
+        })?;
+        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options)
+    }
+
+    /// The rest of an open, whatever the layer: the staging root's marker (after the commit
+    /// that recorded its identity), the handle, and the views brought up to date.
     fn assemble(
         layer: Layer,
         db_path: Option<PathBuf>,
         root: RootSeen,
         init: Initialized,
-        views: Option<Views>,
         lease_ms: Option<u64>,
+        views: Option<Views>,
         options: &StoreOptions,
     ) -> Result<Store> {
         if init.write_marker {
@@ -579,6 +595,8 @@ impl Store {
     pub(crate) fn redb_database_mut(&mut self) -> Option<&mut Database> {
         match &mut self.layer {
             Layer::Redb(redb) => Some(&mut redb.db),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => None,
         }
     }
 
@@ -622,7 +640,7 @@ impl Store {
             // A storage error that only a damaged file gives makes later writes refuse as
             // corruption too, so a damaged store reads as damaged whatever verb comes next.
             Err(err @ Error::Storage { .. }) if err.is_corruption() => self.poison.set_damaged(err),
-            Err(err @ Error::Storage { .. }) => self.poison.set(err),
+            Err(err @ Error::Storage { .. }) if self.layer.poisons_on_failure() => self.poison.set(err),
             _ => {}
         }
         result
@@ -804,6 +822,15 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db_path = db_path.as_ref();
+        #[cfg(feature = "postgres")]
+        if let Some(url) = crate::pg::postgres_url(db_path) {
+            return contain_open("opening the store read-only", || {
+                let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None };
+                store.snapshot()?.check_format()?;
+                Ok(store)
+            });
+        }
         if !db_path.exists() {
             return Err(Error::io(
                 format!("opening store {}", db_path.display()),

@@ -220,7 +220,11 @@ pub(crate) fn unversioned(name: &str) -> &str {
 pub fn stats(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let path = location.store_path()?;
     let store = location.open_reader()?;
-    let file_bytes = std::fs::metadata(&path).with_context(|| format!("reading metadata of {}", path.display()))?.len();
+    // A store in a PostgreSQL database has no file: its size is the server's business (null).
+    let file_bytes = match path.to_str() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => None,
+        _ => Some(std::fs::metadata(&path).with_context(|| format!("reading metadata of {}", path.display()))?.len()),
+    };
     let snapshot = store.snapshot()?;
     let tables = snapshot.table_entries()?;
     let datasets = snapshot.datasets()?;
@@ -265,10 +269,12 @@ pub fn stats(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     Ok(Exit::Success)
 }
 
-fn write_store_summary(w: &mut dyn Write, path: &Path, file_bytes: u64, tables: &[(&str, u64)]) -> std::io::Result<()> {
+fn write_store_summary(w: &mut dyn Write, path: &Path, file_bytes: Option<u64>, tables: &[(&str, u64)]) -> std::io::Result<()> {
     let mut table = Table::new(vec!["", ""]);
     table.row(vec!["store".into(), path.display().to_string()]);
-    table.row(vec!["file bytes".into(), file_bytes.to_string()]);
+    if let Some(file_bytes) = file_bytes {
+        table.row(vec!["file bytes".into(), file_bytes.to_string()]);
+    }
     for (name, n) in tables {
         table.row(vec![unversioned(name).to_owned(), n.to_string()]);
     }
