@@ -24,6 +24,7 @@ use crate::records::{
     AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord,
     RunRecord, TaskRecord, ViewsRecord,
 };
+use crate::schema::Def;
 
 /// How an operation ends its transaction.
 #[derive(Debug)]
@@ -134,6 +135,11 @@ pub(crate) trait MetaRead {
     /// How many entries each table of the store holds, as `(table name, entries)` in schema
     /// order (`schema::ALL_TABLES`'s names), for operators' statistics.
     fn table_entries(&mut self) -> Result<Vec<(&'static str, u64)>>;
+    /// Visits every stored `(key, framed value)` of a table in key order, undecoded (the
+    /// frames of `codec.rs` under the keys of `schema.rs`): verify's walk, which decodes each
+    /// one itself so that every damaged record is its own finding. An error stops the walk
+    /// and is returned.
+    fn each_frame(&mut self, table: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()>;
 }
 
 /// The reads and writes of one transaction of the store's metadata, by key.

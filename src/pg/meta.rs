@@ -565,6 +565,27 @@ impl MetaRead for PgMeta<'_> {
         }
         Ok(out)
     }
+
+    fn each_frame(&mut self, def: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        let context = "reading every record of a table";
+        let sql = format!("SELECT key, value FROM manifestdb.{} ORDER BY key", def.name);
+        let mut column_error = None;
+        let scanned = self.conn.scan(&sql, Vec::new(), |row| match (row.try_get::<_, &[u8]>(0), row.try_get::<_, &[u8]>(1)) {
+            (Ok(key), Ok(value)) => {
+                visit(key, value);
+                true
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                column_error = Some(e);
+                false
+            }
+        });
+        scanned.map_err(|e| Error::postgres(context, &e))?;
+        match column_error {
+            Some(e) => Err(Error::postgres(context, &PgError::Client(e))),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Meta for PgMeta<'_> {

@@ -463,30 +463,6 @@ impl std::fmt::Debug for PgRead {
 }
 
 impl PgRead {
-    /// Visits every stored `(key, frame)` of `def`'s table, in key order, undecoded (verify
-    /// decodes them).
-    pub(crate) fn each_frame(&self, def: crate::schema::Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
-        let context = "reading every record of a table";
-        let mut txn = self.txn.lock();
-        let sql = format!("SELECT key, value FROM manifestdb.{} ORDER BY key", def.name);
-        let mut column_error = None;
-        let scanned = txn.conn.scan(&sql, Vec::new(), |row| match (row.try_get::<_, &[u8]>(0), row.try_get::<_, &[u8]>(1)) {
-            (Ok(key), Ok(value)) => {
-                visit(key, value);
-                true
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                column_error = Some(e);
-                false
-            }
-        });
-        scanned.map_err(|e| Error::postgres(context, &e))?;
-        match column_error {
-            Some(e) => Err(Error::postgres(context, &PgError::Client(e))),
-            None => Ok(()),
-        }
-    }
-
     /// Runs `body` over the snapshot's reads.
     pub(crate) fn read<T>(&self, body: impl FnOnce(&mut dyn crate::meta::MetaRead) -> Result<T>) -> Result<T> {
         let mut txn = self.txn.lock();

@@ -1,7 +1,8 @@
 //! Cleanup of staging files: plan, then apply, and the pruning of dead attempt records.
 //!
-//! The decisions are pure rules (`rules::cleanup`); this module reads their inputs, walks the
-//! staging root (`walk.rs`) and deletes or writes what they decided.
+//! The decisions are pure rules (`rules::cleanup`); their inputs are read, and the plan, batch
+//! and attempt records written, by `ops::cleanup` through the storage interface; this module
+//! walks the staging root (`walk.rs`), re-checks and deletes files, and syncs directories.
 //!
 //! Invariant: cleanup never deletes a file held by a stored generation's version entry, nor a
 //! file of an attempt that may still run (not finished and not recorded abandoned), nor one of

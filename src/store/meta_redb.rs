@@ -64,7 +64,7 @@ impl<'t> RedbMeta<'t> {
         let slot = &mut self.tables[table_index(def)];
         let table = match slot.take() {
             Some(table) => table,
-            None => txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))?,
+            None => txn.open_table(tables::definition(def)).map_err(|e| Error::storage("opening a table", e))?,
         };
         Ok(slot.insert(table))
     }
@@ -110,7 +110,7 @@ impl RawTables for RedbRead<'_> {
         let slot = &mut self.tables[table_index(def)];
         let table = match slot.take() {
             Some(table) => table,
-            None => txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))?,
+            None => txn.open_table(tables::definition(def)).map_err(|e| Error::storage("opening a table for reading", e))?,
         };
         Ok(slot.insert(table))
     }
@@ -471,6 +471,15 @@ impl<X: RawTables> MetaRead for X {
                 Ok((def.name, entries))
             })
             .collect()
+    }
+
+    fn each_frame(&mut self, def: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        let read = |e: redb::StorageError| Error::storage("reading a table's records", e);
+        for item in self.table(def)?.iter().map_err(read)? {
+            let (key, value) = item.map_err(read)?;
+            visit(key.value(), value.value());
+        }
+        Ok(())
     }
 }
 

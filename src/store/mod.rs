@@ -1,8 +1,9 @@
-//! The redb-backed store: opening and creating, the write operations, and read snapshots.
+//! The store: opening and creating, the write operations, and read snapshots, over a storage
+//! layer (`layer.rs`; redb's open, creation and recovery are here).
 //!
-//! Invariant: every state change is one redb write transaction committed with immediate
-//! durability; an operation refused on its merits writes nothing; after any storage failure
-//! on a write path the handle refuses further writes until reopened.
+//! Invariant: every state change is one transaction of the layer committed durably (redb:
+//! immediate durability); an operation refused on its merits writes nothing; after any
+//! storage failure on a write path the handle refuses further writes until reopened.
 
 mod attempts;
 mod batch;
@@ -36,7 +37,6 @@ pub(crate) use files::observe;
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
-pub(crate) use read::Frames;
 pub use read::Snapshot;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
@@ -255,7 +255,7 @@ fn initialize(
     let mut wrote = false;
     for def in ALL_TABLES {
         if !existing.contains(def.name) {
-            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            txn.open_table(tables::definition(def)).map_err(|e| Error::storage("creating tables", e))?;
             wrote = true;
         }
     }

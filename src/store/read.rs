@@ -1,12 +1,11 @@
 //! Read snapshots: a consistent view of the store, in the writer's process or another one.
 //!
-//! A [`Snapshot`] is one redb read transaction: everything read through it comes from one
-//! committed state, so a reader sees a generation either entirely before or entirely after a
-//! publish, never a mix.
+//! A [`Snapshot`] is one consistent read of the storage layer (`layer::ReadTxn`; redb: one read
+//! transaction): everything read through it comes from one committed state, so a reader sees a
+//! generation either entirely before or entirely after a publish, never a mix. Every read is
+//! written once over `meta::MetaRead` and calls no engine.
 
 use std::path::{Path, PathBuf};
-
-use redb::ReadTransaction;
 
 use super::contain::Poison;
 use super::layer::ReadTxn;
@@ -17,16 +16,6 @@ use crate::model::{
 };
 use crate::records::{AttemptRecord, EffectRecord, attempt_status, effect_from, generation_from};
 use crate::schema::{FORMAT_VERSION, META, META_FORMAT_KEY, POINTERS, key};
-
-/// The raw entries of a snapshot, for verify's decoding of every stored frame.
-#[derive(Clone, Copy)]
-pub(crate) enum Frames<'a> {
-    /// A redb read transaction's tables.
-    Redb(&'a ReadTransaction),
-    /// A PostgreSQL snapshot's tables ([`crate::pg::PgRead::each_frame`]).
-    #[cfg(feature = "postgres")]
-    Postgres(&'a crate::pg::PgRead),
-}
 
 /// A consistent, read-only view of the store at one moment.
 ///
@@ -63,15 +52,6 @@ impl Snapshot {
     /// the snapshot goes through here.
     pub(crate) fn read<T>(&self, operation: &'static str, body: impl FnOnce(&mut dyn MetaRead) -> Result<T>) -> Result<T> {
         self.poison.contain(operation, || self.txn.read(body))
-    }
-
-    /// Where verify reads every stored frame from: the layer's raw entries, table by table.
-    pub(crate) fn frames(&self) -> Frames<'_> {
-        match &self.txn {
-            ReadTxn::Redb(txn) => Frames::Redb(txn),
-            #[cfg(feature = "postgres")]
-            ReadTxn::Postgres(read) => Frames::Postgres(read),
-        }
     }
 
     /// Checks that the store has the format this build reads.

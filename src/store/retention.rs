@@ -1,9 +1,10 @@
 //! Lifecycle operations: attempt leases, rollback and expiring generations (cleanup of staging
 //! files is `cleanup.rs`).
 //!
-//! Each operation that changes the store does so in one write transaction. The decisions are
-//! pure rules (`rules::attempts`, `rules::retention`); heartbeat and rollback are written once
-//! in `ops/`, the others read their inputs here and write what the rules decided.
+//! Each operation that changes the store does so in one transaction. The decisions are pure
+//! rules (`rules::attempts`, `rules::retention`) and every operation is written once in
+//! `ops/`; this module checks arguments, supplies the file work (expiry's view removal) and
+//! runs them.
 
 use super::Store;
 use crate::error::{Error, Result};

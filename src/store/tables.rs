@@ -13,12 +13,17 @@
 
 use std::ops::Bound;
 
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, Table, TableDefinition};
 
 use crate::codec;
 use crate::error::{Corruption, Error, Result};
 use crate::records::Checked;
 use crate::schema::Def;
+
+/// The redb definition of a table: framed values under composite byte keys.
+pub(crate) const fn definition(def: Def) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+    TableDefinition::new(def.name)
+}
 
 /// A table opened for reading, in a read or a write transaction.
 pub(crate) trait Readable: ReadableTable<&'static [u8], &'static [u8]> {}
