@@ -11,7 +11,10 @@
 //! without a server, and 1,000 begins in one `manifestdb batch` beside separate CLI begins);
 //! `-- --instructions [--quick]` only the instructions per operation counted by callgrind beside
 //! SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a manifest read of 10,000
-//! partitions; see `benches/instructions.rs`).
+//! partitions; see `benches/instructions.rs`); `-- --postgres-only` only the PostgreSQL section
+//! (publishes and attempt cycles at 1, 8 and 64 client threads on a PostgreSQL store beside redb
+//! and SQLite; see `benches/postgres.rs`), which every run includes when
+//! `MANIFESTDB_TEST_POSTGRES` names a server.
 //!
 //! Everything lives in one temporary directory under cargo's target directory, so the raw
 //! fsync loop, redb, SQLite and manifestdb all write to the same filesystem.
@@ -32,6 +35,7 @@
 //! (zero expected rows), so setup pays for the store, not for writing test files.
 
 mod instructions;
+mod postgres;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -1000,6 +1004,12 @@ fn main() -> Res<()> {
         println!("{}", serde_json::to_string(&report.figures)?);
         return Ok(());
     }
+    if args.iter().any(|a| a == "--postgres-only") {
+        // Only the PostgreSQL section (issue 14): `cargo bench --bench throughput -- --postgres-only`.
+        postgres::figures(dir, &mut report, sizes)?;
+        println!("{}", serde_json::to_string(&report.figures)?);
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--verify-only") {
         // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
         verify_figures(dir, &mut report)?;
@@ -1108,6 +1118,9 @@ fn main() -> Res<()> {
 
     // The server: cycles through it from 1, 8 and 64 clients beside the library and the CLI.
     server_figures(dir, &mut report, sizes)?;
+
+    // PostgreSQL: publishes and attempt cycles at 1, 8 and 64 clients beside redb and SQLite.
+    postgres::figures(dir, &mut report, sizes)?;
 
     // History: 10 vs `history` earlier generations.
     println!("building a history of {} generations", sizes.history);

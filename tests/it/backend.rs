@@ -18,6 +18,9 @@ fn backend_with_pending() -> FaultyBackend {
 
 #[test]
 fn crash_images_keep_exactly_what_each_tear_mode_says() {
+    if crate::support::redb_only("redb's fault-injecting storage backend") {
+        return;
+    }
     let b = backend_with_pending();
     assert_eq!(b.live_image(), [2, 2, 2, 2, 3, 3, 3, 3]);
     assert_eq!(b.pending_ops(), 2);
@@ -33,6 +36,9 @@ fn crash_images_keep_exactly_what_each_tear_mode_says() {
 
 #[test]
 fn power_loss_at_k_fails_that_operation_and_every_later_one_and_freezes_the_durable_image() {
+    if crate::support::redb_only("redb's fault-injecting storage backend") {
+        return;
+    }
     let b = FaultyBackend::new();
     b.power_loss_at(3);
     b.write(0, &[1; 4]).unwrap();
@@ -49,6 +55,9 @@ fn power_loss_at_k_fails_that_operation_and_every_later_one_and_freezes_the_dura
 
 #[test]
 fn injected_failures_fire_once_or_from_then_on_and_a_failed_sync_persists_nothing() {
+    if crate::support::redb_only("redb's fault-injecting storage backend") {
+        return;
+    }
     let b = FaultyBackend::new();
     b.fail_nth(OpKind::Sync, 2, FailMode::Once, ErrorKind::Other);
     b.write(0, &[1]).unwrap();
@@ -73,6 +82,9 @@ fn injected_failures_fire_once_or_from_then_on_and_a_failed_sync_persists_nothin
 
 #[test]
 fn a_full_device_refuses_growth_but_not_overwrites() {
+    if crate::support::redb_only("redb's fault-injecting storage backend") {
+        return;
+    }
     let b = FaultyBackend::new();
     b.set_len(8).unwrap();
     b.set_capacity_bytes(Some(8));

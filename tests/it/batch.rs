@@ -3,10 +3,10 @@
 
 use manifestdb::{
     BATCH_OPS_MAX, BatchOp, BatchOutcome, ClaimOutcome, Error, FileCheck, FinishOutcome, MarkOutcome, PublishOptions, PublishOutcome,
-    Store, TaskKey, Verdict,
+    TaskKey, Verdict,
 };
 
-use crate::support::{TestStore, candidate, run_attempt, run_spec, write_rows};
+use crate::support::{TestDir, TestStore, candidate, run_attempt, run_spec, write_rows};
 
 fn begin(partition: &str) -> BatchOp {
     serde_json::from_value(serde_json::json!({"op": "begin", "dataset": "units", "run": "r1", "partition": partition})).unwrap()
@@ -140,8 +140,8 @@ fn a_prepared_validation_stores_its_verdict_unless_another_was_stored_first() {
     assert!(matches!(stored, Verdict::Invalid(_)), "{stored:?}");
 
     // A verdict prepared under another staging root is refused.
-    let other = tempfile::tempdir().unwrap();
-    let other_store = Store::open(other.path().join("store.redb"), other.path().join("staging")).unwrap();
+    let other = TestDir::new();
+    let other_store = other.open().unwrap();
     other_store.declare_run(&run_spec("units", "r1", "s1", &[("a", 2, 700)])).unwrap();
     let other_ticket = run_attempt(&other_store, &TaskKey::new("units", "r1", "a"), "s1", 2, 700);
     let foreign = other_store.prepare_validation(&other_ticket.key, FileCheck::Size).unwrap();

@@ -74,9 +74,9 @@ fn write_parquet(dir: &Path, name: &str, rows: &[Row]) -> FileEntry {
 
 /// A store with one declared run at `grain` expecting `rows` rows summing to `total`.
 struct Fixture {
-    _dir: tempfile::TempDir,
     store: Store,
     task: TaskKey,
+    _dir: crate::support::TestDir,
 }
 
 impl Fixture {
@@ -85,8 +85,8 @@ impl Fixture {
     }
 
     fn with_options(grain: Option<Grain>, rows: u64, total: i64, options: &StoreOptions) -> Fixture {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), options).expect("open");
+        let dir = crate::support::TestDir::new();
+        let store = dir.open_with(options).expect("open");
         let fixture = Fixture { _dir: dir, store, task: TaskKey::new(DATASET, "r1", PARTITION) };
         fixture.declare("r1", grain, rows, total);
         fixture

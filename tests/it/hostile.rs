@@ -13,7 +13,7 @@ use manifestdb::{
     StoreOptions, TaskKey, describe_file,
 };
 
-use crate::support::run_spec;
+use crate::support::{TestDir, new_location, on_postgres, run_spec};
 
 const LEASE: Duration = Duration::from_secs(1);
 
@@ -21,8 +21,8 @@ fn options(lease: Option<Duration>) -> StoreOptions {
     StoreOptions { attempt_lifetime_max: lease, ..StoreOptions::default() }
 }
 
-fn open(dir: &Path) -> Store {
-    Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options(Some(LEASE))).expect("open")
+fn open(dir: &TestDir) -> Store {
+    dir.open_with(&options(Some(LEASE))).expect("open")
 }
 
 fn backdated(path: &Path) {
@@ -62,8 +62,8 @@ fn count_files(dir: &Path) -> usize {
 fn a_directory_swapped_for_a_symlink_during_apply_never_leads_outside_the_root() {
     const FILES: usize = 1000;
     const ROUNDS: usize = 3;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
+    let dir = TestDir::new();
+    let store = open(&dir);
     let mut spec = run_spec("ds", "r", "s", &[("p", 1, 0)]);
     spec.tasks[0].expected_total = None;
     store.declare_run(&spec).expect("declare");
@@ -130,9 +130,9 @@ fn a_directory_swapped_for_a_symlink_during_apply_never_leads_outside_the_root()
 
 #[test]
 fn a_wrong_staging_root_is_refused_before_anything_is_written_or_deleted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = dir.path().join("store.redb");
-    let store = open(dir.path());
+    let dir = TestDir::new();
+    let db = dir.location();
+    let store = open(&dir);
     let mut spec = run_spec("ds", "r", "s", &[("p", 1, 0)]);
     spec.tasks[0].expected_total = None;
     store.declare_run(&spec).expect("declare");
@@ -151,19 +151,22 @@ fn a_wrong_staging_root_is_refused_before_anything_is_written_or_deleted() {
     let err = Store::open_with_options(&db, &documents, &options(Some(LEASE))).expect_err("an unrelated folder");
     assert!(matches!(err, Error::StagingRootMismatch { .. }), "{err}");
     // Another store's staging root.
-    let other = tempfile::tempdir().expect("tempdir");
-    drop(open(other.path()));
+    let other = TestDir::new();
+    drop(open(&other));
     let err = Store::open_with_options(&db, other.path().join("staging"), &options(Some(LEASE))).expect_err("another store's root");
     assert!(matches!(err, Error::StagingRootMismatch { .. }) && err.to_string().contains("another store"), "{err}");
     // A new store refuses a non-empty unmarked folder too.
-    let err = Store::open(dir.path().join("new.redb"), &documents).expect_err("a new store on a user's folder");
+    let (new_store, _new_db) = new_location(&dir.path().join("new"));
+    let err = Store::open(&new_store, &documents).expect_err("a new store on a user's folder");
     assert!(matches!(err, Error::StagingRootMismatch { .. }), "{err}");
-    assert!(!dir.path().join("new.redb").exists());
+    if !on_postgres() {
+        assert!(!new_store.exists(), "no store file was created");
+    }
     assert!(std::fs::read_dir(&documents).expect("list").all(|e| e.expect("entry").file_name() == "thesis.txt"));
     assert_eq!(std::fs::read_to_string(documents.join("thesis.txt")).expect("document"), "years of work");
 
     // The right root opens; with its marker gone, cleanup and begin refuse.
-    let store = open(dir.path());
+    let store = open(&dir);
     let plan = store.plan_cleanup(&short_cleanup()).expect("plan");
     assert_eq!(plan.candidates.len(), 3);
     std::fs::remove_file(dir.path().join("staging").join(STAGING_ROOT_MARKER)).expect("remove marker");
@@ -179,8 +182,8 @@ fn a_wrong_staging_root_is_refused_before_anything_is_written_or_deleted() {
 
 #[test]
 fn a_planned_file_replaced_by_one_of_the_same_size_and_mtime_is_not_deleted() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
+    let dir = TestDir::new();
+    let store = open(&dir);
     let mut spec = run_spec("ds", "r", "s", &[("p", 1, 0)]);
     spec.tasks[0].expected_total = None;
     store.declare_run(&spec).expect("declare");
@@ -221,8 +224,8 @@ fn a_planned_file_replaced_by_one_of_the_same_size_and_mtime_is_not_deleted() {
 
 #[test]
 fn only_a_write_that_commits_records_a_longer_lease_and_only_up_to_the_maximum() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (db, staging) = (dir.path().join("store.redb"), dir.path().join("staging"));
+    let dir = TestDir::new();
+    let (db, staging) = (dir.location(), dir.staging());
     let hour_ms = 3_600_000;
     drop(Store::open(&db, &staging).expect("create"));
     let reopen = |lease: Option<Duration>| Store::open_with_options(&db, &staging, &options(lease));

@@ -81,6 +81,9 @@ fn publish_ops() -> u64 {
 
 #[test]
 fn every_failed_write_or_fsync_during_a_publish_is_an_error_that_poisons_the_handle_and_retrying_after_reopen_is_safe() {
+    if crate::support::redb_only("file-level I/O errors injected into redb's storage backend") {
+        return;
+    }
     let ops = publish_ops();
     assert!(ops >= 2, "a publish writes and syncs");
     let (before, after) = before_and_after();
@@ -127,6 +130,9 @@ fn assert_disk_full(err: &Error, backend: &FaultyBackend, store: &Store, before:
 
 #[test]
 fn enospc_during_a_publish_is_a_clear_error_reads_are_served_and_publishing_resumes_after_reopen() {
+    if crate::support::redb_only("file-level I/O errors injected into redb's storage backend") {
+        return;
+    }
     let (backend, staging, store) = ready_to_publish();
     let before = testing::dump(&store.snapshot().unwrap()).unwrap();
     backend.fail_nth(OpKind::Write, 1, FailMode::FromThenOn, ErrorKind::StorageFull);
@@ -143,6 +149,9 @@ fn enospc_during_a_publish_is_a_clear_error_reads_are_served_and_publishing_resu
 
 #[test]
 fn a_device_that_cannot_grow_refuses_a_large_write_clearly_and_recovers_once_it_can() {
+    if crate::support::redb_only("file-level I/O errors injected into redb's storage backend") {
+        return;
+    }
     let (backend, staging, store) = ready_to_publish();
     let before = testing::dump(&store.snapshot().unwrap()).unwrap();
     backend.set_capacity_bytes(Some(backend.live_image().len() as u64));

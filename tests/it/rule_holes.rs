@@ -128,9 +128,10 @@ fn invalidating_the_accepted_attempt_moves_acceptance_to_the_next_valid_one() {
     assert_eq!(manifest.partitions[0].attempt, 2);
 }
 
-/// Validates attempt 1 of `units/r1/p` in the store under `dir` (for the child process).
-fn validate_in(dir: &Path) -> Result<Verdict, Error> {
-    let store = Store::open(dir.join("store.redb"), dir.join("staging"))?;
+/// Validates attempt 1 of `units/r1/p` in the store at `location` with its staging root under
+/// `dir` (for the child process).
+fn validate_in(location: &Path, dir: &Path) -> Result<Verdict, Error> {
+    let store = Store::open(location, dir.join("staging"))?;
     store.validate_attempt(&TaskKey::new("units", "r1", "p").attempt(1), FileCheck::Size)
 }
 
@@ -138,7 +139,8 @@ fn validate_in(dir: &Path) -> Result<Verdict, Error> {
 #[ignore = "the child process of the permission test; does nothing unless started by it"]
 fn child_validates_without_permission() {
     let Some(dir) = std::env::var_os("MANIFESTDB_RULE_HOLES_DIR") else { return };
-    match validate_in(Path::new(&dir)) {
+    let location = std::env::var_os("MANIFESTDB_RULE_HOLES_STORE").expect("the store's location");
+    match validate_in(Path::new(&location), Path::new(&dir)) {
         Err(Error::Io { .. }) => std::process::exit(0),
         other => {
             eprintln!("expected an I/O error, got {other:?}");
@@ -154,6 +156,7 @@ fn a_permission_error_during_validation_is_an_error_to_retry_never_a_verdict() {
     declare(&t.store, "r1", "s");
     let ticket = run_attempt(&t.store, &TaskKey::new("units", "r1", "p"), "s", 2, 10);
     let dir = t.dir.path().to_path_buf();
+    let location = t.db_path();
     let attempt_dir = ticket.staging_dir.clone();
     std::fs::set_permissions(&attempt_dir, std::fs::Permissions::from_mode(0o000)).expect("chmod");
     // `/proc/self` belongs to the effective user.
@@ -177,10 +180,13 @@ fn a_permission_error_during_validation_is_an_error_to_retry_never_a_verdict() {
                 }
             }
         }
-        std::fs::set_permissions(dir.join("store.redb"), std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        if !crate::support::on_postgres() {
+            std::fs::set_permissions(&location, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        }
         let status = std::process::Command::new(std::env::current_exe().expect("test binary"))
             .args(["--ignored", "--exact", "rule_holes::child_validates_without_permission", "--nocapture"])
             .env("MANIFESTDB_RULE_HOLES_DIR", &dir)
+            .env("MANIFESTDB_RULE_HOLES_STORE", &location)
             .uid(65534)
             .gid(65534)
             .status()
@@ -192,7 +198,7 @@ fn a_permission_error_during_validation_is_an_error_to_retry_never_a_verdict() {
     }
     // No verdict was stored: once the permission is back, the same attempt validates.
     std::fs::set_permissions(&attempt_dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    assert_eq!(validate_in(&dir).expect("validate again"), Verdict::Valid);
+    assert_eq!(validate_in(&location, &dir).expect("validate again"), Verdict::Valid);
 }
 
 fn validate_in_store(store: &Store) -> Result<Verdict, Error> {

@@ -96,17 +96,17 @@ fn assert_documented(doc: &Value, method: &str, path: &str, answer: &Answer) {
 }
 
 struct Served {
-    _dir: tempfile::TempDir,
     store: Arc<Store>,
     server: Option<Server>,
     client: Client,
     doc: Value,
+    _dir: crate::support::TestDir,
 }
 
 impl Served {
     fn new() -> Served {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Arc::new(Store::open(dir.path().join("store.redb"), dir.path().join("staging")).expect("open store"));
+        let dir = crate::support::TestDir::new();
+        let store = Arc::new(dir.open().expect("open store"));
         let socket = manifestdb::server::socket_path(&dir.path().join("store.redb"));
         let server = Server::start(Arc::clone(&store), &ServerOptions::unix(&socket)).expect("start the server");
         assert_eq!(server.address(), &Listen::Unix(socket.clone()));

@@ -11,13 +11,13 @@ use manifestdb::{
     StoreOptions, TaskKey, VerifyOptions, ViewManifest, ViewMode, ViewOptions,
 };
 
-use crate::support::{read_rows, run_attempt, run_spec};
+use crate::support::{TestDir, read_rows, run_attempt, run_spec};
 
 const DATASET: &str = "daily_units";
 
 struct Env {
-    dir: tempfile::TempDir,
     store: Store,
+    dir: TestDir,
 }
 
 fn options(views: &Path, mode: ViewMode) -> StoreOptions {
@@ -30,11 +30,9 @@ impl Env {
     }
 
     fn with_mode(mode: ViewMode) -> Env {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store =
-            Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&dir.path().join("views"), mode))
-                .expect("open store with views");
-        Env { dir, store }
+        let dir = TestDir::new();
+        let store = dir.open_with(&options(&dir.path().join("views"), mode)).expect("open store with views");
+        Env { store, dir }
     }
 
     fn views(&self) -> PathBuf {
@@ -47,10 +45,10 @@ impl Env {
 
     /// Reopens the store without naming the views: the recorded view root is used.
     fn reopen(self) -> Env {
-        let Env { dir, store } = self;
+        let Env { store, dir } = self;
         drop(store);
-        let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).expect("reopen store");
-        Env { dir, store }
+        let store = dir.open().expect("reopen store");
+        Env { store, dir }
     }
 
     /// The generation `current` names, if any.
@@ -341,17 +339,16 @@ fn verify_reports_missing_links_extra_files_and_a_lagging_current() {
 
 #[test]
 fn a_view_root_inside_the_staging_root_or_around_it_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let staging = dir.path().join("staging");
+    let dir = TestDir::new();
+    let staging = dir.staging();
     for root in [staging.join("views"), staging.clone(), dir.path().to_path_buf()] {
-        let err =
-            Store::open_with_options(dir.path().join("store.redb"), &staging, &options(&root, ViewMode::HardLink)).expect_err("refused");
+        let err = dir.open_with(&options(&root, ViewMode::HardLink)).expect_err("refused");
         assert!(matches!(err, Error::ViewRoot { .. }), "{root:?}: {err}");
         assert!(err.to_string().contains("staging root"), "{err}");
     }
     assert!(!staging.join("views").exists(), "nothing was created inside the staging root");
     // Nothing was recorded: a plain open has no views.
-    let store = Store::open(dir.path().join("store.redb"), &staging).unwrap();
+    let store = dir.open().unwrap();
     assert!(store.view_root().is_none());
 }
 
@@ -359,7 +356,7 @@ fn a_view_root_inside_the_staging_root_or_around_it_is_refused() {
 fn a_view_root_on_another_file_system_is_refused_for_hard_links_and_works_with_copies() {
     use std::os::unix::fs::MetadataExt;
     let shm = Path::new("/dev/shm");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = TestDir::new();
     let other = match tempfile::tempdir_in(shm) {
         Ok(other) if std::fs::metadata(other.path()).unwrap().dev() != std::fs::metadata(dir.path()).unwrap().dev() => other,
         _ => {
@@ -368,11 +365,9 @@ fn a_view_root_on_another_file_system_is_refused_for_hard_links_and_works_with_c
         }
     };
     let root = other.path().join("views");
-    let err = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&root, ViewMode::HardLink))
-        .expect_err("refused");
+    let err = dir.open_with(&options(&root, ViewMode::HardLink)).expect_err("refused");
     assert!(err.to_string().contains("another file system") && err.to_string().contains("copy"), "{err}");
-    let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options(&root, ViewMode::Copy))
-        .expect("copy mode crosses file systems");
+    let store = dir.open_with(&options(&root, ViewMode::Copy)).expect("copy mode crosses file systems");
     published(publish(&store, "r1", &PARTS, &["date=1/region=eu"]));
     assert_eq!(files_under(&root.join(DATASET).join("current")).values().map(|(_, t)| t).sum::<i64>(), 220);
 }
@@ -434,7 +429,7 @@ fn manifests_give_absolute_paths() {
         let dir = entry.staging_dir.as_ref().expect("known root");
         assert!(dir.is_absolute() && dir.join(&entry.files[0].path).is_file(), "{dir:?}");
     }
-    let reader = manifestdb::ReadOnlyStore::open(env.dir.path().join("store.redb")).unwrap();
+    let reader = env.dir.read_only().unwrap();
     assert!(reader.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap().partitions[0].staging_dir.is_none());
     let reader = reader.with_staging_root(env.dir.path().join("staging")).unwrap();
     let entry = &reader.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap().partitions[0];

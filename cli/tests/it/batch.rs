@@ -13,8 +13,7 @@ const US: &str = "date=2026-11-29/region=us";
 /// Runs `manifestdb --dir <store> batch` with `input` on stdin.
 pub fn batch(env: &Env, input: &str) -> Run {
     let mut child = command()
-        .arg("--dir")
-        .arg(env.dir())
+        .args(env.store_args())
         .arg("batch")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

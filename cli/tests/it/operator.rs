@@ -63,12 +63,12 @@ fn the_log_shows_warnings_by_default_and_more_with_v_or_rust_log() {
     assert!(candidate_lines[0].contains("DEBUG") && candidate_lines[0].contains(&invalid_rel), "{}", debug.stderr);
 
     // RUST_LOG sets the filter when no -v/-q is given; -q silences even it.
-    let from_env = finish(command().env("RUST_LOG", "manifestdb=debug").arg("--dir").arg(env.dir()).args(plan_args));
+    let from_env = finish(command().env("RUST_LOG", "manifestdb=debug").args(env.store_args()).args(plan_args));
     from_env.code(0);
     assert!(from_env.stderr.contains("cleanup candidate"), "{}", from_env.stderr);
-    let silenced = finish(command().env("RUST_LOG", "debug").arg("--dir").arg(env.dir()).arg("-qq").args(plan_args));
+    let silenced = finish(command().env("RUST_LOG", "debug").args(env.store_args()).arg("-qq").args(plan_args));
     assert_eq!(silenced.code(0).stderr, "");
-    let bad = finish(command().env("RUST_LOG", "manifestdb=loudest").arg("--dir").arg(env.dir()).args(["--json", "stats"]));
+    let bad = finish(command().env("RUST_LOG", "manifestdb=loudest").args(env.store_args()).args(["--json", "stats"]));
     bad.code(2);
     assert!(bad.error_json()["error"]["message"].as_str().is_some_and(|m| m.contains("RUST_LOG")), "{}", bad.stderr);
 

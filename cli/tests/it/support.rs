@@ -6,11 +6,21 @@
 //! serve` process started for every store [`Env::new`] makes, so every writing command goes
 //! through the server (found through the store directory's socket). The assertions are the
 //! same: the outputs and exit codes must be too.
+//!
+//! The storage layer: with `MANIFESTDB_TEST_LAYER=postgres` (and `MANIFESTDB_TEST_POSTGRES`, an
+//! admin URL of a PostgreSQL server) every store [`Env`] makes is a fresh database on that server
+//! (a unique name, dropped with the `Env`), named to every command with `--store
+//! postgres://.../<db> --staging <dir>/staging`; otherwise a redb file under `--dir`. Tests about
+//! the redb file itself call [`redb_only`] and are skipped, with the reason printed, under the
+//! PostgreSQL layer.
 
 use std::cell::Cell;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use manifestdb::server::{Client, Listen};
 use serde_json::Value;
@@ -18,12 +28,75 @@ use serde_json::Value;
 /// The built binary.
 pub const BIN: &str = env!("CARGO_BIN_EXE_manifestdb");
 
-/// A temporary directory holding one store (`store/store.redb`, `store/staging/`), and the
-/// server of that store when the test runs through a server.
+/// The admin URL of the test PostgreSQL server, when the suite runs on the PostgreSQL layer
+/// (`MANIFESTDB_TEST_LAYER=postgres`).
+pub fn postgres_layer() -> Option<&'static str> {
+    static LAYER: OnceLock<Option<String>> = OnceLock::new();
+    LAYER
+        .get_or_init(|| match std::env::var("MANIFESTDB_TEST_LAYER").unwrap_or_default().as_str() {
+            "" | "redb" => None,
+            "postgres" => match std::env::var("MANIFESTDB_TEST_POSTGRES") {
+                Ok(url) if !url.is_empty() => Some(url),
+                _ => panic!("MANIFESTDB_TEST_LAYER=postgres needs MANIFESTDB_TEST_POSTGRES (the URL `scripts/pg-server start` prints)"),
+            },
+            other => panic!("MANIFESTDB_TEST_LAYER={other:?}: expected `redb` or `postgres`"),
+        })
+        .as_deref()
+}
+
+/// Whether the suite runs against the PostgreSQL layer.
+pub fn on_postgres() -> bool {
+    postgres_layer().is_some()
+}
+
+/// For a test about the redb file itself: true (and the reason printed) under the PostgreSQL
+/// layer, where the caller returns at once.
+pub fn redb_only(reason: &str) -> bool {
+    if on_postgres() {
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        eprintln!("SKIPPED under the postgres layer: {test}: {reason}");
+        true
+    } else {
+        false
+    }
+}
+
+/// A fresh database on the test PostgreSQL server, dropped (with its connections) on drop.
+pub struct PgDatabase {
+    admin: String,
+    name: String,
+    pub url: String,
+}
+
+impl PgDatabase {
+    pub fn create(admin: &str) -> PgDatabase {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000_000;
+        let name = format!("mdbc_{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let mut client = postgres::Client::connect(admin, postgres::NoTls).unwrap_or_else(|e| panic!("connect to {admin}: {e}"));
+        client.batch_execute(&format!("CREATE DATABASE {name}")).unwrap_or_else(|e| panic!("CREATE DATABASE {name}: {e}"));
+        let (head, _) = admin.rsplit_once('/').expect("an admin URL ending in /<database>");
+        PgDatabase { admin: admin.to_owned(), url: format!("{head}/{name}"), name }
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut client) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+    }
+}
+
+/// A temporary directory holding one store (`store/store.redb`, `store/staging/`, or on the
+/// PostgreSQL layer a fresh database and `store/staging/`), and the server of that store when the
+/// test runs through a server.
 pub struct Env {
     /// Dropped after the server (fields drop in order).
     server: Option<Serve>,
     pub tmp: tempfile::TempDir,
+    /// The store's database on the PostgreSQL layer; dropped last.
+    pub db: Option<PgDatabase>,
 }
 
 thread_local! {
@@ -68,16 +141,13 @@ pub struct Serve {
 impl Serve {
     /// Starts `manifestdb --dir <env> --json serve ARGS` and waits for its "listening" line.
     pub fn start(env: &Env, args: &[&str]) -> Serve {
-        let mut child = command()
-            .arg("--dir")
-            .arg(env.dir())
-            .arg("--json")
-            .arg("serve")
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start manifestdb serve");
+        let mut cmd = command();
+        cmd.args(env.store_args()).arg("--json").arg("serve");
+        if env.db.is_some() {
+            // A PostgreSQL store has no directory of its own for the socket: name it.
+            cmd.arg("--socket").arg(env.dir().join("manifestdb.sock"));
+        }
+        let mut child = cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start manifestdb serve");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read the listening line");
         let doc: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("serve printed {line:?}: {e}"));
@@ -175,7 +245,8 @@ pub fn finish(cmd: &mut Command) -> Run {
 impl Env {
     /// A fresh temporary directory; no store yet.
     pub fn empty() -> Env {
-        Env { server: None, tmp: tempfile::tempdir().expect("tempdir") }
+        let db = postgres_layer().map(PgDatabase::create);
+        Env { server: None, tmp: tempfile::tempdir().expect("tempdir"), db }
     }
 
     /// A fresh, initialised store; served by a `manifestdb serve` process when the test runs
@@ -194,22 +265,53 @@ impl Env {
         self.tmp.path().join("store")
     }
 
+    /// The store's location: the redb file, or the database URL on the PostgreSQL layer.
     pub fn db_path(&self) -> PathBuf {
-        self.dir().join("store.redb")
+        match &self.db {
+            Some(db) => PathBuf::from(&db.url),
+            None => self.dir().join("store.redb"),
+        }
+    }
+
+    /// The arguments naming the store to a command: `--dir DIR`, or on the PostgreSQL layer
+    /// `--store URL --staging DIR/staging` (and `--server` while a server runs, whose socket
+    /// cannot be found beside a store file).
+    pub fn store_args(&self) -> Vec<OsString> {
+        match &self.db {
+            None => vec!["--dir".into(), self.dir().into()],
+            Some(db) => {
+                let mut args: Vec<OsString> = vec!["--store".into(), db.url.clone().into(), "--staging".into(), self.staging().into()];
+                if self.server.is_some() {
+                    let mut target = OsString::from("unix:");
+                    target.push(self.dir().join("manifestdb.sock"));
+                    args.extend(["--server".into(), target]);
+                }
+                args
+            }
+        }
+    }
+
+    /// The environment naming the store to a command (`MANIFESTDB_DIR`, or `MANIFESTDB_STORE`
+    /// and `MANIFESTDB_STAGING`).
+    pub fn store_env(&self) -> Vec<(&'static str, OsString)> {
+        match &self.db {
+            None => vec![("MANIFESTDB_DIR", self.dir().into())],
+            Some(db) => vec![("MANIFESTDB_STORE", db.url.clone().into()), ("MANIFESTDB_STAGING", self.staging().into())],
+        }
     }
 
     pub fn staging(&self) -> PathBuf {
         self.dir().join("staging")
     }
 
-    /// Runs `manifestdb --dir <store> ARGS`.
+    /// Runs `manifestdb --dir <store> ARGS` (the store as [`Env::store_args`] names it).
     pub fn run(&self, args: &[&str]) -> Run {
-        finish(command().arg("--dir").arg(self.dir()).args(args))
+        finish(command().args(self.store_args()).args(args))
     }
 
     /// Runs `manifestdb --dir <store> --json ARGS`.
     pub fn json(&self, args: &[&str]) -> Run {
-        finish(command().arg("--dir").arg(self.dir()).arg("--json").args(args))
+        finish(command().args(self.store_args()).arg("--json").args(args))
     }
 
     /// Declares run `run` of `daily` with the given `(partition, rows, total)` tasks.

@@ -70,7 +70,13 @@ fn a_view_root_inside_the_staging_root_is_a_usage_error() {
 fn show_json_gives_absolute_paths_with_a_relative_dir() {
     let env = Env::new();
     env.publish_run("r1", "s1", &[(EU, 2, 700)]);
-    let run = finish(command().current_dir(env.tmp.path()).args(["--dir", "store", "--json", "show", "-d", "daily"])).code(0).json();
+    let mut cmd = command();
+    cmd.current_dir(env.tmp.path());
+    match &env.db {
+        None => cmd.args(["--dir", "store"]),
+        Some(db) => cmd.args(["--store", db.url.as_str(), "--staging", "store/staging"]),
+    };
+    let run = finish(cmd.args(["--json", "show", "-d", "daily"])).code(0).json();
     let partition = &run["partitions"][0];
     let dir = Path::new(partition["staging_dir"].as_str().unwrap());
     assert!(dir.is_absolute(), "{dir:?}");

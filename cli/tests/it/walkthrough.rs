@@ -29,9 +29,9 @@ fn shell_walkthrough_publishes_one_attempt_per_partition_with_the_inputs_totals(
     let output = std::process::Command::new("bash")
         .arg(cli_dir().join("tests/walkthrough.sh"))
         .env("PATH", path)
-        .env("MANIFESTDB_DIR", env.dir())
         .env_remove("MANIFESTDB_STORE")
         .env_remove("MANIFESTDB_STAGING")
+        .envs(env.store_env())
         .output()
         .expect("run bash");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -87,9 +87,9 @@ fn bash(env: &Env, script: &str) -> std::process::Output {
         .arg("-c")
         .arg(format!("set -euo pipefail\n{script}"))
         .env("PATH", path)
-        .env("MANIFESTDB_DIR", env.dir())
         .env_remove("MANIFESTDB_STORE")
         .env_remove("MANIFESTDB_STAGING")
+        .envs(env.store_env())
         .output()
         .expect("run bash")
 }
