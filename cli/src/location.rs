@@ -56,10 +56,10 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
     pub wait: std::time::Duration,
 
-    /// Send writing verbs to the server at URL (unix:PATH, or http://IP:PORT) instead of
-    /// opening the store file. Without it, a writing verb uses the server listening on the
-    /// socket in the store's directory (manifestdb.sock) if one runs, and opens the file
-    /// otherwise.
+    /// Send every verb (reading, writing and operator verbs alike) to the server at URL
+    /// (unix:PATH, or http://IP:PORT) instead of opening the store file, which then need not be
+    /// reachable from this host. Without it, a verb uses the server listening on the socket in
+    /// the store's directory (manifestdb.sock) if one runs, and opens the file otherwise.
     #[arg(long, global = true, value_name = "URL", env = "MANIFESTDB_SERVER")]
     pub server: Option<String>,
 
