@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use manifestdb::documents::reads::DocumentError;
 use manifestdb::{ReadOnlyStore, Store, StoreOptions, ViewMode, ViewOptions};
 
 use crate::exit::{not_found, usage};
@@ -56,10 +57,10 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
     pub wait: std::time::Duration,
 
-    /// Send writing verbs to the server at URL (unix:PATH, or http://IP:PORT) instead of
-    /// opening the store file. Without it, a writing verb uses the server listening on the
-    /// socket in the store's directory (manifestdb.sock) if one runs, and opens the file
-    /// otherwise.
+    /// Send every verb (reading, writing and operator verbs alike) to the server at URL
+    /// (unix:PATH, or http://IP:PORT) instead of opening the store file, which then need not be
+    /// reachable from this host. Without it, a verb uses the server listening on the socket in
+    /// the store's directory (manifestdb.sock) if one runs, and opens the file otherwise.
     #[arg(long, global = true, value_name = "URL", env = "MANIFESTDB_SERVER")]
     pub server: Option<String>,
 
@@ -121,6 +122,7 @@ impl LocationArgs {
     pub fn create(&self) -> anyhow::Result<(Store, PathBuf, bool)> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
+        crate::remote::refuse_if_served(self)?;
         let existed = store_exists(&path);
         let store =
             Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
@@ -169,6 +171,20 @@ impl LocationArgs {
         }
     }
 
+    /// A reading verb's document, made by `make` from one snapshot of the store opened
+    /// read-only; the store is closed before the document is returned.
+    pub fn read_document(
+        &self,
+        make: impl FnOnce(&manifestdb::Snapshot) -> Result<serde_json::Value, DocumentError>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let store = self.open_reader()?;
+        let snapshot = store.snapshot()?;
+        let doc = make(&snapshot).map_err(document_error);
+        drop(snapshot);
+        close_reader(store)?;
+        doc
+    }
+
     /// Opens an existing store read-only; works while another process holds it for writing.
     pub fn open_reader(&self) -> anyhow::Result<ReadOnlyStore> {
         let path = self.store_path()?;
@@ -193,6 +209,16 @@ pub fn close_writer(store: Store) -> anyhow::Result<()> {
 /// Closes a read-only handle before the verb writes its output (releasing the store's file).
 pub fn close_reader(store: ReadOnlyStore) -> anyhow::Result<()> {
     store.close().context("closing the store")
+}
+
+/// A read document's error as the tool's: a store error as itself (its exit code and message),
+/// something not found as exit 4.
+pub fn document_error(err: DocumentError) -> anyhow::Error {
+    match err {
+        DocumentError::Store(err) => anyhow::Error::new(err),
+        DocumentError::NotFound(message) => not_found(message),
+        other => anyhow::anyhow!("{other}"),
+    }
 }
 
 /// Whether `--store` names a PostgreSQL database (a `postgres://` or `postgresql://` URL)

@@ -81,7 +81,7 @@ impl Store {
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
             let snapshot = self.snapshot()?;
-            let mut prepared = self.prepare_begin(&snapshot, task)?;
+            let mut prepared = self.prepare_begin(&snapshot, task, false)?;
             drop(snapshot);
             let ticket = self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
@@ -95,8 +95,9 @@ impl Store {
     /// What a begin does before its write: the task's directory does not depend on the attempt
     /// number, so it is made (and checked for symlinks) before the write, outside the single
     /// writer's critical section; inside it there is one `mkdir`. A read first (of `snapshot`),
-    /// so that no directory is made for a task that does not exist.
-    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey) -> Result<PreparedBegin> {
+    /// so that no directory is made for a task that does not exist. `root_checked`: the
+    /// caller (a batch) checked the staging root's marker just before, once for all its begins.
+    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, root_checked: bool) -> Result<PreparedBegin> {
         check_task_key(task)?;
         snapshot.read("reading the task to begin", |meta| {
             read_run(meta, &task.dataset, &task.run)?;
@@ -104,7 +105,9 @@ impl Store {
         })?;
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
         // Nothing is created under a root that is not this store's (its marker checked).
-        drop(self.checked_staging_root()?);
+        if !root_checked {
+            drop(self.checked_staging_root()?);
+        }
         let mut created = Vec::new();
         let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
         Ok(PreparedBegin { task: task.clone(), parent, created })
