@@ -58,6 +58,10 @@ use crate::meta::TxnEnd;
 /// competitors may win before this one; 64 threads racing on one task all finish within it.
 pub(crate) const RERUNS_MAX: u32 = 200;
 
+/// Reruns of every operation so far, for the tests' and the throughput figures' reports.
+#[cfg(test)]
+pub(crate) static RERUNS_SEEN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// How long the runner keeps reconnecting after the connection was lost (the server
 /// restarting, a network cut), and how long it keeps settling a COMMIT whose reply was lost,
 /// before failing the call: 60 seconds.
@@ -240,6 +244,9 @@ impl PgLayer {
             match step {
                 Step::Done(result) => return result,
                 Step::Rerun(err) => {
+                    #[cfg(test)]
+                    RERUNS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(context, error = %err, reruns, "serialization conflict: running the operation again");
                     reruns += 1;
                     if reruns > RERUNS_MAX {
                         return Err(err);

@@ -94,6 +94,17 @@ fn in_transaction<T>(conn: &mut Conn, begin: &str, body: impl FnOnce(&mut Conn) 
 /// lock; refuses a newer schema.
 pub(crate) fn migrate(conn: &mut Conn) -> Result<Migrated> {
     let context = "migrating the PostgreSQL schema";
+    // A database already at this build's version (every open but the first) needs neither the
+    // lock nor a transaction: two plain statements, so concurrent opens do not queue behind
+    // each other. Versions only grow, so what they read stays true.
+    if let Some(found) = recorded_version(conn)? {
+        if found > SCHEMA_VERSION {
+            return Err(Error::UnsupportedSchema { found, supported: SCHEMA_VERSION });
+        }
+        if found == SCHEMA_VERSION {
+            return Ok(Migrated { from: found, to: found });
+        }
+    }
     in_transaction(conn, "BEGIN", |conn| {
         conn.query("SELECT pg_advisory_xact_lock($1)", &[(&MIGRATION_LOCK_KEY, Type::INT8)]).map_err(failed(context))?;
         conn.batch(
@@ -123,14 +134,7 @@ pub(crate) fn migrate(conn: &mut Conn) -> Result<Migrated> {
 /// read-only open).
 pub(crate) fn check(conn: &mut Conn) -> Result<()> {
     let context = "reading the PostgreSQL schema version";
-    let found = in_transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", |conn| {
-        let rows = conn.query("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[]).map_err(failed(context))?;
-        let exists: bool = rows.first().and_then(|row| row.try_get(0).ok()).unwrap_or(false);
-        if !exists {
-            return Ok(None);
-        }
-        read_version(conn).map(Some)
-    })?;
+    let found = recorded_version(conn)?;
     match found {
         None => Err(Error::io(
             "opening a PostgreSQL store read-only",
@@ -150,6 +154,15 @@ pub(crate) fn check(conn: &mut Conn) -> Result<()> {
         )),
         Some(_) => Ok(()),
     }
+}
+
+/// The recorded schema version, or `None` for a database without the migrations table, read
+/// without a transaction.
+fn recorded_version(conn: &mut Conn) -> Result<Option<u32>> {
+    let context = "reading the PostgreSQL schema version";
+    let rows = conn.query("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[]).map_err(failed(context))?;
+    let exists: bool = rows.first().and_then(|row| row.try_get(0).ok()).unwrap_or(false);
+    if exists { read_version(conn).map(Some) } else { Ok(None) }
 }
 
 fn read_version(conn: &mut Conn) -> Result<u32> {

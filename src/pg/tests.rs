@@ -529,3 +529,51 @@ fn a_store_on_postgres_runs_the_protocol_through_the_public_api() {
         "the staging root's marker must name this store"
     );
 }
+
+/// Throughput of publish cycles (declare, begin, finish, validate, publish: five transactions)
+/// at 1, 8 and 64 client threads on one store handle, each thread on datasets of its own.
+/// Prints figures, asserts nothing about speed (the benchmark harness is the place for
+/// targets). Run: `MANIFESTDB_TEST_POSTGRES=... cargo test -p manifestdb --lib
+/// pg::tests::publish_cycles_per_second -- --ignored --nocapture`.
+#[test]
+#[ignore = "prints throughput figures; run on purpose"]
+fn publish_cycles_per_second_at_1_8_and_64_client_threads() {
+    use crate::{FileCheck, PublishOptions, Store};
+    let Some(db) = fresh_database("publish_cycles_per_second_at_1_8_and_64_client_threads") else { return };
+    let staging = tempfile::tempdir().expect("staging root");
+    let store = Arc::new(Store::open(&db.url, staging.path()).expect("open"));
+    let seconds = std::env::var("MANIFESTDB_PG_BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(5u64);
+    let mut rates = Vec::new();
+    for threads in [1usize, 8, 64] {
+        let reruns_before = super::RERUNS_SEEN.load(std::sync::atomic::Ordering::Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let store = store.clone();
+                std::thread::spawn(move || {
+                    let mut cycles = 0u64;
+                    while std::time::Instant::now() < deadline {
+                        let dataset = format!("ds_{threads}_{t}");
+                        let run = format!("r{cycles}");
+                        store.declare_run(&spec(&dataset, &run, &["p=1"])).expect("declare");
+                        let ticket = store.begin_attempt(&TaskKey::new(&dataset, &run, "p=1")).expect("begin");
+                        store.finish_attempt(&ticket.key, &candidate()).expect("finish");
+                        store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
+                        let outcome = store.publish(&dataset, &run, &PublishOptions::default()).expect("publish");
+                        assert!(matches!(outcome, PublishOutcome::Published(_)), "{outcome:?}");
+                        cycles += 1;
+                    }
+                    cycles
+                })
+            })
+            .collect();
+        let cycles: u64 = handles.into_iter().map(|h| h.join().expect("thread")).sum();
+        let rate = cycles as f64 / seconds as f64;
+        let reruns = super::RERUNS_SEEN.load(std::sync::atomic::Ordering::Relaxed) - reruns_before;
+        println!(
+            "postgres: {threads:>2} client threads: {rate:>8.1} publish cycles/s ({cycles} cycles in {seconds} s, {reruns} reruns after serialization conflicts)"
+        );
+        rates.push(rate);
+    }
+    println!("postgres: 8 threads / 1 thread = {:.1}x, 64 threads / 1 thread = {:.1}x", rates[1] / rates[0], rates[2] / rates[0]);
+}
