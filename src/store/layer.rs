@@ -12,13 +12,16 @@
 //!   transactions runs it as [`Layer::write`]). A batch of operations is one such body;
 //! - [`Layer::begin_read`] / [`ReadLayer::begin_read`]: a consistent read, [`ReadTxn`], whose
 //!   reads are [`MetaRead`];
-//! - closing. Opening and creating are the layer's own (`store/mod.rs` for redb); the format
-//!   and staging-identity checks of an open are written once over [`Meta`]
-//!   (`initialize_records`, `configure_views`).
+//! - closing. Opening and creating are the layer's own (`store/mod.rs` for redb, `crate::pg`
+//!   for PostgreSQL); the format and staging-identity checks of an open are written once over
+//!   [`Meta`] (`initialize_records`, `configure_views`), and the rest of an open once for both
+//!   (`Store::assemble`).
 //!
 //! Poisoning, panic containment, the attempt lease and everything about files stay in the
 //! store, above the layer. Nothing outside this file, `meta_redb.rs`, `tables.rs`,
-//! `group.rs`, the open path in `mod.rs` and verify's file decoding names redb.
+//! `group.rs`, `engine_error.rs`, the open path in `mod.rs`, verify's integrity check and the
+//! testing backend names redb, and nothing outside `src/pg/` names the PostgreSQL client (the
+//! test below checks both on the sources).
 
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
 
@@ -180,6 +183,60 @@ impl ReadTxn {
             ReadTxn::Redb(txn) => body(&mut RedbRead::new(txn)),
             #[cfg(feature = "postgres")]
             ReadTxn::Postgres(read) => read.read(body),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The seam, checked on the sources: only a storage layer's own files name its engine's
+    //! API, so `rules/`, `ops/`, `meta.rs`, `Snapshot` and the `Store` operations stay
+    //! layer-agnostic.
+
+    use std::path::{Path, PathBuf};
+
+    /// The files (relative to `src/`) that may name redb's API: the redb layer, its open path,
+    /// verify's integrity check and the testing backend.
+    const REDB_FILES: &[&str] = &[
+        "store/meta_redb.rs",
+        "store/tables.rs",
+        "store/group.rs",
+        "store/layer.rs",
+        "store/engine_error.rs",
+        "store/mod.rs",
+        "verify.rs",
+        "testing.rs",
+    ];
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("listing the sources") {
+            let path = entry.expect("listing the sources").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_storage_layers_name_an_engine() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        assert!(files.iter().any(|f| f.ends_with("ops/publish.rs")), "the sources were found under {}", src.display());
+        for file in files {
+            let rel = file.strip_prefix(&src).expect("under src/").to_string_lossy().replace('\\', "/");
+            let text = std::fs::read_to_string(&file).expect("reading a source file");
+            let code: Vec<&str> = text.lines().filter(|line| !line.trim_start().starts_with("//")).collect();
+            let names = |needle: &str| code.iter().any(|line| line.contains(needle));
+            // Needles split, so that this file does not match them itself.
+            if names(concat!("redb", "::")) || names(concat!("use ", "redb")) {
+                assert!(REDB_FILES.contains(&rel.as_str()), "{rel} names redb's API outside the redb layer");
+            }
+            if names(concat!("tokio_", "postgres")) || names(concat!("postgres", "::")) {
+                assert!(rel.starts_with("pg/"), "{rel} names the PostgreSQL client outside src/pg/");
+            }
         }
     }
 }
