@@ -5,7 +5,10 @@
 //!   temporary store file and its close included) and then never reports `"created": true`;
 //! - `publish` fails whenever any one of its syncs fails, the close's included, and prints no
 //!   success document;
-//! - a failed write of the result to stdout leaves no success document to be flushed later.
+//! - a failed write of the result to stdout leaves no success document to be flushed later;
+//! - a small batch of begins syncs each staging directory once; a large one makes them all
+//!   durable with one `syncfs` of the staging root's file system, and a failed one hands out no
+//!   ticket.
 
 use std::path::Path;
 use std::process::Command;
