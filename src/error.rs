@@ -62,6 +62,19 @@ pub enum Error {
         supported: u32,
     },
 
+    /// The PostgreSQL database holds a manifestdb schema newer than this build's: a newer
+    /// build migrated it. Nothing was changed; use a build at least as new.
+    #[error(
+        "the PostgreSQL database holds manifestdb schema version {found}, newer than this build's version {supported}: \
+         a newer manifestdb migrated it; use that build or a newer one"
+    )]
+    UnsupportedSchema {
+        /// The schema version found in the database.
+        found: u32,
+        /// The schema version this build writes and reads.
+        supported: u32,
+    },
+
     /// A caller-supplied identifier, path or value is not acceptable.
     #[error("invalid {what} {value:?}: {reason}")]
     InvalidInput {
@@ -439,7 +452,7 @@ impl Error {
         }
         match self {
             Error::AlreadyOpen { .. } => ErrorKind::Busy,
-            Error::UnsupportedFormat { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
+            Error::UnsupportedFormat { .. } | Error::UnsupportedSchema { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
             // A --staging that is not the store's own: the caller named the wrong directory.
             Error::InvalidInput { .. }
             | Error::CleanupThresholdTooShort { .. }

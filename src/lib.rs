@@ -82,6 +82,10 @@ mod lifecycle;
 mod meta;
 mod model;
 mod ops;
+#[cfg(feature = "postgres")]
+// Wired into `Store` once the layer abstraction (issue14r) lands; until then only its tests use it.
+#[allow(dead_code)]
+mod pg;
 mod readers;
 mod records;
 mod rules;

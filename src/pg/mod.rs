@@ -1,0 +1,436 @@
+//! The PostgreSQL storage layer (feature `postgres`): the store's metadata in a PostgreSQL
+//! database, for schedulers that span hosts. The staging root stays a directory every host
+//! mounts.
+//!
+//! - `schema.rs`: the tables (the redb layer's tables and frames, the pointer with a real
+//!   generation column) and the versioned migrations applied at open.
+//! - `meta.rs`: [`PgMeta`], the layer's [`crate::meta::Meta`] over one transaction.
+//! - `error.rs`: PostgreSQL's errors as `StorageError` kinds, and which ones are retried.
+//! - this file: the connection pool and the transaction runner.
+//!
+//! Every operation is one transaction at SERIALIZABLE isolation on a connection of its own
+//! (many run at once: no single writer). The runner ([`PgLayer::write`]):
+//! - runs the whole operation again on a fresh snapshot after a serialization failure or a
+//!   deadlock (SQLSTATE 40001, 40P01) or a pointer that moved under it, up to
+//!   [`RERUNS_MAX`] times with a jittered, growing pause;
+//! - runs it again on a new connection after the connection was lost before its COMMIT was
+//!   sent (nothing of it can have committed), for up to [`RECONNECT_TIME_MAX`];
+//! - after the connection was lost *during* COMMIT (the outcome unknown), settles the outcome
+//!   before anything else: the transaction's id was read before the COMMIT was sent, and on a
+//!   new connection `pg_xact_status` says whether it committed (the operation's value is then
+//!   returned, as if the reply had arrived) or aborted (the operation runs again); while it is
+//!   still in progress the old backend is waited for and, past a few seconds, terminated, so
+//!   its transaction ends one way or the other. This holds for every operation (a begin is
+//!   never done twice, a publish is answered with its generation). Only if the server cannot
+//!   be reached for [`RECONNECT_TIME_MAX`] does the call fail, with an error that says the
+//!   outcome is unknown; then the same call again settles it (a publish answers
+//!   `AlreadyPublished` with the generation, or publishes once).
+//!
+//! Time: the operation's clock reading is the database server's (`now()` of the
+//! transaction), so lease expiry, heartbeats and effect claims compare times of one clock
+//! whatever host the coordinators run on.
+
+pub(crate) mod error;
+pub(crate) mod meta;
+pub(crate) mod schema;
+#[cfg(test)]
+mod tests;
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use postgres::types::Type;
+use postgres::{Client, NoTls, SimpleQueryMessage};
+use r2d2_postgres::PostgresConnectionManager;
+use r2d2_postgres::r2d2;
+
+use self::error::Retry;
+pub(crate) use self::meta::PgMeta;
+use crate::error::{Error, Result, StorageErrorKind};
+use crate::meta::TxnEnd;
+
+/// How many times one operation runs again after serialization failures, deadlocks or a
+/// pointer that moved under it, before the conflict is the caller's error
+/// ([`StorageErrorKind::Conflict`]). Each rerun follows a commit of a competing transaction
+/// (SERIALIZABLE aborts only when another one made progress), so this bounds how many
+/// competitors may win before this one; 64 threads racing on one task all finish within it.
+pub(crate) const RERUNS_MAX: u32 = 200;
+
+/// How long the runner keeps reconnecting after the connection was lost (the server
+/// restarting, a network cut), and how long it keeps settling a COMMIT whose reply was lost,
+/// before failing the call: 60 seconds.
+pub(crate) const RECONNECT_TIME_MAX: Duration = Duration::from_secs(60);
+
+/// How long a COMMIT whose reply was lost may stay in progress on its old backend before the
+/// runner terminates that backend (`pg_terminate_backend`), so its transaction ends.
+const IN_PROGRESS_WAIT_MAX: Duration = Duration::from_secs(5);
+
+/// The most connections one store handle opens: at least as many as client threads that
+/// should run transactions at once. Connections are opened on demand and closed after a
+/// minute unused.
+pub(crate) const CONNECTIONS_MAX: u32 = 64;
+
+/// Whether `location` names a PostgreSQL database rather than a redb file.
+pub(crate) fn is_postgres_location(location: &std::path::Path) -> bool {
+    location.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// A store's PostgreSQL database: a pool of connections, each running one operation's
+/// transaction at a time.
+pub(crate) struct PgLayer {
+    pool: r2d2::Pool<PostgresConnectionManager<NoTls>>,
+    /// The URL without its password, for messages.
+    shown: String,
+}
+
+impl std::fmt::Debug for PgLayer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLayer").field("location", &self.shown).finish_non_exhaustive()
+    }
+}
+
+/// The URL without its password.
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &credentials[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The client configuration of `url`: its own settings, plus manifestdb's defaults for what
+/// it leaves out (a connect time-out, TCP keepalives and a TCP user time-out, so a dead peer
+/// is noticed in seconds, not in the kernel's quarter of an hour).
+fn config(url: &str) -> Result<postgres::Config> {
+    let mut config = postgres::Config::from_str(url)
+        .map_err(|e| Error::invalid("PostgreSQL URL", &shown(url), format!("is not a PostgreSQL connection URL: {e}")))?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(Duration::from_secs(10));
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(Duration::from_secs(20));
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("manifestdb");
+    }
+    config.keepalives(true).keepalives_idle(Duration::from_secs(10)).keepalives_interval(Duration::from_secs(2)).keepalives_retries(5);
+    Ok(config)
+}
+
+/// A pooled connection that is inside a transaction until [`Txn::end`]; dropped before that
+/// (an error, a panic), it rolls back so the connection goes back to the pool clean.
+struct Txn {
+    conn: r2d2::PooledConnection<PostgresConnectionManager<NoTls>>,
+    open: bool,
+}
+
+impl Drop for Txn {
+    fn drop(&mut self) {
+        if self.open {
+            // A failed rollback means the connection is gone; the pool then drops it.
+            let _ = self.conn.batch_execute("ROLLBACK");
+        }
+    }
+}
+
+/// What a lost COMMIT turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    Committed,
+    Aborted,
+}
+
+impl PgLayer {
+    /// Connects to the database at `url` and, for a writable open (`migrate`), brings its schema
+    /// to this build's version; a read-only open only checks it.
+    pub(crate) fn open(url: &str, migrate: bool) -> Result<PgLayer> {
+        let config = config(url)?;
+        let manager = PostgresConnectionManager::new(config, NoTls);
+        let pool = r2d2::Pool::builder()
+            .max_size(CONNECTIONS_MAX)
+            .min_idle(Some(0))
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connection_timeout(Duration::from_secs(30))
+            // A connection is checked when it is taken from the pool only if it reports itself
+            // closed; a silently dead one fails its first statement, which the runner retries.
+            .test_on_check_out(false)
+            .build_unchecked(manager);
+        let layer = PgLayer { pool, shown: shown(url) };
+        let started = Instant::now();
+        loop {
+            let result = layer
+                .connection()
+                .and_then(|mut conn| if migrate { schema::migrate(&mut conn).map(|_| ()) } else { schema::check(&mut conn) });
+            match result {
+                Ok(()) => return Ok(layer),
+                Err(err) if is_lost_connection(&err) && started.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The URL without its password.
+    pub(crate) fn location(&self) -> &str {
+        &self.shown
+    }
+
+    /// A connection from the pool.
+    pub(crate) fn connection(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>> {
+        self.pool.get().map_err(|e| {
+            Error::postgres_layer("connecting to PostgreSQL", StorageErrorKind::Io, format!("no connection to {}: {e}", self.shown))
+        })
+    }
+
+    /// Runs `body` in one SERIALIZABLE read-write transaction and commits it if it says so, with
+    /// the retries and the settling of a lost COMMIT described in the module's documentation.
+    /// `body` gets the transaction and the database server's clock reading (milliseconds since
+    /// the epoch); it may run several times, each on a fresh snapshot.
+    pub(crate) fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut PgMeta<'_>, u64) -> Result<TxnEnd<T>>) -> Result<T> {
+        let started = Instant::now();
+        let mut reruns = 0u32;
+        let mut last_error: Option<Error> = None;
+        loop {
+            if started.elapsed() > RECONNECT_TIME_MAX {
+                return Err(last_error.unwrap_or_else(|| {
+                    Error::postgres_layer(context, StorageErrorKind::Io, format!("no connection to {} within 60 s", self.shown))
+                }));
+            }
+            let step = self.try_once(context, &mut body);
+            match step {
+                Step::Done(result) => return result,
+                Step::Rerun(err) => {
+                    reruns += 1;
+                    if reruns > RERUNS_MAX {
+                        return Err(err);
+                    }
+                    pause(reruns);
+                }
+                Step::Reconnect(err) => {
+                    last_error = Some(err);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    fn try_once<T>(&self, context: &'static str, body: &mut impl FnMut(&mut PgMeta<'_>, u64) -> Result<TxnEnd<T>>) -> Step<T> {
+        let conn = match self.connection() {
+            Ok(conn) => conn,
+            Err(err) => return Step::Reconnect(err),
+        };
+        let mut txn = Txn { conn, open: false };
+        let (now_ms, backend) = match begin(&mut txn.conn, "BEGIN ISOLATION LEVEL SERIALIZABLE") {
+            Ok(started) => started,
+            Err(e) => return step_after(context, &e),
+        };
+        txn.open = true;
+        let mut meta = PgMeta::new(&mut txn.conn);
+        let outcome = body(&mut meta, now_ms);
+        let (fault, writes) = (meta.fault, meta.writes);
+        match outcome {
+            Err(err) => match fault {
+                Some(Retry::Rerun) => Step::Rerun(err),
+                Some(Retry::Reconnect) => Step::Reconnect(err),
+                _ => Step::Done(Err(err)),
+            },
+            Ok(TxnEnd::Abort(value)) if writes > 0 => {
+                // A refusal after a write: a bug of the operation (each one reads everything
+                // before its first write). Nothing of it is committed.
+                debug_assert!(false, "an operation wrote and then refused");
+                txn.open = false;
+                let _ = txn.conn.batch_execute("ROLLBACK");
+                Step::Done(Ok(value))
+            }
+            Ok(TxnEnd::Abort(value)) => {
+                // Nothing was written, but the reads are only known to be serializable once the
+                // transaction commits: an answer read from a snapshot that SERIALIZABLE would
+                // abort is not given out.
+                txn.open = false;
+                match txn.conn.batch_execute("COMMIT") {
+                    Ok(()) => Step::Done(Ok(value)),
+                    Err(e) => step_after(context, &e),
+                }
+            }
+            Ok(TxnEnd::Commit(value)) => {
+                let xid = match current_xid(&mut txn.conn) {
+                    Ok(xid) => xid,
+                    Err(e) => return step_after(context, &e),
+                };
+                txn.open = false;
+                match txn.conn.batch_execute("COMMIT") {
+                    Ok(()) => Step::Done(Ok(value)),
+                    Err(e) => match error::retry_of(&e) {
+                        Retry::Rerun => Step::Rerun(Error::postgres(context, &e)),
+                        Retry::No => Step::Done(Err(Error::postgres(context, &e))),
+                        Retry::Reconnect => {
+                            drop(txn);
+                            tracing::warn!(xid, backend, error = %e, "connection lost during COMMIT: settling its outcome");
+                            match self.settle(xid, backend) {
+                                Ok(Settled::Committed) => Step::Done(Ok(value)),
+                                // Nothing of it committed: the operation runs again.
+                                Ok(Settled::Aborted) => Step::Reconnect(Error::postgres(context, &e)),
+                                Err(err) => Step::Done(Err(err)),
+                            }
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    /// Settles the outcome of transaction `xid`, whose COMMIT was sent on backend `backend`
+    /// and whose reply was lost: on a new connection, asks `pg_xact_status` until it says
+    /// committed or aborted, terminating the old backend if its transaction stays in progress.
+    pub(crate) fn settle(&self, xid: u64, backend: i32) -> Result<Settled> {
+        let started = Instant::now();
+        let mut terminated = false;
+        loop {
+            let answer = self.connection().and_then(|mut conn| {
+                let status = conn
+                    .query_typed_one("SELECT pg_xact_status($1::text::xid8)", &[(&xid.to_string(), Type::TEXT)])
+                    .and_then(|row| row.try_get::<_, Option<String>>(0))
+                    .map_err(|e| Error::postgres("settling a commit", &e))?;
+                match status.as_deref() {
+                    Some("committed") => Ok(Some(Settled::Committed)),
+                    Some("aborted") => Ok(Some(Settled::Aborted)),
+                    Some(_) => {
+                        // In progress: the old backend has not finished its COMMIT (or has not
+                        // noticed its client is gone). Past a while it is ended, and its
+                        // transaction with it: committed if its commit record was written,
+                        // aborted otherwise.
+                        if !terminated && started.elapsed() > IN_PROGRESS_WAIT_MAX {
+                            conn.query_typed("SELECT pg_terminate_backend($1)", &[(&backend, Type::INT4)])
+                                .map_err(|e| Error::postgres("settling a commit", &e))?;
+                            terminated = true;
+                        }
+                        Ok(None)
+                    }
+                    None => Err(Error::postgres_layer(
+                        "settling a commit",
+                        StorageErrorKind::Io,
+                        format!("the server no longer knows transaction {xid}: the outcome of the commit is unknown"),
+                    )),
+                }
+            });
+            match answer {
+                Ok(Some(settled)) => {
+                    tracing::info!(xid, ?settled, "lost COMMIT settled");
+                    return Ok(settled);
+                }
+                Ok(None) => {}
+                Err(err) if !is_lost_connection(&err) => return Err(err),
+                Err(_) => {}
+            }
+            if started.elapsed() > RECONNECT_TIME_MAX {
+                return Err(Error::postgres_layer(
+                    "settling a commit",
+                    StorageErrorKind::Io,
+                    format!(
+                        "the connection to {} was lost during COMMIT and the server could not be asked within 60 s whether \
+                         transaction {xid} committed: the outcome is unknown; the same call again settles it",
+                        self.shown
+                    ),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Runs `body` in one read-only transaction at REPEATABLE READ: every read sees one
+    /// committed state (one snapshot), whatever commits meanwhile. A lost connection is retried
+    /// on a new one, for up to [`RECONNECT_TIME_MAX`].
+    pub(crate) fn read<T>(&self, context: &'static str, mut body: impl FnMut(&mut PgMeta<'_>) -> Result<T>) -> Result<T> {
+        let started = Instant::now();
+        loop {
+            let mut fault = None;
+            let result = self.read_once(context, &mut body, &mut fault);
+            match result {
+                Err(err)
+                    if fault.is_none_or(|f| f == Retry::Reconnect)
+                        && is_lost_connection(&err)
+                        && started.elapsed() < RECONNECT_TIME_MAX =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn read_once<T>(
+        &self,
+        context: &'static str,
+        body: &mut impl FnMut(&mut PgMeta<'_>) -> Result<T>,
+        fault: &mut Option<Retry>,
+    ) -> Result<T> {
+        let conn = self.connection()?;
+        let mut txn = Txn { conn, open: false };
+        begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
+        txn.open = true;
+        let mut meta = PgMeta::new(&mut txn.conn);
+        let value = body(&mut meta);
+        *fault = meta.fault;
+        value
+    }
+}
+
+/// How one try of an operation ended.
+enum Step<T> {
+    Done(Result<T>),
+    /// Nothing committed; run again after a pause.
+    Rerun(Error),
+    /// Nothing committed; run again on a new connection.
+    Reconnect(Error),
+}
+
+fn step_after<T>(context: &'static str, e: &postgres::Error) -> Step<T> {
+    match error::retry_of(e) {
+        Retry::Rerun => Step::Rerun(Error::postgres(context, e)),
+        Retry::Reconnect => Step::Reconnect(Error::postgres(context, e)),
+        Retry::No => Step::Done(Err(Error::postgres(context, e))),
+    }
+}
+
+/// Whether `err` is a lost connection (retried by reconnecting).
+fn is_lost_connection(err: &Error) -> bool {
+    matches!(err, Error::Storage { source, .. } if source.kind() == StorageErrorKind::Io)
+}
+
+/// Opens a transaction with `begin` and reads, in the same round trip, the server's clock (the
+/// transaction's `now()`, in milliseconds since the epoch) and the backend's process id.
+fn begin(conn: &mut Client, begin: &str) -> std::result::Result<(u64, i32), postgres::Error> {
+    let messages = conn.simple_query(&format!("{begin}; SELECT (extract(epoch FROM now()) * 1000)::int8, pg_backend_pid()"))?;
+    let row = messages.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    });
+    let now_ms = row.and_then(|r| r.get(0)).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let backend = row.and_then(|r| r.get(1)).and_then(|v| v.parse::<i32>().ok()).unwrap_or(0);
+    Ok((now_ms, backend))
+}
+
+/// The transaction's id (assigning one: only called for a transaction that wrote).
+fn current_xid(conn: &mut Client) -> std::result::Result<u64, postgres::Error> {
+    let row = conn.query_typed_one("SELECT pg_current_xact_id()::text", &[])?;
+    let text: String = row.try_get(0)?;
+    Ok(text.parse::<u64>().unwrap_or(0))
+}
+
+/// The pause before rerun `n`: growing from about 1 ms to at most 50 ms, jittered, so racing
+/// transactions spread out instead of colliding again.
+fn pause(n: u32) {
+    let ceiling_us = (1000u64 << n.min(6)).min(50_000);
+    let mut bytes = [0u8; 8];
+    let random = match rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => u64::from_le_bytes(bytes),
+        _ => u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+    };
+    std::thread::sleep(Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1)));
+}

@@ -1,0 +1,154 @@
+//! The PostgreSQL schema and its versioned migrations.
+//!
+//! Every table of the store lives in the PostgreSQL schema `manifestdb` under the very name it
+//! has in redb (`runs_v1`, ...), as `(key bytea primary key, value bytea)`: the same composite
+//! keys (`crate::schema`) and the same codec frames (`codec.rs`), whose checksum covers the
+//! table name and the key, so a value read under another key or table fails its checksum and
+//! `records::decode` applies the same checks as on redb. bytea compares byte by byte (shorter
+//! first on a common prefix), so a prefix of key fields is one contiguous key range here too.
+//!
+//! The one exception is `pointers_v1`: it has a real `generation` column beside the framed
+//! value, so moving a pointer is a compare-and-swap in the write itself
+//! (`UPDATE ... WHERE key = $1 AND generation = $from`), not a read then a write.
+//!
+//! Migrations run at every writable open, in one transaction holding a transaction-level
+//! advisory lock, so concurrent opens on several hosts apply each migration once; the versions
+//! applied are rows of `manifestdb.migrations`. A database whose schema is newer than this
+//! build's is refused ([`Error::UnsupportedSchema`]); a read-only open migrates nothing and
+//! refuses an older schema as well.
+//!
+//! Invariant: the schema version of a database only grows, one migration at a time, each
+//! migration committed with the row recording it.
+
+use postgres::Client;
+
+use crate::error::{Error, Result};
+use crate::schema::{ALL_TABLES, POINTERS};
+
+/// The schema version this build writes and reads.
+pub(crate) const SCHEMA_VERSION: u32 = 1;
+
+/// The key of the advisory lock that serialises migrations: "mfstdb01" as a big-endian
+/// number. Transaction-level, so a crashed opener never leaves it held.
+const MIGRATION_LOCK_KEY: i64 = 0x6d66_7374_6462_3031;
+
+/// A migration: the version it brings the schema to, and its SQL.
+struct Migration {
+    version: u32,
+    sql: fn() -> String,
+}
+
+/// Every migration, in version order. A new version appends one; none is ever changed.
+const MIGRATIONS: &[Migration] = &[Migration { version: 1, sql: version_1 }];
+
+/// Version 1: a table per record table, and the pointer with its generation column.
+fn version_1() -> String {
+    let mut sql = String::new();
+    for def in ALL_TABLES {
+        if def == POINTERS {
+            sql.push_str(&format!(
+                "CREATE TABLE manifestdb.{} (key bytea PRIMARY KEY, generation bigint NOT NULL CHECK (generation > 0), \
+                 value bytea NOT NULL);\n",
+                def.name
+            ));
+        } else {
+            sql.push_str(&format!("CREATE TABLE manifestdb.{} (key bytea PRIMARY KEY, value bytea NOT NULL);\n", def.name));
+        }
+    }
+    sql
+}
+
+/// What [`migrate`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Migrated {
+    /// The schema version found before.
+    pub(crate) from: u32,
+    /// The schema version now (this build's).
+    pub(crate) to: u32,
+}
+
+fn failed(context: &'static str) -> impl Fn(postgres::Error) -> Error {
+    move |e| Error::postgres(context, &e)
+}
+
+/// Brings the database's schema to [`SCHEMA_VERSION`], in one transaction under the migration
+/// lock; refuses a newer schema.
+pub(crate) fn migrate(client: &mut Client) -> Result<Migrated> {
+    let context = "migrating the PostgreSQL schema";
+    let mut txn = client.transaction().map_err(failed(context))?;
+    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).map_err(failed(context))?;
+    txn.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS manifestdb;
+         CREATE TABLE IF NOT EXISTS manifestdb.migrations (
+             version integer PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now()
+         );",
+    )
+    .map_err(failed(context))?;
+    let from = read_version(&mut txn)?;
+    if from > SCHEMA_VERSION {
+        return Err(Error::UnsupportedSchema { found: from, supported: SCHEMA_VERSION });
+    }
+    for migration in MIGRATIONS.iter().filter(|m| m.version > from) {
+        txn.batch_execute(&(migration.sql)()).map_err(failed(context))?;
+        let version = i32::try_from(migration.version).unwrap_or(i32::MAX);
+        txn.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version]).map_err(failed(context))?;
+        tracing::info!(version = migration.version, "PostgreSQL schema migrated");
+    }
+    txn.commit().map_err(failed(context))?;
+    Ok(Migrated { from, to: SCHEMA_VERSION })
+}
+
+/// Checks, without changing anything, that the database holds this build's schema (a
+/// read-only open).
+pub(crate) fn check(client: &mut Client) -> Result<()> {
+    let context = "reading the PostgreSQL schema version";
+    let exists: bool = client
+        .query_one("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[])
+        .map_err(failed(context))?
+        .try_get(0)
+        .map_err(failed(context))?;
+    if !exists {
+        return Err(Error::io(
+            "opening a PostgreSQL store read-only",
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "the database holds no manifestdb store (open it writable once, with Store::open, to create one)",
+            ),
+        ));
+    }
+    let mut txn = client.transaction().map_err(failed(context))?;
+    let found = read_version(&mut txn)?;
+    txn.commit().map_err(failed(context))?;
+    match found {
+        found if found > SCHEMA_VERSION => Err(Error::UnsupportedSchema { found, supported: SCHEMA_VERSION }),
+        found if found < SCHEMA_VERSION => Err(Error::postgres_layer(
+            context,
+            crate::StorageErrorKind::NotAStore,
+            format!(
+                "the database's manifestdb schema is version {found}, older than this build's {SCHEMA_VERSION} \
+                 (open it writable once, with Store::open, to migrate it)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn read_version(txn: &mut postgres::Transaction<'_>) -> Result<u32> {
+    let context = "reading the PostgreSQL schema version";
+    let found: i32 = txn
+        .query_one("SELECT coalesce(max(version), 0) FROM manifestdb.migrations", &[])
+        .map_err(failed(context))?
+        .try_get(0)
+        .map_err(failed(context))?;
+    Ok(u32::try_from(found).unwrap_or(0))
+}
+
+/// Records a schema version this build does not know, as a newer build would have: for the
+/// test that such a database is refused.
+#[cfg(test)]
+pub(crate) fn pretend_newer(client: &mut Client, version: u32) -> Result<()> {
+    let version = i32::try_from(version).unwrap_or(i32::MAX);
+    client.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version]).map_err(failed("recording a schema version"))?;
+    Ok(())
+}

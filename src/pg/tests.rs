@@ -1,0 +1,456 @@
+//! The PostgreSQL layer's own tests, against a live server: `MANIFESTDB_TEST_POSTGRES` is an
+//! admin URL (e.g. `postgres://postgres@127.0.0.1:54329/postgres`, see `scripts/pg-server`);
+//! each test creates a fresh database of its own and drops it at the end. Without the
+//! variable the tests say loudly that they were skipped; with `CI=true` they fail.
+
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use postgres::{Client, NoTls};
+
+use super::error::Retry;
+use super::schema::{self, SCHEMA_VERSION};
+use super::{PgLayer, PgMeta, Settled};
+use crate::error::{Error, StorageErrorKind};
+use crate::grain::{ReconcileBasis, Reconciliation};
+use crate::meta::{Meta, TxnEnd};
+use crate::model::{AttemptKey, Candidate, PublishOutcome, RunSpec, TaskKey, TaskSpec, Verdict};
+use crate::ops;
+use crate::records::{PartitionEntryRecord, PartitionVersionRecord, RunRecord};
+use crate::rules::validate::FileObservation;
+use crate::schema::{RUNS, key};
+
+/// A fresh database on the test server, dropped (with its connections) when this is dropped.
+struct TestDb {
+    admin: String,
+    name: String,
+    url: String,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut admin) = Client::connect(&self.admin, NoTls) {
+            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+    }
+}
+
+/// The admin URL of the test server, or `None` (after saying so loudly) when there is none
+/// outside CI. In CI (`CI=true`) a missing server fails the test.
+fn test_server(test: &str) -> Option<String> {
+    match std::env::var("MANIFESTDB_TEST_POSTGRES") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{test}: MANIFESTDB_TEST_POSTGRES is not set, and in CI the PostgreSQL tests must run"
+            );
+            eprintln!(
+                "\n*** SKIPPED {test}: no PostgreSQL server (set MANIFESTDB_TEST_POSTGRES, e.g. `export \
+                 MANIFESTDB_TEST_POSTGRES=$(scripts/pg-server start)`) ***\n"
+            );
+            None
+        }
+    }
+}
+
+/// `admin` with its database name replaced by `name`.
+fn with_database(admin: &str, name: &str) -> String {
+    let (base, query) = match admin.find('?') {
+        Some(q) => (&admin[..q], &admin[q..]),
+        None => (admin, ""),
+    };
+    let after_scheme = base.find("://").map_or(0, |i| i + 3);
+    let base = match base[after_scheme..].find('/') {
+        Some(slash) => &base[..after_scheme + slash],
+        None => base,
+    };
+    format!("{base}/{name}{query}")
+}
+
+fn fresh_database(test: &str) -> Option<TestDb> {
+    let admin = test_server(test)?;
+    static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let name = format!("manifestdb_unit_{}_{}_{}", std::process::id(), COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed), nanos);
+    let mut client = Client::connect(&admin, NoTls).unwrap_or_else(|e| panic!("{test}: cannot reach the test server: {e}"));
+    client.batch_execute(&format!("CREATE DATABASE {name}")).expect("creating the test database");
+    let url = with_database(&admin, &name);
+    Some(TestDb { admin, name, url })
+}
+
+fn spec(dataset: &str, run: &str, partitions: &[&str]) -> RunSpec {
+    RunSpec {
+        dataset: dataset.into(),
+        run: run.into(),
+        snapshot: "snap-1".into(),
+        tasks: partitions.iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 10, expected_total: Some(100) }).collect(),
+        grain: None,
+    }
+}
+
+fn candidate() -> Candidate {
+    Candidate { snapshot: "snap-1".into(), rows: Some(10), total: Some(100), digest: Some("d".repeat(64)), files: Vec::new() }
+}
+
+fn figures() -> Reconciliation {
+    Reconciliation {
+        basis: ReconcileBasis::Reported,
+        expected_rows: 10,
+        expected_total: Some(100),
+        reported_rows: Some(10),
+        reported_total: Some(100),
+        reported_digest: Some("d".repeat(64)),
+        computed_rows: None,
+        computed_total: None,
+        duplicate_keys: 0,
+        rejected_rows: 0,
+        computed_digest: None,
+        files_read: 0,
+        bytes_read: 0,
+    }
+}
+
+/// Begins an attempt through the layer (no directory: these tests are about the metadata).
+fn begin(layer: &PgLayer, task: &TaskKey) -> u32 {
+    layer
+        .write("beginning", |meta, now| ops::attempts::begin(meta, task, now, |_, rel| Ok(std::path::PathBuf::from(rel))))
+        .expect("begin")
+        .key
+        .attempt
+}
+
+/// Declares a run of one partition and takes one attempt of it to a valid verdict.
+fn ready_to_publish(layer: &PgLayer, dataset: &str, run: &str) {
+    layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec(dataset, run, &["p=1"]), now)).expect("declare");
+    let task = TaskKey::new(dataset, run, "p=1");
+    let attempt = task.attempt(begin(layer, &task));
+    layer.write("finishing", |meta, _| ops::attempts::finish(meta, &attempt, &candidate())).expect("finish");
+    let verdict = layer
+        .write("validating", |meta, _| ops::validate::store_verdict(meta, &attempt, &candidate(), &Verdict::Valid, &figures()))
+        .expect("validate");
+    assert_eq!(verdict, Verdict::Valid);
+}
+
+fn publish(layer: &PgLayer, dataset: &str, run: &str) -> crate::Result<PublishOutcome> {
+    layer.write("publishing", |meta, now| ops::publish::publish(meta, dataset, run, None, now, |_| Ok(Vec::<FileObservation>::new())))
+}
+
+#[test]
+fn a_writable_open_creates_the_schema_once_and_reopening_migrates_nothing() {
+    let Some(db) = fresh_database("a_writable_open_creates_the_schema_once_and_reopening_migrates_nothing") else { return };
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    assert_eq!(schema::migrate(&mut client).expect("first open"), schema::Migrated { from: 0, to: SCHEMA_VERSION });
+    assert_eq!(schema::migrate(&mut client).expect("second open"), schema::Migrated { from: SCHEMA_VERSION, to: SCHEMA_VERSION });
+    let tables: i64 = client
+        .query_one("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'manifestdb'", &[])
+        .expect("count tables")
+        .get(0);
+    assert_eq!(tables as usize, crate::schema::ALL_TABLES.len() + 1, "every record table and the migrations table");
+    schema::check(&mut client).expect("a read-only open accepts the migrated schema");
+}
+
+#[test]
+fn concurrent_opens_apply_each_migration_once() {
+    let Some(db) = fresh_database("concurrent_opens_apply_each_migration_once") else { return };
+    let barrier = Arc::new(Barrier::new(8));
+    let handles: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                PgLayer::open(&url, true).map(|_| ())
+            })
+        })
+        .collect();
+    for handle in handles {
+        handle.join().expect("opener thread").expect("every concurrent open succeeds");
+    }
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let rows: i64 = client.query_one("SELECT count(*) FROM manifestdb.migrations", &[]).expect("count").get(0);
+    assert_eq!(rows, i64::from(SCHEMA_VERSION), "one row per migration, however many opened at once");
+}
+
+#[test]
+fn a_database_with_a_newer_schema_is_refused_and_left_unchanged() {
+    let Some(db) = fresh_database("a_database_with_a_newer_schema_is_refused_and_left_unchanged") else { return };
+    PgLayer::open(&db.url, true).expect("create");
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    schema::pretend_newer(&mut client, SCHEMA_VERSION + 1).expect("a newer build's migration");
+    for writable in [true, false] {
+        match PgLayer::open(&db.url, writable) {
+            Err(Error::UnsupportedSchema { found, supported }) => {
+                assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+            }
+            other => panic!("writable={writable}: a newer schema must be refused, got {other:?}"),
+        }
+    }
+    let err = PgLayer::open(&db.url, true).expect_err("refused");
+    assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
+    assert!(err.to_string().contains("newer"), "the message says why: {err}");
+    let rows: i64 = client.query_one("SELECT count(*) FROM manifestdb.migrations", &[]).expect("count").get(0);
+    assert_eq!(rows, i64::from(SCHEMA_VERSION) + 1, "nothing was changed");
+}
+
+#[test]
+fn a_read_only_open_of_a_database_without_a_store_is_not_found_and_creates_nothing() {
+    let Some(db) = fresh_database("a_read_only_open_of_a_database_without_a_store_is_not_found_and_creates_nothing") else { return };
+    let err = PgLayer::open(&db.url, false).expect_err("no store there");
+    assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let exists: bool = client.query_one("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[]).expect("query").get(0);
+    assert!(!exists, "a read-only open migrates nothing");
+}
+
+#[test]
+fn a_damaged_value_or_a_value_under_another_key_is_corruption_never_absence() {
+    let Some(db) = fresh_database("a_damaged_value_or_a_value_under_another_key_is_corruption_never_absence") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now)).expect("declare");
+    let found = layer.read("reading", |meta| meta.run("ds", "r1")).expect("read");
+    assert_eq!(found.map(|r| r.task_count), Some(1));
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    // A record copied under another run's key: its checksum covers the key it was written under.
+    let original = key(&["ds", "r1"]);
+    let other = key(&["ds", "r2"]);
+    client
+        .execute(
+            "INSERT INTO manifestdb.runs_v1 (key, value) SELECT $2, value FROM manifestdb.runs_v1 WHERE key = $1",
+            &[&original, &other],
+        )
+        .expect("copy");
+    match layer.read("reading", |meta| meta.run("ds", "r2")) {
+        Err(Error::Corrupted { table, .. }) => assert_eq!(table, RUNS.name),
+        other => panic!("a frame under another key must be corruption, got {other:?}"),
+    }
+    // One flipped byte in the payload.
+    client
+        .execute(
+            "UPDATE manifestdb.runs_v1 SET value = set_byte(value, length(value) - 1, get_byte(value, length(value) - 1) # 1) \
+             WHERE key = $1",
+            &[&original],
+        )
+        .expect("damage");
+    match layer.read("reading", |meta| meta.run("ds", "r1")) {
+        Err(Error::Corrupted { table, .. }) => assert_eq!(table, RUNS.name),
+        other => panic!("a damaged frame must be corruption, got {other:?}"),
+    }
+    // A write over the damage does not proceed: the declaration reads the run first.
+    let err = layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now));
+    assert!(matches!(err, Err(Error::Corrupted { .. })), "{err:?}");
+}
+
+#[test]
+fn an_operation_runs_on_the_database_servers_clock() {
+    let Some(db) = fresh_database("an_operation_runs_on_the_database_servers_clock") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let server_ms = layer.write("reading the clock", |_, now| Ok(TxnEnd::Abort(now))).expect("clock");
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let direct: i64 = client.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8", &[]).expect("now").get(0);
+    let direct = u64::try_from(direct).expect("after 1970");
+    assert!(server_ms <= direct && direct - server_ms < 10_000, "the body's clock is the server's: {server_ms} vs {direct}");
+}
+
+#[test]
+fn threads_racing_to_begin_one_task_get_distinct_consecutive_numbers() {
+    let Some(db) = fresh_database("threads_racing_to_begin_one_task_get_distinct_consecutive_numbers") else { return };
+    let layer = Arc::new(PgLayer::open(&db.url, true).expect("open"));
+    layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now)).expect("declare");
+    let threads = 16;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (layer, barrier) = (layer.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                (0..4).map(|_| begin(&layer, &TaskKey::new("ds", "r1", "p=1"))).collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut numbers: Vec<u32> = handles.into_iter().flat_map(|h| h.join().expect("begin thread")).collect();
+    numbers.sort_unstable();
+    let expected: Vec<u32> = (1..=(threads as u32 * 4)).collect();
+    assert_eq!(numbers, expected, "every begin got its own number, none skipped");
+    let stored = layer.read("reading", |meta| meta.task_attempts(&TaskKey::new("ds", "r1", "p=1"))).expect("attempts");
+    assert_eq!(stored.len(), threads * 4, "one attempt record per begin");
+}
+
+#[test]
+fn threads_racing_to_publish_one_run_get_one_generation_and_all_are_told_it() {
+    let Some(db) = fresh_database("threads_racing_to_publish_one_run_get_one_generation_and_all_are_told_it") else { return };
+    let layer = Arc::new(PgLayer::open(&db.url, true).expect("open"));
+    ready_to_publish(&layer, "ds", "r1");
+    let threads = 8;
+    let barrier = Arc::new(Barrier::new(threads));
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let (layer, barrier) = (layer.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                publish(&layer, "ds", "r1").expect("publish")
+            })
+        })
+        .collect();
+    let outcomes: Vec<PublishOutcome> = handles.into_iter().map(|h| h.join().expect("publish thread")).collect();
+    let published = outcomes.iter().filter(|o| matches!(o, PublishOutcome::Published(_))).count();
+    assert_eq!(published, 1, "exactly one publish wins: {outcomes:?}");
+    for outcome in &outcomes {
+        match outcome {
+            PublishOutcome::Published(g) | PublishOutcome::AlreadyPublished(g) => assert_eq!(g.number, 1, "{outcome:?}"),
+            other => panic!("every caller is told the generation: {other:?}"),
+        }
+    }
+    assert_eq!(layer.read("reading", |meta| meta.pointer("ds")).expect("pointer"), Some(1));
+}
+
+#[test]
+fn two_datasets_published_at_once_both_publish() {
+    let Some(db) = fresh_database("two_datasets_published_at_once_both_publish") else { return };
+    let layer = Arc::new(PgLayer::open(&db.url, true).expect("open"));
+    for dataset in ["a", "b"] {
+        ready_to_publish(&layer, dataset, "r1");
+    }
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|dataset| {
+            let (layer, barrier) = (layer.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                publish(&layer, dataset, "r1").expect("publish")
+            })
+        })
+        .collect();
+    for handle in handles {
+        assert!(matches!(handle.join().expect("thread"), PublishOutcome::Published(g) if g.number == 1));
+    }
+}
+
+#[test]
+fn the_pointer_moves_only_from_the_generation_it_names_and_only_forward() {
+    let Some(db) = fresh_database("the_pointer_moves_only_from_the_generation_it_names_and_only_forward") else { return };
+    PgLayer::open(&db.url, true).expect("open");
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    client.batch_execute("BEGIN").expect("begin");
+    let mut meta = PgMeta::new(&mut client);
+    meta.move_pointer("ds", 0, 1).expect("first generation");
+    match meta.move_pointer("ds", 0, 2) {
+        Err(Error::Storage { source, .. }) => assert_eq!(source.kind(), StorageErrorKind::Conflict),
+        other => panic!("a pointer that exists does not move from 0: {other:?}"),
+    }
+    assert_eq!(meta.fault, Some(Retry::Rerun), "the runner reruns the operation after a lost compare-and-swap");
+    let mut meta = PgMeta::new(&mut client);
+    assert!(matches!(meta.move_pointer("ds", 5, 6), Err(Error::Storage { .. })), "it names 1, not 5");
+    let mut meta = PgMeta::new(&mut client);
+    assert!(matches!(meta.move_pointer("ds", 1, 1), Err(Error::Corrupted { .. })), "never backwards or in place");
+    meta.move_pointer("ds", 1, 2).expect("forward from what it names");
+    assert_eq!(meta.pointer("ds").expect("read"), Some(2));
+    client.batch_execute("ROLLBACK").expect("rollback");
+}
+
+#[test]
+fn a_generations_partitions_are_each_partitions_newest_version_at_or_below_it() {
+    let Some(db) = fresh_database("a_generations_partitions_are_each_partitions_newest_version_at_or_below_it") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let entry = |run: &str| PartitionVersionRecord {
+        entry: Some(PartitionEntryRecord {
+            run: run.into(),
+            attempt: 1,
+            snapshot: "s".into(),
+            rows: 1,
+            total: None,
+            digest: "d".into(),
+            staging_rel: format!("{run}/x"),
+            files: Vec::new(),
+        }),
+    };
+    layer
+        .write("writing versions", |meta, _| {
+            meta.put_version("ds", "a", 1, &entry("r1"))?;
+            meta.put_version("ds", "a", 3, &entry("r3"))?;
+            meta.put_version("ds", "b", 2, &entry("r2"))?;
+            meta.put_version("ds", "c", 1, &entry("r1"))?;
+            meta.put_version("ds", "c", 3, &PartitionVersionRecord { entry: None })?;
+            // Another dataset whose name extends this one's is not part of it.
+            meta.put_version("ds2", "a", 1, &entry("other"))?;
+            Ok(TxnEnd::Commit(()))
+        })
+        .expect("write");
+    let at = |generation| {
+        layer
+            .read("reading", |meta| meta.partitions_at("ds", generation))
+            .expect("read")
+            .into_iter()
+            .map(|e| (e.partition, e.run, e.since_generation))
+            .collect::<Vec<_>>()
+    };
+    let row = |p: &str, r: &str, g| (p.to_owned(), r.to_owned(), g);
+    assert_eq!(at(1), vec![row("a", "r1", 1), row("c", "r1", 1)]);
+    assert_eq!(at(2), vec![row("a", "r1", 1), row("b", "r2", 2), row("c", "r1", 1)]);
+    assert_eq!(at(3), vec![row("a", "r3", 3), row("b", "r2", 2)], "c was removed in 3");
+    assert_eq!(at(0), Vec::new());
+}
+
+#[test]
+fn a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress() {
+    let Some(db) = fresh_database("a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let xid_and_pid = |client: &mut Client| -> (u64, i32) {
+        let row = client.query_one("SELECT pg_current_xact_id()::text, pg_backend_pid()", &[]).expect("xid");
+        (row.get::<_, String>(0).parse().expect("xid"), row.get(1))
+    };
+    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x01', '\\x00')").expect("write");
+    let (committed, pid) = xid_and_pid(&mut client);
+    client.batch_execute("COMMIT").expect("commit");
+    assert_eq!(layer.settle(committed, pid).expect("settle"), Settled::Committed);
+    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x02', '\\x00')").expect("write");
+    let (aborted, pid) = xid_and_pid(&mut client);
+    client.batch_execute("ROLLBACK").expect("rollback");
+    assert_eq!(layer.settle(aborted, pid).expect("settle"), Settled::Aborted);
+    // A transaction that stays open (a backend that never heard its client go away): the
+    // settling ends its backend, and then it is aborted.
+    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x03', '\\x00')").expect("write");
+    let (open, pid) = xid_and_pid(&mut client);
+    let started = std::time::Instant::now();
+    assert_eq!(layer.settle(open, pid).expect("settle"), Settled::Aborted);
+    assert!(started.elapsed() >= Duration::from_secs(5), "an in-progress transaction is waited for first");
+    assert!(client.batch_execute("COMMIT").is_err(), "its backend was ended");
+}
+
+#[test]
+fn an_operation_whose_connection_was_ended_before_commit_runs_again_on_a_new_one() {
+    let Some(db) = fresh_database("an_operation_whose_connection_was_ended_before_commit_runs_again_on_a_new_one") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let mut admin = Client::connect(&db.url, NoTls).expect("connect");
+    let mut tries = 0;
+    let declared = layer
+        .write("declaring", |meta, now| {
+            tries += 1;
+            if tries == 1 {
+                // The server ends this transaction's backend (as a restart would) mid-operation.
+                let pid: i32 = meta_backend_pid(meta);
+                admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).expect("terminate");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now)
+        })
+        .expect("the operation succeeds on a new connection");
+    assert_eq!(declared, crate::model::DeclareOutcome::Declared);
+    assert_eq!(tries, 2, "run once more, on a new connection");
+    let run: Option<RunRecord> = layer.read("reading", |meta| meta.run("ds", "r1")).expect("read");
+    assert!(run.is_some());
+}
+
+fn meta_backend_pid(meta: &mut PgMeta<'_>) -> i32 {
+    meta.backend_pid().expect("pid")
+}
+
+#[test]
+fn a_url_password_is_never_shown() {
+    assert_eq!(super::shown("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+    assert_eq!(super::shown("postgresql://u@h/db"), "postgresql://u@h/db");
+    assert!(super::is_postgres_location(std::path::Path::new("postgresql://h/db")));
+    assert!(!super::is_postgres_location(std::path::Path::new("/tmp/postgres://x")));
+    let _ = AttemptKey::clone;
+}
