@@ -266,7 +266,8 @@ fn a_lost_reply_to_commit_is_an_error_or_the_truth_and_the_retry_settles_it() {
 #[test]
 fn a_network_that_stops_forwarding_gives_an_error_or_the_truth_and_the_retry_settles_it() {
     // How long a publish on a connection that went silent may take to give up, at most.
-    const BOUND: Duration = Duration::from_secs(120);
+    // (The layer's deadline per round trip is 30 s; its settling of an unknown outcome 60 s.)
+    const BOUND: Duration = Duration::from_secs(180);
     let Some(env) = PgEnv::new() else { return };
     let proxy = Proxy::start(&host_port(env.url()));
     let via = env.db.url_via(&proxy.address());
@@ -292,9 +293,7 @@ fn a_network_that_stops_forwarding_gives_an_error_or_the_truth_and_the_retry_set
             println!("{fault:?}: the publish returned after {:?}: {result:?}", started.elapsed());
             proxy.disarm();
             proxy.cut_all();
-            if *fault != Fault::StallNow {
-                tally.fired += proxy.fired() - fired_before;
-            }
+            tally.fired += proxy.fired() - fired_before;
             settle(result, &via, &env, "stalled", &run, &mut tally);
         }
     }

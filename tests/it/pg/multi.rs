@@ -120,19 +120,24 @@ fn publishes_of_two_datasets_do_not_wait_for_each_other() {
     // Process A reaches the server through a proxy that holds every COMMIT: its publish does its
     // writes and then waits, its transaction open (its locks held), until released.
     let proxy = Proxy::start(&host_port(env.url()));
-    proxy.arm(Fault::HoldCommits);
     let mut a = env.spawn("commands", &env.db.url_via(&proxy.address()), &[]);
     let mut b = env.spawn("commands", env.url(), &[]);
     a.ready();
     b.ready();
+    proxy.arm(Fault::HoldCommits);
     a.send("publish alpha r1");
-    assert!(wait_for_open_write_transaction(&env), "A's publish never held an open write transaction");
-    assert!(proxy.held() >= 1, "A's COMMIT is held");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while proxy.held() == 0 {
+        assert!(Instant::now() < deadline, "A's publish never sent its COMMIT");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(wait_for_open_write_transaction(&env), "A's publish holds an open write transaction at its COMMIT");
     // Meanwhile B publishes the other dataset: it completes while A's transaction is still open.
     b.send("publish beta r1");
     let answer = b.next(ANSWER);
     assert_eq!(answer, "published 1", "B's publish of beta while A's publish of alpha is open");
-    assert!(proxy.held() >= 1 && a.drain().is_empty(), "A was still waiting for its COMMIT when B was done");
+    let (held, said) = (proxy.held(), a.drain().to_vec());
+    assert!(held >= 1 && said == ["ready"], "A was still waiting for its COMMIT when B was done: {held} held, A said {said:?}");
     proxy.release();
     assert_eq!(a.next(ANSWER), "published 1", "A's publish completes once released");
     let snapshot = store.snapshot().unwrap();

@@ -11,7 +11,8 @@
 //!   the client sees its connection drop during COMMIT.
 //! - [`Fault::StallAfterCommit`]: as above, but the connection is left open and silent: nothing is
 //!   forwarded either way any more (a network that stopped delivering).
-//! - [`Fault::StallNow`]: every connection, open or new, stops forwarding at once.
+//! - [`Fault::StallNow`]: every connection open now stops forwarding at once, silently (new
+//!   connections forward: the path of the connections in use died).
 //!
 //! A fault fires once; [`Proxy::disarm`] lets every *new* connection forward normally again
 //! (stalled connections stay stalled until the proxy is dropped, which closes them all).
@@ -31,7 +32,7 @@ pub enum Fault {
     DropCommitReply(u64),
     /// Forward the `n`-th COMMIT from now, then stop forwarding on that connection, silently.
     StallAfterCommit(u64),
-    /// Stop forwarding on every connection, silently.
+    /// Stop forwarding on every connection open now, silently.
     StallNow,
     /// Hold every COMMIT (not forwarded, the transaction stays open) until [`Proxy::release`].
     HoldCommits,
@@ -39,8 +40,8 @@ pub enum Fault {
 
 struct Shared {
     fault: Mutex<Fault>,
-    /// Set by StallNow: every connection goes silent.
-    stall_all: AtomicBool,
+    /// Every connection's state, for StallNow.
+    conns: Mutex<Vec<Arc<Conn>>>,
     commits_seen: AtomicU64,
     fired: AtomicU64,
     connections: AtomicU64,
@@ -75,7 +76,7 @@ impl Proxy {
         let port = listener.local_addr().expect("address").port();
         let shared = Arc::new(Shared {
             fault: Mutex::new(Fault::None),
-            stall_all: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
             commits_seen: AtomicU64::new(0),
             fired: AtomicU64::new(0),
             connections: AtomicU64::new(0),
@@ -109,11 +110,12 @@ impl Proxy {
                     silent: AtomicBool::new(false),
                     untyped_replies: AtomicU64::new(0),
                 });
+                accept_shared.conns.lock().unwrap().push(Arc::clone(&conn));
                 let (c2, s2) = (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
-                let (sh1, sh2) = (Arc::clone(&accept_shared), Arc::clone(&accept_shared));
+                let sh1 = Arc::clone(&accept_shared);
                 let (k1, k2) = (Arc::clone(&conn), conn);
                 std::thread::spawn(move || client_to_server(client, server, &sh1, &k1));
-                std::thread::spawn(move || server_to_client(s2, c2, &sh2, &k2));
+                std::thread::spawn(move || server_to_client(s2, c2, &k2));
             }
         });
         Proxy { shared, port }
@@ -127,7 +129,11 @@ impl Proxy {
     /// Arms a fault (replacing one not fired yet).
     pub fn arm(&self, fault: Fault) {
         if fault == Fault::StallNow {
-            self.shared.stall_all.store(true, Ordering::SeqCst);
+            for conn in self.shared.conns.lock().unwrap().iter() {
+                conn.silent.store(true, Ordering::SeqCst);
+            }
+            self.shared.fired.fetch_add(1, Ordering::SeqCst);
+            return;
         }
         *self.shared.fault.lock().unwrap() = fault;
     }
@@ -135,7 +141,6 @@ impl Proxy {
     /// No fault any more; new connections forward normally.
     pub fn disarm(&self) {
         *self.shared.fault.lock().unwrap() = Fault::None;
-        self.shared.stall_all.store(false, Ordering::SeqCst);
     }
 
     /// Lets the held COMMITs through (and holds no more).
@@ -225,8 +230,7 @@ fn client_to_server(mut client: TcpStream, mut server: TcpStream, shared: &Share
         if !read_exact(&mut client, &mut body) {
             return;
         }
-        if conn.silent.load(Ordering::SeqCst) || shared.stall_all.load(Ordering::SeqCst) {
-            conn.silent.store(true, Ordering::SeqCst);
+        if conn.silent.load(Ordering::SeqCst) {
             continue;
         }
         if is_commit(head[0], &body) {
@@ -272,7 +276,7 @@ fn client_to_server(mut client: TcpStream, mut server: TcpStream, shared: &Share
 /// requests still go through; its own answer (`CommandComplete` with tag `COMMIT`, or `ROLLBACK`
 /// for a failed transaction) and everything after it are swallowed, and then the connection is
 /// cut (or left silent).
-fn server_to_client(mut server: TcpStream, mut client: TcpStream, shared: &Shared, conn: &Conn) {
+fn server_to_client(mut server: TcpStream, mut client: TcpStream, conn: &Conn) {
     let mut answered = false;
     loop {
         // One byte answers an SSL or GSS request; every other server message is typed.
@@ -310,8 +314,7 @@ fn server_to_client(mut server: TcpStream, mut client: TcpStream, shared: &Share
             conn.silent.store(true, Ordering::SeqCst);
             continue;
         }
-        if conn.silent.load(Ordering::SeqCst) || shared.stall_all.load(Ordering::SeqCst) {
-            conn.silent.store(true, Ordering::SeqCst);
+        if conn.silent.load(Ordering::SeqCst) {
             continue;
         }
         if client.write_all(&frame).is_err() {
