@@ -16,6 +16,7 @@
 //!  "candidate": {"snapshot": "s1", "rows": 2, "total": 700, "digest": "d", "files": []}}
 //! {"op": "validate", "dataset": "daily", "run": "r1", "partition": "p=1", "attempt": 1, "checksums": true}
 //! {"op": "record_effect", "dataset": "daily", "run": "r1", "effect": "notify", "partition": null, "payload": "text"}
+//! {"op": "record_effect", "dataset": "daily", "run": "r1", "effect": "blob", "payload_hex": "00ff"}
 //! {"op": "claim_effect", "dataset": "daily", "run": "r1", "effect": "notify", "claimant": "w1", "lease_ms": 60000}
 //! {"op": "mark_emitted", "dataset": "daily", "run": "r1", "effect": "notify", "claimant": "w1"}
 //! ```
@@ -73,7 +74,7 @@ pub enum BatchOp {
         #[serde(default)]
         checksums: bool,
     },
-    /// [`crate::Store::record_effect`], with a text payload.
+    /// [`crate::Store::record_effect`], with a payload given as text or as hexadecimal bytes.
     RecordEffect {
         /// Dataset.
         dataset: String,
@@ -84,9 +85,14 @@ pub enum BatchOp {
         /// Partition, or none for a run-level effect.
         #[serde(default)]
         partition: Option<String>,
-        /// The payload (UTF-8 text; empty by default).
+        /// The payload as UTF-8 text (empty by default).
         #[serde(default)]
         payload: String,
+        /// The payload as hexadecimal digits, for bytes that are not UTF-8 text (the effect
+        /// documents' `payload_hex` gives them back the same way). Given with a non-empty
+        /// `payload`, the operation is refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        payload_hex: Option<String>,
     },
     /// [`crate::Store::claim_effect`].
     ClaimEffect {
@@ -146,6 +152,24 @@ impl BatchOp {
             BatchOp::RecordEffect { .. } => "record_effect",
             BatchOp::ClaimEffect { .. } => "claim_effect",
             BatchOp::MarkEmitted { .. } => "mark_emitted",
+        }
+    }
+
+    /// The bytes of a `record_effect`'s payload: `payload_hex` decoded, else `payload`'s text.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for `payload_hex` that is not an even number of hexadecimal
+    /// digits, or given beside a non-empty `payload`.
+    pub(crate) fn payload_bytes(payload: &str, payload_hex: Option<&str>) -> crate::Result<Vec<u8>> {
+        match payload_hex {
+            None => Ok(payload.as_bytes().to_vec()),
+            Some(_) if !payload.is_empty() => {
+                Err(crate::Error::invalid("effect payload", payload, "give the payload as `payload` (text) or `payload_hex`, not both"))
+            }
+            Some(digits) => hex::decode(digits).map_err(|e| {
+                let shown: String = digits.chars().take(32).collect();
+                crate::Error::invalid("payload_hex", &shown, format!("is not hexadecimal bytes: {e}"))
+            }),
         }
     }
 

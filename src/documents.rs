@@ -4,9 +4,15 @@
 //! contract (documented in the README, `--help` and `docs/openapi.json`), not whatever a
 //! library type's derived serialisation happens to be.
 //!
+//! [`reads`] makes each reading verb's document from a snapshot, and [`operator`] holds the
+//! operator verbs' documents, so the tool and the server build every document in one place.
+//!
 //! Besides the documents, the two inputs both front ends read: a run declaration
 //! ([`RunInput`], `run declare --from` and `POST /v1/runs/declare`) and the manifest's totals
 //! ([`totals`]).
+
+pub mod operator;
+pub mod reads;
 
 use std::path::Path;
 

@@ -83,8 +83,6 @@ mod meta;
 mod model;
 mod ops;
 #[cfg(feature = "postgres")]
-// Wired into `Store` once the layer abstraction (issue14r) lands; until then only its tests use it.
-#[allow(dead_code)]
 mod pg;
 mod readers;
 mod records;

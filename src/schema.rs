@@ -1,4 +1,5 @@
-//! Every redb table manifestdb keeps, and the key encoding.
+//! Every table manifestdb keeps (redb's; their names also name records in errors), and the key
+//! encoding.
 //!
 //! All tables map byte keys to framed byte values (`codec.rs`). Keys are composite: text
 //! fields joined by NUL (identifiers never contain NUL, see `rules::ids`), numbers as
@@ -27,23 +28,13 @@
 //! `attempts_v1`.
 
 use crate::model::{AttemptKey, EffectKey, TaskKey};
-use redb::TableDefinition;
 
-/// A table of framed values under composite byte keys.
-pub(crate) type Table = TableDefinition<'static, &'static [u8], &'static [u8]>;
-
-/// A table's name; [`Def::def`] gives the redb definition. Keeping the name at hand lets every
-/// decode error name its table.
+/// A table's name (the redb layer's table definition is `store::tables::definition`). Keeping
+/// the name at hand lets every decode error name its table; another storage layer names its
+/// tables (or the corruption it reports) by the same names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Def {
     pub(crate) name: &'static str,
-}
-
-impl Def {
-    /// The redb table definition.
-    pub(crate) const fn def(self) -> Table {
-        TableDefinition::new(self.name)
-    }
 }
 
 pub(crate) const META: Def = Def { name: "meta_v1" };

@@ -476,6 +476,9 @@ pub struct SyncEvent {
     pub path: std::path::PathBuf,
     /// True for a directory (`fsync` of its entries), false for a file (`fdatasync`).
     pub directory: bool,
+    /// True for a sync of the whole file system `path` is on (`syncfs`, a batch of many
+    /// begins); `directory` is true too.
+    pub file_system: bool,
 }
 
 type SyncObserver = std::rc::Rc<dyn Fn(&SyncEvent) -> io::Result<()>>;
@@ -507,10 +510,10 @@ pub fn observe_syncs<R>(observer: impl Fn(&SyncEvent) -> io::Result<()> + 'stati
 }
 
 /// Called by the store's sync seam (`store::files::sync_handle`) before each sync.
-pub(crate) fn before_sync(path: &Path, directory: bool) -> io::Result<()> {
+pub(crate) fn before_sync(path: &Path, directory: bool, file_system: bool) -> io::Result<()> {
     let observer = SYNC_OBSERVER.with(|cell| cell.borrow().clone());
     match observer {
-        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory }),
+        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory, file_system }),
         None => Ok(()),
     }
 }

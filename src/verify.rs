@@ -19,10 +19,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use foldhash::{HashMap, HashSet};
-use redb::{DatabaseError, ReadTransaction, ReadableTable, StorageError};
+use redb::{DatabaseError, StorageError};
 
 use crate::codec;
 use crate::error::{Error, Result};
+use crate::meta::MetaRead;
 use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
 use crate::records::{
     self, AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
@@ -174,15 +175,16 @@ impl Store {
     pub fn verify(&mut self, options: &VerifyOptions) -> Result<VerifyReport> {
         let poison = self.poison().clone();
         let integrity = if options.integrity_check {
-            let checked = poison.contain("checking the store's integrity", || Ok(self.database_mut().check_integrity()));
+            let checked = poison.contain("checking the store's integrity", || Ok(self.redb_database_mut().map(|db| db.check_integrity())));
             match checked {
-                Ok(Ok(true)) => IntegrityCheck::Passed,
-                Ok(Ok(false)) => IntegrityCheck::Repaired,
-                Ok(Err(DatabaseError::TransactionInProgress)) => {
+                Ok(None) => IntegrityCheck::Skipped { reason: "this store's storage layer has no file-integrity check".into() },
+                Ok(Some(Ok(true))) => IntegrityCheck::Passed,
+                Ok(Some(Ok(false))) => IntegrityCheck::Repaired,
+                Ok(Some(Err(DatabaseError::TransactionInProgress))) => {
                     IntegrityCheck::Skipped { reason: "a snapshot or transaction of this handle is alive".into() }
                 }
-                Ok(Err(DatabaseError::Storage(StorageError::Corrupted(message)))) => IntegrityCheck::Failed { message },
-                Ok(Err(err)) => return Err(Error::storage("checking the store's integrity", err)),
+                Ok(Some(Err(DatabaseError::Storage(StorageError::Corrupted(message))))) => IntegrityCheck::Failed { message },
+                Ok(Some(Err(err))) => return Err(Error::storage("checking the store's integrity", err)),
                 // redb panicked on what it read: that is damage, reported like the rest.
                 Err(panic) => IntegrityCheck::Failed { message: panic.to_string() },
             }
@@ -246,8 +248,15 @@ impl Snapshot {
                 notes: Vec::new(),
             },
         };
-        let txn = self.txn();
-        let tables = walk.decode_all(txn);
+        // Every stored frame, decoded here, whatever the layer; the checks after it run over
+        // the decoded `Tables`, plain values.
+        let tables = match self.read("verifying the records", |meta| Ok(walk.decode_all(meta))) {
+            Ok(tables) => tables,
+            Err(err) => {
+                walk.find("", "", format!("the records cannot be read: {err}"));
+                Tables::default()
+            }
+        };
         walk.check_references(&tables);
         if let Some(check) = options.files {
             let root = self.staging_root().map(Path::to_path_buf).or_else(|| options.staging_root.clone());
@@ -270,6 +279,15 @@ impl Snapshot {
             }
         }
         walk.report
+    }
+}
+
+/// A decode error as a finding's message: the corruption itself, without table and key (the
+/// finding names them).
+fn finding_message(err: Error) -> String {
+    match err {
+        Error::Corrupted { detail, .. } => detail.to_string(),
+        other => other.to_string(),
     }
 }
 
@@ -445,65 +463,45 @@ impl Walk {
     /// to `keep`, which parses its key and returns false if it cannot: those keys are reported
     /// as malformed after the table's other findings. Nothing is collected in between, so the
     /// walk holds each record once.
-    fn decode_table<R: Checked>(&mut self, txn: &ReadTransaction, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
-        self.decode_table_where(txn, def, |_| true, keep)
+    fn decode_table<R: Checked>(&mut self, meta: &mut dyn MetaRead, def: Def, keep: impl FnMut(&[u8], R) -> bool) {
+        self.decode_table_where(meta, def, |_| true, keep)
     }
 
     /// As `decode_table`, for the keys `select` accepts; the others are decoded as a
     /// [`ViewsRecord`] (the one other record type a table holds: `meta_v1`'s `views` key).
     fn decode_table_where<R: Checked>(
         &mut self,
-        txn: &ReadTransaction,
+        meta: &mut dyn MetaRead,
         def: Def,
         select: impl Fn(&[u8]) -> bool,
         mut keep: impl FnMut(&[u8], R) -> bool,
     ) {
         let mut count = 0u64;
-        let table = match txn.open_table(def.def()) {
-            Ok(table) => table,
-            Err(err) => {
-                self.find(def.name, "", format!("table cannot be opened: {err}"));
-                self.report.records.push((def.name, 0));
-                return;
-            }
-        };
-        let iter = match table.iter() {
-            Ok(iter) => iter,
-            Err(err) => {
-                self.find(def.name, "", format!("table cannot be read: {err}"));
-                self.report.records.push((def.name, 0));
-                return;
-            }
-        };
         let mut malformed = Vec::new();
-        for item in iter {
-            let (key, value) = match item {
-                Ok(pair) => pair,
-                Err(err) => {
-                    self.find(def.name, "", format!("reading stopped: {err}"));
-                    break;
-                }
-            };
+        let mut findings: Vec<(String, String)> = Vec::new();
+        let walked = meta.each_frame(def, &mut |key, value| {
             count += 1;
-            let key = key.value();
             if !select(key) {
-                match records::decode::<ViewsRecord>(def.name, key, value.value()) {
-                    Ok(_) => {}
-                    Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
-                    Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
+                if let Err(err) = records::decode::<ViewsRecord>(def.name, key, value) {
+                    findings.push((codec::printable_key(key), finding_message(err)));
                 }
-                continue;
+                return;
             }
-            let decoded = records::decode::<R>(def.name, key, value.value());
-            match decoded {
+            match records::decode::<R>(def.name, key, value) {
                 Ok(record) => {
                     if !keep(key, record) {
                         malformed.push(key.to_vec());
                     }
                 }
-                Err(Error::Corrupted { detail, .. }) => self.find(def.name, codec::printable_key(key), detail.to_string()),
-                Err(other) => self.find(def.name, codec::printable_key(key), other.to_string()),
+                Err(err) => findings.push((codec::printable_key(key), finding_message(err))),
             }
+        });
+        for (key, message) in findings {
+            self.find(def.name, key, message);
+        }
+        if let Err(err) = walked {
+            let message = if count == 0 { format!("table cannot be read: {err}") } else { format!("reading stopped: {err}") };
+            self.find(def.name, "", message);
         }
         self.report.records.push((def.name, count));
         for key in malformed {
@@ -515,20 +513,20 @@ impl Walk {
         self.find(def.name, codec::printable_key(key), "malformed key");
     }
 
-    fn decode_all(&mut self, txn: &ReadTransaction) -> Tables {
+    fn decode_all(&mut self, meta: &mut dyn MetaRead) -> Tables {
         let mut t = Tables::default();
         debug_assert_eq!(ALL_TABLES.len(), 12, "verify walks every table; a new table needs its checks here");
-        let mut meta: Vec<(Vec<u8>, MetaRecord)> = Vec::new();
+        let mut formats: Vec<(Vec<u8>, MetaRecord)> = Vec::new();
         self.decode_table_where(
-            txn,
+            meta,
             META,
             |k| k != META_VIEWS_KEY,
             |key, record| {
-                meta.push((key.to_vec(), record));
+                formats.push((key.to_vec(), record));
                 true
             },
         );
-        for (key, record) in meta {
+        for (key, record) in formats {
             if key == META_FORMAT_KEY {
                 t.format_seen = true;
                 if record.format_version != FORMAT_VERSION {
@@ -539,44 +537,44 @@ impl Walk {
         if !t.format_seen {
             self.find(META.name, "format", "the store has no format record");
         }
-        self.decode_table::<RunRecord>(txn, RUNS, |key, record| {
+        self.decode_table::<RunRecord>(meta, RUNS, |key, record| {
             text_fields(key, 2).and_then(take::<2>).map(|[d, r]| t.runs.push((d, r), record)).is_some()
         });
-        self.decode_table::<TaskRecord>(txn, TASKS, |key, record| {
+        self.decode_table::<TaskRecord>(meta, TASKS, |key, record| {
             text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.tasks.push((d, r, p), record)).is_some()
         });
-        self.decode_table::<AttemptRecord>(txn, ATTEMPTS, |key, record| {
+        self.decode_table::<AttemptRecord>(meta, ATTEMPTS, |key, record| {
             fields_and_number(key, 3, 4)
                 .and_then(|(f, n)| Some((take::<3>(f)?, n)))
                 .map(|([d, r, p], n)| t.attempts.push((d, r, p, n as u32), record))
                 .is_some()
         });
-        self.decode_table::<AcceptedRecord>(txn, ACCEPTED, |key, record| {
+        self.decode_table::<AcceptedRecord>(meta, ACCEPTED, |key, record| {
             text_fields(key, 3).and_then(take::<3>).map(|[d, r, p]| t.accepted.push((d, r, p), record.attempt)).is_some()
         });
-        self.decode_table::<PartitionVersionRecord>(txn, VERSIONS, |key, record| {
+        self.decode_table::<PartitionVersionRecord>(meta, VERSIONS, |key, record| {
             fields_and_number(key, 2, 8)
                 .and_then(|(f, n)| Some((take::<2>(f)?, n)))
                 .map(|([d, p], n)| t.versions.push((d, p, n), record))
                 .is_some()
         });
-        self.decode_table::<GenerationRecord>(txn, GENERATIONS, |key, record| {
+        self.decode_table::<GenerationRecord>(meta, GENERATIONS, |key, record| {
             fields_and_number(key, 1, 8)
                 .and_then(|(f, n)| Some((take::<1>(f)?, n)))
                 .map(|([d], n)| t.generations.push((d, n), record))
                 .is_some()
         });
-        self.decode_table::<PointerRecord>(txn, POINTERS, |key, record| {
+        self.decode_table::<PointerRecord>(meta, POINTERS, |key, record| {
             text_fields(key, 1).and_then(take::<1>).map(|[d]| t.pointers.push(d, record.generation)).is_some()
         });
-        self.decode_table::<DigestRecord>(txn, DIGESTS, |key, record| {
+        self.decode_table::<DigestRecord>(meta, DIGESTS, |key, record| {
             text_fields(key, 3).and_then(take::<3>).map(|[d, s, p]| t.digests.push((d, s, p), record)).is_some()
         });
         // Cleanup plans and their applied batches refer to paths and attempts that cleanup
         // may since have removed, so only their frames, records and key shapes are checked.
-        self.decode_table::<CleanupPlanRecord>(txn, CLEANUP_PLANS, |key, _| key.len() == 8);
-        self.decode_table::<CleanupBatchRecord>(txn, CLEANUP_BATCHES, |key, _| key.len() == 12);
-        self.decode_table::<EffectRecord>(txn, EFFECTS, |key, record| {
+        self.decode_table::<CleanupPlanRecord>(meta, CLEANUP_PLANS, |key, _| key.len() == 8);
+        self.decode_table::<CleanupBatchRecord>(meta, CLEANUP_BATCHES, |key, _| key.len() == 12);
+        self.decode_table::<EffectRecord>(meta, EFFECTS, |key, record| {
             text_fields(key, 4).and_then(take::<4>).map(|[d, r, e, p]| t.effects.push((d, r, e, p), record)).is_some()
         });
         t.sort();

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
+use manifestdb::documents::reads::DocumentError;
 use manifestdb::{ReadOnlyStore, Store, StoreOptions, ViewMode, ViewOptions};
 
 use crate::exit::{not_found, usage};
@@ -22,7 +23,8 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_DIR")]
     pub dir: Option<PathBuf>,
 
-    /// The store file (overrides the one in --dir).
+    /// The store file (overrides the one in --dir), or a PostgreSQL database's URL
+    /// (`postgres://user@host:port/dbname`; then pass --staging too).
     #[arg(long, global = true, value_name = "PATH", env = "MANIFESTDB_STORE")]
     pub store: Option<PathBuf>,
 
@@ -55,10 +57,10 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
     pub wait: std::time::Duration,
 
-    /// Send writing verbs to the server at URL (unix:PATH, or http://IP:PORT) instead of
-    /// opening the store file. Without it, a writing verb uses the server listening on the
-    /// socket in the store's directory (manifestdb.sock) if one runs, and opens the file
-    /// otherwise.
+    /// Send every verb (reading, writing and operator verbs alike) to the server at URL
+    /// (unix:PATH, or http://IP:PORT) instead of opening the store file, which then need not be
+    /// reachable from this host. Without it, a verb uses the server listening on the socket in
+    /// the store's directory (manifestdb.sock) if one runs, and opens the file otherwise.
     #[arg(long, global = true, value_name = "URL", env = "MANIFESTDB_SERVER")]
     pub server: Option<String>,
 
@@ -120,7 +122,8 @@ impl LocationArgs {
     pub fn create(&self) -> anyhow::Result<(Store, PathBuf, bool)> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
-        let existed = path.exists();
+        crate::remote::refuse_if_served(self)?;
+        let existed = store_exists(&path);
         let store =
             Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
         Ok((store, path, !existed))
@@ -168,6 +171,20 @@ impl LocationArgs {
         }
     }
 
+    /// A reading verb's document, made by `make` from one snapshot of the store opened
+    /// read-only; the store is closed before the document is returned.
+    pub fn read_document(
+        &self,
+        make: impl FnOnce(&manifestdb::Snapshot) -> Result<serde_json::Value, DocumentError>,
+    ) -> anyhow::Result<serde_json::Value> {
+        let store = self.open_reader()?;
+        let snapshot = store.snapshot()?;
+        let doc = make(&snapshot).map_err(document_error);
+        drop(snapshot);
+        close_reader(store)?;
+        doc
+    }
+
     /// Opens an existing store read-only; works while another process holds it for writing.
     pub fn open_reader(&self) -> anyhow::Result<ReadOnlyStore> {
         let path = self.store_path()?;
@@ -194,6 +211,37 @@ pub fn close_reader(store: ReadOnlyStore) -> anyhow::Result<()> {
     store.close().context("closing the store")
 }
 
+/// A read document's error as the tool's: a store error as itself (its exit code and message),
+/// something not found as exit 4.
+pub fn document_error(err: DocumentError) -> anyhow::Error {
+    match err {
+        DocumentError::Store(err) => anyhow::Error::new(err),
+        DocumentError::NotFound(message) => not_found(message),
+        other => anyhow::anyhow!("{other}"),
+    }
+}
+
+/// Whether `--store` names a PostgreSQL database (a `postgres://` or `postgresql://` URL)
+/// rather than a store file.
+fn is_database_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+}
+
+/// Whether a store exists at `path`: a file, or a database holding a store's schema.
+fn store_exists(path: &Path) -> bool {
+    if is_database_url(path) { ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()) } else { path.exists() }
+}
+
 fn require_existing(path: &Path) -> anyhow::Result<()> {
-    if path.exists() { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
+    if is_database_url(path) {
+        // A database that cannot be reached is that error, not a missing store.
+        return match ReadOnlyStore::open(path) {
+            Ok(store) => store.close().context("closing the store"),
+            Err(err) if err.kind() == manifestdb::ErrorKind::NotFound => {
+                Err(not_found(format!("no store in {} (create one with `manifestdb init`)", path.display())))
+            }
+            Err(err) => Err(anyhow::Error::new(err).context(format!("opening store {}", path.display()))),
+        };
+    }
+    if store_exists(path) { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
 }

@@ -5,12 +5,14 @@
 //! one, it sends its request there, and prints the server's answer, which is the document the
 //! verb prints when it opens the file itself (both are built by `manifestdb::documents`); an
 //! error answer becomes the same exit code and message. Without a server the verb opens the
-//! file. Read-only verbs read the file directly in either case: a read-only open works while
-//! the server holds the writer, and shows the same committed state.
+//! file. Every verb does so, the reading ones too ([`read`]): with `--server` naming a server
+//! on another host, the store file need not be reachable from this one.
 
 use std::os::unix::net::UnixStream;
 
 use anyhow::Context;
+use manifestdb::Snapshot;
+use manifestdb::documents::reads::DocumentError;
 use manifestdb::server::{Client, Listen, parse_target, socket_path};
 use serde_json::Value;
 
@@ -51,13 +53,47 @@ impl Remote {
     pub fn post(&mut self, route: &str, body: &Value) -> anyhow::Result<Value> {
         let answer =
             self.client.request("POST", route, Some(body)).with_context(|| format!("calling the server at {}", self.client.target()))?;
-        if (200..300).contains(&answer.status) {
-            return Ok(answer.body);
-        }
-        let error = &answer.body["error"];
-        let message = error["message"].as_str().map_or_else(|| format!("the server answered {}", answer.status), str::to_owned);
-        Err(CliError { exit: exit_of_kind(error["kind"].as_str().unwrap_or_default()), message }.into())
+        answer_document(answer)
     }
+
+    /// `GET route?query`: the answer's document, or its error as [`Remote::post`] gives it.
+    pub fn get(&mut self, route: &str, query: &Value) -> anyhow::Result<Value> {
+        let answer = self.client.get(route, query).with_context(|| format!("calling the server at {}", self.client.target()))?;
+        answer_document(answer)
+    }
+}
+
+/// A reading verb's document: `GET route?query` from the store's server when one runs (or
+/// `--server` names one), else `local` over a snapshot of the store file opened read-only.
+pub fn read(
+    location: &LocationArgs,
+    route: &str,
+    query: &Value,
+    local: impl FnOnce(&Snapshot) -> Result<Value, DocumentError>,
+) -> anyhow::Result<Value> {
+    match Remote::find(location)? {
+        Some(mut server) => server.get(route, query),
+        None => location.read_document(local),
+    }
+}
+
+/// A writing verb's document: `POST route` with `body` to the store's server when one runs,
+/// else `local` (which opens the file for writing).
+pub fn write(location: &LocationArgs, route: &str, body: &Value, local: impl FnOnce() -> anyhow::Result<Value>) -> anyhow::Result<Value> {
+    match Remote::find(location)? {
+        Some(mut server) => server.post(route, body),
+        None => local(),
+    }
+}
+
+/// The document of a 2xx answer; an error answer as the tool's own error.
+fn answer_document(answer: manifestdb::server::Answer) -> anyhow::Result<Value> {
+    if (200..300).contains(&answer.status) {
+        return Ok(answer.body);
+    }
+    let error = &answer.body["error"];
+    let message = error["message"].as_str().map_or_else(|| format!("the server answered {}", answer.status), str::to_owned);
+    Err(CliError { exit: exit_of_kind(error["kind"].as_str().unwrap_or_default()), message }.into())
 }
 
 /// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind,
@@ -78,14 +114,15 @@ fn live_socket(location: &LocationArgs) -> anyhow::Result<Option<Listen>> {
     Ok(UnixStream::connect(&path).is_ok().then_some(Listen::Unix(path)))
 }
 
-/// Fails busy, at once, when a server holds the store: for verbs that need the file itself
-/// (they would only wait for the server's writer until `--wait` ran out).
+/// Fails busy, at once, when a server holds the store: for the verbs that need the file itself
+/// (`init` of an existing store, `recover`, a second `serve`), which would only wait for the
+/// server's writer until `--wait` ran out.
 pub fn refuse_if_served(location: &LocationArgs) -> anyhow::Result<()> {
     if let Some(Listen::Unix(path)) = live_socket(location)? {
         return Err(CliError {
             exit: Exit::Busy,
             message: format!(
-                "the store is held by a running server (unix:{}), which serves the worker verbs; this verb needs the store file itself: stop the server first",
+                "the store is held by a running server (unix:{}); this verb needs the store file itself: stop the server first",
                 path.display()
             ),
         }

@@ -18,7 +18,7 @@ use crate::schema::ATTEMPTS;
 /// known, before anything is written (if the commit then fails, the number is not taken and
 /// the next begin reuses the empty directory nobody was handed).
 pub(crate) fn begin(
-    meta: &mut impl Meta,
+    meta: &mut dyn Meta,
     task: &TaskKey,
     now_ms: u64,
     make_dir: impl FnOnce(u32, &str) -> Result<PathBuf>,
@@ -50,7 +50,7 @@ pub(crate) fn begin(
 }
 
 /// Records a finished attempt's candidate; the identical candidate again writes nothing.
-pub(crate) fn finish(meta: &mut impl Meta, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+pub(crate) fn finish(meta: &mut dyn Meta, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
     let task = &attempt.task;
     let run = meta.run(&task.dataset, &task.run)?.ok_or_else(|| unknown_run(&task.dataset, &task.run))?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
@@ -66,7 +66,7 @@ pub(crate) fn finish(meta: &mut impl Meta, attempt: &AttemptKey, candidate: &Can
 }
 
 /// Renews a running attempt's lease at `now_ms`; `lease_ms` is the store's attempt lease.
-pub(crate) fn heartbeat(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64, lease_ms: u64) -> Result<TxnEnd<AttemptLease>> {
+pub(crate) fn heartbeat(meta: &mut dyn Meta, attempt: &AttemptKey, now_ms: u64, lease_ms: u64) -> Result<TxnEnd<AttemptLease>> {
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
     // The run is read only for an attempt not abandoned: the abandonment answers first.
     let task = &attempt.task;
@@ -85,7 +85,7 @@ pub(crate) fn heartbeat(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64,
 
 /// Records every unfinished attempt whose lease (`lease_ms`) ran out by `now_ms` abandoned
 /// (with `execute`; otherwise nothing is written) and returns them, in key order.
-pub(crate) fn abandon_expired(meta: &mut impl Meta, lease_ms: u64, now_ms: u64, execute: bool) -> Result<TxnEnd<Vec<AttemptKey>>> {
+pub(crate) fn abandon_expired(meta: &mut dyn Meta, lease_ms: u64, now_ms: u64, execute: bool) -> Result<TxnEnd<Vec<AttemptKey>>> {
     let expired = meta.attempts_where(&mut |record| {
         attempts::lease_expired(record.candidate.is_some(), record.abandoned_at_ms.is_some(), record.heartbeat_at_ms, lease_ms, now_ms)
     })?;
@@ -102,7 +102,7 @@ pub(crate) fn abandon_expired(meta: &mut impl Meta, lease_ms: u64, now_ms: u64, 
 }
 
 /// Records one unfinished attempt abandoned at `now_ms`; again, it writes nothing.
-pub(crate) fn abandon(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64) -> Result<TxnEnd<AbandonOutcome>> {
+pub(crate) fn abandon(meta: &mut dyn Meta, attempt: &AttemptKey, now_ms: u64) -> Result<TxnEnd<AbandonOutcome>> {
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
     match attempts::abandon(attempt, record.abandoned_at_ms, record.candidate.is_some())? {
         Abandon::AlreadyAbandoned(abandoned_at_ms) => Ok(TxnEnd::Abort(AbandonOutcome::AlreadyAbandoned { abandoned_at_ms })),
@@ -119,7 +119,7 @@ pub(crate) fn abandon(meta: &mut impl Meta, attempt: &AttemptKey, now_ms: u64) -
 /// (`actor` and `reason` recorded) and the task's accepted attempt becomes the lowest valid
 /// one left (`rules::accept::lowest_valid` over the task's own attempts), or none.
 pub(crate) fn invalidate(
-    meta: &mut impl Meta,
+    meta: &mut dyn Meta,
     attempt: &AttemptKey,
     actor: &str,
     reason: &str,

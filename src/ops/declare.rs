@@ -9,7 +9,7 @@ use crate::rules::declare;
 /// Declares `spec` at `now_ms`: an identical re-declaration writes nothing, a different one is
 /// [`Error::RunConflict`] naming the first difference. The tasks of an existing run are read
 /// one by one, up to the first difference.
-pub(crate) fn declare_run(meta: &mut impl Meta, spec: &RunSpec, now_ms: u64) -> Result<TxnEnd<DeclareOutcome>> {
+pub(crate) fn declare_run(meta: &mut dyn Meta, spec: &RunSpec, now_ms: u64) -> Result<TxnEnd<DeclareOutcome>> {
     if let Some(existing) = meta.run(&spec.dataset, &spec.run)? {
         let conflict = |detail: String| Error::RunConflict { dataset: spec.dataset.clone(), run: spec.run.clone(), detail };
         let declared = declare::Declared { snapshot: &existing.snapshot, grain: existing.grain.as_ref(), task_count: existing.task_count };

@@ -23,7 +23,7 @@ fn not_ready(effect: &EffectKey) -> Error {
 
 /// Records an effect under its natural key at `now_ms`; an effect already recorded under it
 /// is returned unchanged.
-pub(crate) fn record(meta: &mut impl Meta, effect: &EffectKey, payload: &[u8], now_ms: u64) -> Result<TxnEnd<RecordedEffect>> {
+pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], now_ms: u64) -> Result<TxnEnd<RecordedEffect>> {
     let run = meta.run(&effect.dataset, &effect.run)?.ok_or_else(|| unknown_run(&effect.dataset, &effect.run))?;
     if let Some(partition) = &effect.partition {
         let task = TaskKey::new(&effect.dataset, &effect.run, partition);
@@ -43,7 +43,7 @@ pub(crate) fn record(meta: &mut impl Meta, effect: &EffectKey, payload: &[u8], n
 }
 
 /// Claims an effect for `claimant` for `lease_ms` at `now_ms`.
-pub(crate) fn claim(meta: &mut impl Meta, effect: &EffectKey, claimant: &str, lease_ms: u64, now_ms: u64) -> Result<TxnEnd<ClaimOutcome>> {
+pub(crate) fn claim(meta: &mut dyn Meta, effect: &EffectKey, claimant: &str, lease_ms: u64, now_ms: u64) -> Result<TxnEnd<ClaimOutcome>> {
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match effects::claim(&record.status, record.claim.as_ref(), claimant, now_ms) {
         ClaimDecision::NotReady => Err(not_ready(effect)),
@@ -58,7 +58,7 @@ pub(crate) fn claim(meta: &mut impl Meta, effect: &EffectKey, claimant: &str, le
 }
 
 /// Marks an effect emitted at `now_ms` for `claimant` (`None`: an emitter that does not claim).
-pub(crate) fn mark(meta: &mut impl Meta, effect: &EffectKey, claimant: Option<&str>, now_ms: u64) -> Result<TxnEnd<MarkOutcome>> {
+pub(crate) fn mark(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>, now_ms: u64) -> Result<TxnEnd<MarkOutcome>> {
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match (effects::mark(&record.status, record.claim.as_ref(), claimant, now_ms), effects::emitted(&record.status, now_ms)) {
         (MarkDecision::NotReady, _) => Err(not_ready(effect)),
@@ -79,7 +79,7 @@ pub(crate) fn mark(meta: &mut impl Meta, effect: &EffectKey, claimant: Option<&s
 
 /// Makes every recorded effect of the run ready, in the transaction that publishes it as
 /// `generation`. Touches only the run's own effects (one key range).
-pub(crate) fn ready_on_publish(meta: &mut impl Meta, dataset: &str, run: &str, generation: u64) -> Result<()> {
+pub(crate) fn ready_on_publish(meta: &mut dyn Meta, dataset: &str, run: &str, generation: u64) -> Result<()> {
     meta.update_run_effects(dataset, run, &mut |record| {
         effects::on_publish(&record.status, generation).map(|status| EffectRecord { status, ..record })
     })

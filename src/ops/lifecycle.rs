@@ -1,8 +1,9 @@
-//! Rollback: a retained generation made current again, as a new generation.
+//! Rollback (a retained generation made current again, as a new generation) and the expiry of
+//! generations a retention policy no longer keeps.
 
 use super::corrupted;
 use crate::error::Result;
-use crate::lifecycle::RollbackOutcome;
+use crate::lifecycle::{ExpireReport, RetentionPolicy, RollbackOutcome, RunMode};
 use crate::meta::{Meta, TxnEnd};
 use crate::model::GenerationKind;
 use crate::records::{DigestRecord, GenerationRecord, PartitionVersionRecord, generation_from};
@@ -14,7 +15,7 @@ use crate::schema::{POINTERS, VERSIONS, key, key_u64};
 /// for a partition `to` did not have), the digests they now hold, the generation record, then
 /// the pointer. A refusal ([`crate::RollbackRefusal`]) writes nothing.
 pub(crate) fn rollback(
-    meta: &mut impl Meta,
+    meta: &mut dyn Meta,
     dataset: &str,
     to: u64,
     actor: &str,
@@ -68,4 +69,62 @@ pub(crate) fn rollback(
     meta.move_pointer(dataset, current, number)?;
     tracing::info!(dataset, restored = to, generation = number, actor, reason, partitions = restores.len(), "rolled back");
     Ok(TxnEnd::Commit(RollbackOutcome::RolledBack(generation_from(dataset, number, record))))
+}
+
+/// Expires the generations of `dataset` that `policy` does not retain at `now_ms`: their
+/// records, and the version entries no retained generation can see (`rules::retention`). In a
+/// dry run (or with nothing to expire) nothing is written and the report says what would go.
+/// `remove_views` runs once the decision is made and before the first write, with the
+/// generations to expire (file work: their views go before the expiry can commit); its
+/// failure aborts the expiry.
+pub(crate) fn expire(
+    meta: &mut dyn Meta,
+    dataset: &str,
+    policy: &RetentionPolicy,
+    mode: RunMode,
+    now_ms: u64,
+    remove_views: &mut dyn FnMut(&[u64]) -> Result<Vec<u64>>,
+) -> Result<TxnEnd<ExpireReport>> {
+    let current = meta.pointer(dataset)?.unwrap_or(0);
+    let list = meta.generation_times(dataset)?;
+    if list.last().map_or(0, |(n, _)| *n) != current {
+        return Err(corrupted(POINTERS, &key(&[dataset]), "pointer does not name the newest generation"));
+    }
+    let oldest = retention::oldest_retained(&list, policy, now_ms);
+    let expired: Vec<u64> = list.iter().map(|(n, _)| *n).filter(|n| *n < oldest).collect();
+    // The dataset's version keys come by partition, then generation: the rule picks the
+    // invisible ones of each partition.
+    let keys = meta.version_keys(dataset)?;
+    let mut doomed: Vec<(&str, u64)> = Vec::new();
+    for group in keys.chunk_by(|a, b| a.0 == b.0) {
+        let versions: Vec<(u64, bool)> = group.iter().map(|(_, generation, removal)| (*generation, *removal)).collect();
+        doomed.extend(retention::versions_to_remove(&versions, oldest).into_iter().map(|generation| (group[0].0.as_str(), generation)));
+    }
+    let mut report = ExpireReport {
+        dataset: dataset.to_owned(),
+        mode,
+        current,
+        oldest_retained: oldest,
+        expired,
+        versions_removed: doomed.len() as u64,
+        views_removed: Vec::new(),
+    };
+    if mode == RunMode::DryRun || (report.expired.is_empty() && doomed.is_empty()) {
+        return Ok(TxnEnd::Abort(report));
+    }
+    report.views_removed = remove_views(&report.expired)?;
+    for (partition, generation) in &doomed {
+        meta.remove_version(dataset, partition, *generation)?;
+    }
+    for number in &report.expired {
+        meta.remove_generation(dataset, *number)?;
+    }
+    tracing::info!(
+        dataset,
+        oldest_retained = oldest,
+        expired = report.expired.len(),
+        versions_removed = report.versions_removed,
+        "expired generations"
+    );
+    Ok(TxnEnd::Commit(report))
 }

@@ -12,6 +12,7 @@
 //! (a run's tasks, a task's attempts, a run's effects), so its cost is countable per call.
 
 pub(crate) mod attempts;
+pub(crate) mod cleanup;
 pub(crate) mod declare;
 pub(crate) mod effects;
 pub(crate) mod lifecycle;

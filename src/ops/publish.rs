@@ -13,7 +13,7 @@ use crate::schema::{ACCEPTED, POINTERS, RUNS, key};
 /// candidate's files just now (sizes), so a file lost since validation is refused as a report
 /// naming it; an I/O error there is an error to retry, never a refusal.
 pub(crate) fn publish(
-    meta: &mut impl Meta,
+    meta: &mut dyn Meta,
     dataset: &str,
     run: &str,
     accept_nondeterminism: Option<&str>,
@@ -80,7 +80,7 @@ pub(crate) fn publish(
 
 /// Reads, for each task of the run, what the publish rule needs: O(1) keyed lookups per task,
 /// plus a scan of a task's own attempts only when it has no accepted one (for the report).
-fn gather_inputs(meta: &mut impl Meta, dataset: &str, run: &str, snapshot: &str, task_count: u64) -> Result<Vec<TaskState>> {
+fn gather_inputs(meta: &mut dyn Meta, dataset: &str, run: &str, snapshot: &str, task_count: u64) -> Result<Vec<TaskState>> {
     let tasks = meta.run_tasks(dataset, run)?;
     let mut states = Vec::with_capacity(tasks.len());
     for (partition, task) in tasks {
@@ -115,7 +115,7 @@ fn gather_inputs(meta: &mut impl Meta, dataset: &str, run: &str, snapshot: &str,
 
 /// The error for a published run whose generation record is missing: expired if the dataset's
 /// history now starts after it, corruption otherwise.
-pub(crate) fn published_generation_missing(meta: &mut impl Meta, dataset: &str, run: &str, generation: u64) -> Error {
+pub(crate) fn published_generation_missing(meta: &mut dyn Meta, dataset: &str, run: &str, generation: u64) -> Error {
     match meta.oldest_generation(dataset) {
         Err(err) => err,
         Ok(Some(oldest)) if oldest > generation => {

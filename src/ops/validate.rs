@@ -14,7 +14,7 @@ use crate::schema::ATTEMPTS;
 /// the accepted attempt is frozen). A verdict stored meanwhile by another validator stands and
 /// is returned.
 pub(crate) fn store_verdict(
-    meta: &mut impl Meta,
+    meta: &mut dyn Meta,
     attempt: &AttemptKey,
     candidate: &Candidate,
     verdict: &Verdict,

@@ -1,8 +1,9 @@
 //! PostgreSQL's errors as the opaque [`StorageError`]: the one place that knows which
 //! PostgreSQL error is which kind of failure, and which ones the layer retries.
 
-use postgres::error::SqlState;
+use tokio_postgres::error::SqlState;
 
+use super::conn::PgError;
 use crate::error::{Error, StorageError, StorageErrorKind};
 
 /// What the transaction runner does after an error of the server or the connection.
@@ -21,7 +22,11 @@ pub(crate) enum Retry {
 }
 
 /// Classifies an error of the PostgreSQL client.
-pub(crate) fn retry_of(err: &postgres::Error) -> Retry {
+pub(crate) fn retry_of(err: &PgError) -> Retry {
+    let err = match err {
+        PgError::Stalled { .. } => return Retry::Reconnect,
+        PgError::Client(err) => err,
+    };
     if err.is_closed() {
         return Retry::Reconnect;
     }
@@ -46,6 +51,7 @@ fn connection_lost(code: &SqlState) -> bool {
 
 /// Classifies an error of the PostgreSQL client into a storage error kind.
 ///
+/// - a call that got no answer in time ([`PgError::Stalled`]) is [`StorageErrorKind::Io`];
 /// - serialization failures and deadlocks are [`StorageErrorKind::Conflict`] (only seen by a
 ///   caller once the bounded retries ran out);
 /// - connection loss, the server shutting down or starting, a full disk, memory exhaustion
@@ -55,8 +61,12 @@ fn connection_lost(code: &SqlState) -> bool {
 ///   schema that is missing (after the migrations made it) are [`StorageErrorKind::Corrupt`];
 /// - a database that does not exist, a bad password and everything else are
 ///   [`StorageErrorKind::Other`], with the server's message.
-fn kind_of(err: &postgres::Error) -> StorageErrorKind {
+fn kind_of(err: &PgError) -> StorageErrorKind {
     use StorageErrorKind as K;
+    let err = match err {
+        PgError::Stalled { .. } => return K::Io,
+        PgError::Client(err) => err,
+    };
     if err.is_closed() {
         return K::Io;
     }
@@ -84,7 +94,11 @@ fn kind_of(err: &postgres::Error) -> StorageErrorKind {
 }
 
 /// The error's text: the server's message with its SQLSTATE, or the client's.
-fn message_of(err: &postgres::Error) -> String {
+fn message_of(err: &PgError) -> String {
+    let err = match err {
+        PgError::Stalled { .. } => return format!("PostgreSQL connection: {err}"),
+        PgError::Client(err) => err,
+    };
     match err.as_db_error() {
         Some(db) => {
             let mut message = format!("PostgreSQL error {}: {}", db.code().code(), db.message());
@@ -98,7 +112,8 @@ fn message_of(err: &postgres::Error) -> String {
 }
 
 /// The operating system's error behind a client error, if any.
-fn io_of(err: &postgres::Error) -> Option<std::io::Error> {
+fn io_of(err: &PgError) -> Option<std::io::Error> {
+    let PgError::Client(err) = err else { return None };
     let mut source = std::error::Error::source(err);
     while let Some(inner) = source {
         if let Some(io) = inner.downcast_ref::<std::io::Error>() {
@@ -110,13 +125,13 @@ fn io_of(err: &postgres::Error) -> Option<std::io::Error> {
 }
 
 /// A client error as a storage error.
-pub(crate) fn storage_error(err: &postgres::Error) -> StorageError {
+pub(crate) fn storage_error(err: &PgError) -> StorageError {
     StorageError::new(kind_of(err), message_of(err), io_of(err))
 }
 
 impl Error {
     /// A PostgreSQL error while doing `context`.
-    pub(crate) fn postgres(context: &'static str, err: &postgres::Error) -> Self {
+    pub(crate) fn postgres(context: &'static str, err: &PgError) -> Self {
         Error::Storage { context, source: storage_error(err) }
     }
 
@@ -133,19 +148,17 @@ mod tests {
     #[test]
     fn a_connection_that_cannot_be_made_is_an_io_error_to_reconnect() {
         // Nothing listens on port 1 of the loopback address.
-        let err = postgres::Config::new()
-            .host("127.0.0.1")
-            .port(1)
-            .user("nobody")
-            .connect_timeout(std::time::Duration::from_secs(2))
-            .connect(postgres::NoTls)
-            .err()
-            .expect("nothing listens on port 1");
+        let mut config = tokio_postgres::Config::new();
+        config.host("127.0.0.1").port(1).user("nobody").connect_timeout(std::time::Duration::from_secs(2));
+        let err = super::super::conn::Conn::connect(&config).err().expect("nothing listens on port 1");
         assert_eq!(retry_of(&err), Retry::Reconnect);
         let storage = storage_error(&err);
         assert_eq!(storage.kind(), StorageErrorKind::Io);
         let io = std::error::Error::source(&storage).and_then(|e| e.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
         assert_eq!(io, Some(std::io::ErrorKind::ConnectionRefused), "the OS error stays reachable as the source");
         assert_eq!(Error::postgres("opening", &err).kind(), crate::ErrorKind::Fault);
+        let stalled = PgError::Stalled { waiting_for: "a statement" };
+        assert_eq!(retry_of(&stalled), Retry::Reconnect, "a call without an answer in time is a lost connection");
+        assert_eq!(storage_error(&stalled).kind(), StorageErrorKind::Io);
     }
 }

@@ -1,42 +1,52 @@
-//! [`Meta`] for PostgreSQL: the reads and writes of one operation inside one SERIALIZABLE
-//! transaction of one connection (the runner in `mod.rs` opens and ends it).
+//! [`MetaRead`] and [`Meta`] for PostgreSQL: the reads and writes of one operation inside one
+//! transaction of one connection (the runner in `mod.rs` opens and ends it): a SERIALIZABLE
+//! read-write one for an operation, a REPEATABLE READ read-only one for a snapshot.
 //!
 //! Every statement is sent with its parameter types (`query_typed`): one round trip, no
 //! prepared statement to keep per connection. Every value read goes through
 //! `records::decode` (frame, checksum over table and key, the record's own checks), so a
-//! damaged value is `Error::Corrupted` naming table and key, never absence. A failing
-//! statement records how the runner should go on ([`Retry`]) before its error is returned.
+//! damaged value, or a value stored under another key, is `Error::Corrupted` naming table and
+//! key, never absence. A failing statement records how the runner should go on ([`Retry`])
+//! before its error is returned.
 //!
-//! Two reads do more than read, on purpose:
-//! - [`Meta::task`] locks the task's row (`FOR UPDATE`): a begin makes the attempt's directory
-//!   between its read of the task's next number and its write, so a second begin of the same
-//!   task must wait for the first to end and then fail to serialize (and run again on a fresh
-//!   snapshot) rather than make the directory of a number the first one handed out.
-//! - [`Meta::move_pointer`] is a compare-and-swap in the write itself, so it needs no read.
+//! Two statements do more than read or write a row, on purpose:
+//! - [`MetaRead::task`] locks the task's row (`FOR UPDATE`) in a read-write transaction: a
+//!   begin makes the attempt's directory between its read of the task's next number and its
+//!   write, so a second begin of the same task waits for the first to end and then fails to
+//!   serialize (and runs again on a fresh snapshot) rather than make the directory of a number
+//!   the first one handed out.
+//! - [`Meta::move_pointer`] is a compare-and-swap in the write itself
+//!   (`UPDATE ... WHERE generation = $from`, or an insert that must not find a row).
 
-use postgres::Client;
-use postgres::types::{ToSql, Type};
+use tokio_postgres::types::{ToSql, Type};
 
+use super::conn::{Conn, PgError};
 use super::error::{Retry, retry_of};
 use crate::error::{Error, Result, StorageErrorKind};
-use crate::meta::Meta;
+use crate::meta::{Meta, MetaRead, note_write};
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, Checked, DigestRecord, EffectRecord, GenerationRecord, PartitionVersionRecord, PointerRecord, RunRecord,
-    TaskRecord,
+    AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
+    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
 };
 use crate::schema::{
-    self, ACCEPTED, ATTEMPTS, DIGESTS, Def, EFFECTS, GENERATIONS, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix,
-    prefix_end,
+    self, ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, GENERATIONS, META, META_FORMAT_KEY,
+    META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
 
-/// The operations' view of one PostgreSQL transaction.
+type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
+
+/// The operations' (and a snapshot's) view of one PostgreSQL transaction.
 pub(crate) struct PgMeta<'c> {
-    client: &'c mut Client,
+    conn: &'c mut Conn,
+    /// A read-write transaction (locks the rows it reads to write them; see the module doc).
+    writable: bool,
     /// How the runner goes on after the first statement that failed (`None`: none failed).
     pub(super) fault: Option<Retry>,
     /// Records written so far (a body that wrote and then refused is a bug; see `mod.rs`).
     pub(super) writes: u64,
+    /// The transaction's clock reading: the server's `now()`, in milliseconds since the epoch.
+    now_ms: u64,
 }
 
 fn task_key(task: &TaskKey) -> Vec<u8> {
@@ -50,6 +60,16 @@ fn attempt_key(attempt: &AttemptKey) -> Vec<u8> {
 
 fn effect_key(effect: &EffectKey) -> Vec<u8> {
     key(&[&effect.dataset, &effect.run, &effect.effect, effect.partition.as_deref().unwrap_or("")])
+}
+
+fn plan_key(id: u64) -> Vec<u8> {
+    id.to_be_bytes().to_vec()
+}
+
+fn batch_key(plan: u64, batch: u32) -> Vec<u8> {
+    let mut out = plan.to_be_bytes().to_vec();
+    out.extend_from_slice(&batch.to_be_bytes());
+    out
 }
 
 fn corrupted(def: Def, key: &[u8], message: impl Into<String>) -> Error {
@@ -73,43 +93,55 @@ fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRe
     })
 }
 
+/// A generation number as PostgreSQL's bigint. Generation numbers count publishes from 1;
+/// one above `i64::MAX` is damage, never a number the store handed out.
+fn as_bigint(def: Def, key: &[u8], number: u64) -> Result<i64> {
+    i64::try_from(number).map_err(|_| corrupted(def, key, format!("generation number {number} is out of range")))
+}
+
 impl<'c> PgMeta<'c> {
-    /// A view of the transaction `client` is in.
-    pub(crate) fn new(client: &'c mut Client) -> PgMeta<'c> {
-        PgMeta { client, fault: None, writes: 0 }
+    /// A view of the read-write transaction `conn` is in, which began at the server's time
+    /// `now_ms`.
+    pub(crate) fn new(conn: &'c mut Conn, now_ms: u64) -> PgMeta<'c> {
+        PgMeta { conn, writable: true, fault: None, writes: 0, now_ms }
+    }
+
+    /// A view of the read-only transaction `conn` is in, which began at the server's time
+    /// `now_ms`.
+    pub(crate) fn read_only(conn: &'c mut Conn, now_ms: u64) -> PgMeta<'c> {
+        PgMeta { conn, writable: false, fault: None, writes: 0, now_ms }
+    }
+
+    fn failed(&mut self, context: &'static str, e: &PgError) -> Error {
+        self.fault.get_or_insert(retry_of(e));
+        Error::postgres(context, e)
     }
 
     /// Runs one statement, recording how the runner goes on if it fails.
-    fn query(&mut self, context: &'static str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<Vec<postgres::Row>> {
-        match self.client.query_typed(sql, params) {
+    fn query(&mut self, context: &'static str, sql: &str, params: Params<'_>) -> Result<Vec<tokio_postgres::Row>> {
+        match self.conn.query(sql, params) {
             Ok(rows) => Ok(rows),
-            Err(e) => {
-                self.fault.get_or_insert(retry_of(&e));
-                Err(Error::postgres(context, &e))
-            }
+            Err(e) => Err(self.failed(context, &e)),
         }
     }
 
     /// Runs one statement that returns no rows; the number of rows it changed.
-    fn execute(&mut self, context: &'static str, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<u64> {
-        match self.client.execute_typed(sql, params) {
+    fn execute(&mut self, context: &'static str, sql: &str, params: Params<'_>) -> Result<u64> {
+        match self.conn.execute(sql, params) {
             Ok(changed) => Ok(changed),
-            Err(e) => {
-                self.fault.get_or_insert(retry_of(&e));
-                Err(Error::postgres(context, &e))
-            }
+            Err(e) => Err(self.failed(context, &e)),
         }
     }
 
-    fn column<'r, T: postgres::types::FromSql<'r>>(&mut self, row: &'r postgres::Row, index: usize) -> Result<T> {
+    fn column<'r, T: tokio_postgres::types::FromSql<'r>>(&mut self, row: &'r tokio_postgres::Row, index: usize) -> Result<T> {
         row.try_get(index).map_err(|e| {
             self.fault.get_or_insert(Retry::No);
-            Error::postgres("reading a column", &e)
+            Error::postgres("reading a column", &PgError::Client(e))
         })
     }
 
     /// One record.
-    pub(crate) fn get<R: Checked>(&mut self, def: Def, key: &[u8]) -> Result<Option<R>> {
+    fn get<R: Checked>(&mut self, def: Def, key: &[u8]) -> Result<Option<R>> {
         self.get_locked(def, key, "")
     }
 
@@ -125,27 +157,81 @@ impl<'c> PgMeta<'c> {
         }
     }
 
-    /// Every `(key, record)` whose key lies in `[start, end)`, in key order.
-    pub(crate) fn range<R: Checked>(&mut self, def: Def, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, R)>> {
-        let sql = format!("SELECT key, value FROM manifestdb.{} WHERE key >= $1 AND key < $2 ORDER BY key", def.name);
-        let rows = self.query("scanning a table", &sql, &[(&start, Type::BYTEA), (&end, Type::BYTEA)])?;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let found: Vec<u8> = self.column(row, 0)?;
-            let value: &[u8] = self.column(row, 1)?;
-            let record = crate::records::decode(def.name, &found, value)?;
-            out.push((found, record));
+    /// Visits every `(key, record)` whose key lies in `[start, end)` (to the end of the table
+    /// for `end = None`), in key order, streaming the rows.
+    fn scan<R: Checked>(
+        &mut self,
+        def: Def,
+        start: &[u8],
+        end: Option<&[u8]>,
+        mut visit: impl FnMut(&[u8], R) -> Result<()>,
+    ) -> Result<()> {
+        let context = "scanning a table";
+        let (sql, params): (String, Vec<&(dyn ToSql + Sync)>) = match &end {
+            Some(end) => (
+                format!("SELECT key, value FROM manifestdb.{} WHERE key >= $1::bytea AND key < $2::bytea ORDER BY key", def.name),
+                vec![&start, end],
+            ),
+            None => (format!("SELECT key, value FROM manifestdb.{} WHERE key >= $1::bytea ORDER BY key", def.name), vec![&start]),
+        };
+        let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.into_iter().map(|p| (p, Type::BYTEA)).collect();
+        let mut result = Ok(());
+        let mut column_error = None;
+        let scanned = self.conn.scan(&sql, typed, |row| {
+            let (raw, value): (&[u8], &[u8]) = match (row.try_get(0), row.try_get(1)) {
+                (Ok(raw), Ok(value)) => (raw, value),
+                (Err(e), _) | (_, Err(e)) => {
+                    column_error = Some(e);
+                    return false;
+                }
+            };
+            match crate::records::decode::<R>(def.name, raw, value).and_then(|record| visit(raw, record)) {
+                Ok(()) => true,
+                Err(err) => {
+                    result = Err(err);
+                    false
+                }
+            }
+        });
+        if let Err(e) = scanned {
+            return Err(self.failed(context, &e));
         }
+        if let Some(e) = column_error {
+            return Err(self.failed(context, &PgError::Client(e)));
+        }
+        result
+    }
+
+    /// Every `(key, record)` whose key lies in `[start, end)`, in key order.
+    fn range<R: Checked>(&mut self, def: Def, start: &[u8], end: &[u8]) -> Result<Vec<(Vec<u8>, R)>> {
+        let mut out = Vec::new();
+        self.scan::<R>(def, start, Some(end), |raw, record| {
+            out.push((raw.to_vec(), record));
+            Ok(())
+        })?;
         Ok(out)
     }
 
+    /// The first (or, `last`, the last) key in `[start, end]` (`end` inclusive) with its frame
+    /// checked, and its record if `R` is asked for.
+    fn edge<R: Checked>(&mut self, def: Def, start: &[u8], end: &[u8], last: bool) -> Result<Option<(Vec<u8>, R)>> {
+        let order = if last { "DESC" } else { "ASC" };
+        let sql = format!("SELECT key, value FROM manifestdb.{} WHERE key >= $1 AND key <= $2 ORDER BY key {order} LIMIT 1", def.name);
+        let rows = self.query("reading a table's edge", &sql, &[(&start, Type::BYTEA), (&end, Type::BYTEA)])?;
+        let Some(row) = rows.first() else { return Ok(None) };
+        let found: Vec<u8> = self.column(row, 0)?;
+        let value: &[u8] = self.column(row, 1)?;
+        let record = crate::records::decode::<R>(def.name, &found, value)?;
+        Ok(Some((found, record)))
+    }
+
     /// Stores one record (inserted or replaced).
-    pub(crate) fn put<R: Checked>(&mut self, def: Def, key: &[u8], record: &R) -> Result<()> {
+    fn put<R: Checked>(&mut self, def: Def, key: &[u8], record: &R) -> Result<()> {
         debug_assert_eq!(def, R::TABLE, "writing a record to another table than its own");
         // A record that fails its own check must never be stored: that is a bug here, and the
         // check on the way out would report it as corruption later.
         debug_assert!(record.check().is_ok(), "writing an inconsistent record");
-        self.writes += 1;
+        self.note_write();
         let value = crate::codec::encode(def.name, key, record);
         let sql = format!(
             "INSERT INTO manifestdb.{} (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -156,28 +242,89 @@ impl<'c> PgMeta<'c> {
     }
 
     /// Removes one record (nothing if it is absent).
-    pub(crate) fn remove(&mut self, def: Def, key: &[u8]) -> Result<()> {
-        self.writes += 1;
+    fn remove(&mut self, def: Def, key: &[u8]) -> Result<()> {
+        self.note_write();
         let sql = format!("DELETE FROM manifestdb.{} WHERE key = $1", def.name);
         self.execute("removing a record", &sql, &[(&key, Type::BYTEA)])?;
         Ok(())
     }
+
+    fn note_write(&mut self) {
+        debug_assert!(self.writable, "a write in a read-only transaction");
+        self.writes += 1;
+        note_write();
+    }
+
+    /// Every effect whose key starts with `effect_prefix`, in key order.
+    fn effects_in(&mut self, effect_prefix: &[u8]) -> Result<Vec<(EffectKey, EffectRecord)>> {
+        let mut out = Vec::new();
+        self.scan::<EffectRecord>(EFFECTS, effect_prefix, Some(&prefix_end(effect_prefix)), |raw, record| {
+            out.push((schema::parse_effect_key(raw).ok_or_else(|| corrupted(EFFECTS, raw, "malformed effect key"))?, record));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Visits the stored generations of a dataset with their records, oldest first.
+    fn each_generation(&mut self, dataset: &str, mut visit: impl FnMut(u64, GenerationRecord)) -> Result<()> {
+        let generation_prefix = prefix(&[dataset]);
+        self.scan::<GenerationRecord>(GENERATIONS, &generation_prefix, Some(&prefix_end(&generation_prefix)), |raw, record| {
+            let number = schema::trailing_u64(raw)
+                .filter(|_| raw.len() == generation_prefix.len() + 8)
+                .ok_or_else(|| corrupted(GENERATIONS, raw, "malformed generation key"))?;
+            visit(number, record);
+            Ok(())
+        })
+    }
+
+    /// Visits every attempt, in key order.
+    fn attempts(&mut self, mut visit: impl FnMut(AttemptKey, AttemptRecord) -> Result<()>) -> Result<()> {
+        self.scan::<AttemptRecord>(ATTEMPTS, &[], None, |raw, record| {
+            let attempt = schema::parse_attempt_key(raw).ok_or_else(|| corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
+            visit(attempt, record)
+        })
+    }
 }
 
-/// A generation number as PostgreSQL's bigint. Generation numbers count publishes from 1;
-/// one above `i64::MAX` is damage, never a number the store handed out.
-fn as_bigint(def: Def, key: &[u8], number: u64) -> Result<i64> {
-    i64::try_from(number).map_err(|_| corrupted(def, key, format!("generation number {number} is out of range")))
-}
+impl MetaRead for PgMeta<'_> {
+    fn now_ms(&mut self) -> u64 {
+        self.now_ms
+    }
 
-impl Meta for PgMeta<'_> {
+    fn store_format(&mut self) -> Result<Option<MetaRecord>> {
+        self.get(META, META_FORMAT_KEY)
+    }
+
+    fn views_config(&mut self) -> Result<Option<ViewsRecord>> {
+        self.get(META, META_VIEWS_KEY)
+    }
+
     fn run(&mut self, dataset: &str, run: &str) -> Result<Option<RunRecord>> {
         self.get(RUNS, &key(&[dataset, run]))
     }
 
+    fn dataset_runs(&mut self, dataset: &str) -> Result<Vec<(String, RunRecord)>> {
+        let run_prefix = prefix(&[dataset]);
+        let mut out = Vec::new();
+        for (raw, record) in self.range::<RunRecord>(RUNS, &run_prefix, &prefix_end(&run_prefix))? {
+            let run = schema::text_after(&raw, &run_prefix).ok_or_else(|| corrupted(RUNS, &raw, "malformed run key"))?;
+            out.push((run.to_owned(), record));
+        }
+        Ok(out)
+    }
+
+    fn has_runs(&mut self, dataset: &str) -> Result<bool> {
+        let run_prefix = prefix(&[dataset]);
+        let end = prefix_end(&run_prefix);
+        // The end is exclusive for the prefix: no key of this dataset equals it.
+        Ok(self.edge::<RunRecord>(RUNS, &run_prefix, &end, false)?.is_some_and(|(found, _)| found < end))
+    }
+
     fn task(&mut self, task: &TaskKey) -> Result<Option<TaskRecord>> {
-        // Locked: see the module's documentation (a begin's directory).
-        self.get_locked(TASKS, &task_key(task), " FOR UPDATE")
+        // Locked in a read-write transaction: see the module's documentation (a begin's
+        // directory).
+        let lock = if self.writable { " FOR UPDATE" } else { "" };
+        self.get_locked(TASKS, &task_key(task), lock)
     }
 
     fn run_tasks(&mut self, dataset: &str, run: &str) -> Result<Vec<(String, TaskRecord)>> {
@@ -201,47 +348,18 @@ impl Meta for PgMeta<'_> {
     }
 
     fn attempts_where(&mut self, keep: &mut dyn FnMut(&AttemptRecord) -> bool) -> Result<Vec<(AttemptKey, AttemptRecord)>> {
-        let context = "scanning the attempts";
-        let rows = match self
-            .client
-            .query_typed_raw::<&(dyn postgres::types::ToSql + Sync), _>("SELECT key, value FROM manifestdb.attempts_v1 ORDER BY key", [])
-        {
-            Ok(rows) => rows,
-            Err(e) => {
-                self.fault.get_or_insert(retry_of(&e));
-                return Err(Error::postgres(context, &e));
-            }
-        };
         let mut out = Vec::new();
-        let mut failed = None;
-        let mut rows = rows;
-        loop {
-            let row = match postgres::fallible_iterator::FallibleIterator::next(&mut rows) {
-                Ok(Some(row)) => row,
-                Ok(None) => break,
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            let (raw, value): (Vec<u8>, Vec<u8>) = match (row.try_get(0), row.try_get(1)) {
-                (Ok(raw), Ok(value)) => (raw, value),
-                (Err(e), _) | (_, Err(e)) => {
-                    failed = Some(e);
-                    break;
-                }
-            };
-            let record: AttemptRecord = crate::records::decode(ATTEMPTS.name, &raw, &value)?;
+        self.attempts(|attempt, record| {
             if keep(&record) {
-                let attempt = schema::parse_attempt_key(&raw).ok_or_else(|| corrupted(ATTEMPTS, &raw, "malformed attempt key"))?;
                 out.push((attempt, record));
             }
-        }
-        if let Some(e) = failed {
-            self.fault.get_or_insert(retry_of(&e));
-            return Err(Error::postgres(context, &e));
-        }
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    fn each_attempt(&mut self, visit: &mut dyn FnMut(AttemptKey, AttemptRecord) -> Result<()>) -> Result<()> {
+        self.attempts(visit)
     }
 
     fn task_attempts(&mut self, task: &TaskKey) -> Result<Vec<(u32, AttemptRecord)>> {
@@ -260,12 +378,30 @@ impl Meta for PgMeta<'_> {
         Ok(self.get::<AcceptedRecord>(ACCEPTED, &task_key(task))?.map(|r| r.attempt))
     }
 
+    fn accepted_count(&mut self, dataset: &str, run: &str) -> Result<u64> {
+        let task_prefix = prefix(&[dataset, run]);
+        let mut count = 0u64;
+        self.scan::<AcceptedRecord>(ACCEPTED, &task_prefix, Some(&prefix_end(&task_prefix)), |_, _| {
+            count += 1;
+            Ok(())
+        })?;
+        Ok(count)
+    }
+
     fn digest(&mut self, dataset: &str, snapshot: &str, partition: &str) -> Result<Option<DigestRecord>> {
         self.get(DIGESTS, &key(&[dataset, snapshot, partition]))
     }
 
     fn effect(&mut self, effect: &EffectKey) -> Result<Option<EffectRecord>> {
         self.get(EFFECTS, &effect_key(effect))
+    }
+
+    fn run_effects(&mut self, dataset: &str, run: &str) -> Result<Vec<(EffectKey, EffectRecord)>> {
+        self.effects_in(&prefix(&[dataset, run]))
+    }
+
+    fn dataset_effects(&mut self, dataset: &str) -> Result<Vec<(EffectKey, EffectRecord)>> {
+        self.effects_in(&prefix(&[dataset]))
     }
 
     fn pointer(&mut self, dataset: &str) -> Result<Option<u64>> {
@@ -284,6 +420,15 @@ impl Meta for PgMeta<'_> {
         Ok(Some(record.generation))
     }
 
+    fn datasets(&mut self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.scan::<PointerRecord>(POINTERS, &[], None, |raw, _| {
+            out.push(schema::text_after(raw, &[]).ok_or_else(|| corrupted(POINTERS, raw, "malformed dataset key"))?.to_owned());
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     fn generation(&mut self, dataset: &str, number: u64) -> Result<Option<GenerationRecord>> {
         self.get(GENERATIONS, &key_u64(&[dataset], number))
     }
@@ -291,30 +436,24 @@ impl Meta for PgMeta<'_> {
     fn oldest_generation(&mut self, dataset: &str) -> Result<Option<u64>> {
         let generation_prefix = prefix(&[dataset]);
         let end = prefix_end(&generation_prefix);
-        let rows = self.query(
-            "reading the oldest generation",
-            "SELECT key, value FROM manifestdb.generations_v1 WHERE key >= $1 AND key < $2 ORDER BY key LIMIT 1",
-            &[(&generation_prefix, Type::BYTEA), (&end, Type::BYTEA)],
-        )?;
-        let Some(row) = rows.first() else { return Ok(None) };
-        let found: Vec<u8> = self.column(row, 0)?;
-        let value: &[u8] = self.column(row, 1)?;
-        crate::codec::check_frame(GENERATIONS.name, &found, value)?;
-        schema::trailing_u64(&found)
-            .filter(|_| found.len() == generation_prefix.len() + 8)
-            .map(Some)
-            .ok_or_else(|| corrupted(GENERATIONS, &found, "malformed generation key"))
+        match self.edge::<GenerationRecord>(GENERATIONS, &generation_prefix, &end, false)? {
+            Some((found, _)) if found < end => schema::trailing_u64(&found)
+                .filter(|_| found.len() == generation_prefix.len() + 8)
+                .map(Some)
+                .ok_or_else(|| corrupted(GENERATIONS, &found, "malformed generation key")),
+            _ => Ok(None),
+        }
     }
 
     fn generation_times(&mut self, dataset: &str) -> Result<Vec<(u64, u64)>> {
-        let generation_prefix = prefix(&[dataset]);
         let mut out = Vec::new();
-        for (raw, record) in self.range::<GenerationRecord>(GENERATIONS, &generation_prefix, &prefix_end(&generation_prefix))? {
-            let number = schema::trailing_u64(&raw)
-                .filter(|_| raw.len() == generation_prefix.len() + 8)
-                .ok_or_else(|| corrupted(GENERATIONS, &raw, "malformed generation key"))?;
-            out.push((number, record.published_at_ms));
-        }
+        self.each_generation(dataset, |number, record| out.push((number, record.published_at_ms)))?;
+        Ok(out)
+    }
+
+    fn generations(&mut self, dataset: &str) -> Result<Vec<(u64, GenerationRecord)>> {
+        let mut out = Vec::new();
+        self.each_generation(dataset, |number, record| out.push((number, record)))?;
         Ok(out)
     }
 
@@ -322,8 +461,140 @@ impl Meta for PgMeta<'_> {
         self.get(VERSIONS, &key_u64(&[dataset, partition], generation))
     }
 
+    fn partition_at(&mut self, dataset: &str, partition: &str, generation: u64) -> Result<Option<PartitionEntry>> {
+        let start = key_u64(&[dataset, partition], 0);
+        let end = key_u64(&[dataset, partition], generation);
+        match self.edge::<PartitionVersionRecord>(VERSIONS, &start, &end, true)? {
+            None => Ok(None),
+            Some((found, record)) => {
+                let since = schema::trailing_u64(&found)
+                    .filter(|_| found.len() == start.len())
+                    .ok_or_else(|| corrupted(VERSIONS, &found, "malformed version key"))?;
+                Ok(entry_from(partition, since, record))
+            }
+        }
+    }
+
     fn partitions_at(&mut self, dataset: &str, generation: u64) -> Result<Vec<PartitionEntry>> {
         partitions_at(self, dataset, generation)
+    }
+
+    fn partition_versions(&mut self, dataset: &str, partition: &str, since: u64) -> Result<Vec<(u64, PartitionVersionRecord)>> {
+        let partition_prefix = prefix(&[dataset, partition]);
+        let mut out = Vec::new();
+        for (raw, record) in
+            self.range::<PartitionVersionRecord>(VERSIONS, &key_u64(&[dataset, partition], since), &prefix_end(&partition_prefix))?
+        {
+            let generation = schema::trailing_u64(&raw)
+                .filter(|_| raw.len() == partition_prefix.len() + 8)
+                .ok_or_else(|| corrupted(VERSIONS, &raw, "malformed version key"))?;
+            out.push((generation, record));
+        }
+        Ok(out)
+    }
+
+    fn version_keys(&mut self, dataset: &str) -> Result<Vec<(String, u64, bool)>> {
+        let dataset_prefix = prefix(&[dataset]);
+        let mut out: Vec<(String, u64, bool)> = Vec::new();
+        self.scan::<PartitionVersionRecord>(VERSIONS, &dataset_prefix, Some(&prefix_end(&dataset_prefix)), |raw, record| {
+            let (partition, generation) = raw
+                .strip_prefix(dataset_prefix.as_slice())
+                .and_then(schema::split_text_u64)
+                .ok_or_else(|| corrupted(VERSIONS, raw, "malformed version key"))?;
+            // Keys sort by partition: reuse the last partition's name when it repeats.
+            let partition = match out.last() {
+                Some((last, _, _)) if last == partition => last.clone(),
+                _ => partition.to_owned(),
+            };
+            out.push((partition, generation, record.entry.is_none()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn held_dirs(&mut self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        self.scan::<PartitionVersionRecord>(VERSIONS, &[], None, |_, record| {
+            if let Some(entry) = record.entry {
+                out.push(entry.staging_rel);
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    fn cleanup_plan(&mut self, id: u64) -> Result<Option<CleanupPlanRecord>> {
+        self.get(CLEANUP_PLANS, &plan_key(id))
+    }
+
+    fn last_cleanup_plan(&mut self) -> Result<Option<u64>> {
+        match self.edge::<CleanupPlanRecord>(CLEANUP_PLANS, &[], &[0xff; 9], true)? {
+            None => Ok(None),
+            Some((found, _)) => {
+                let raw: [u8; 8] = found.as_slice().try_into().map_err(|_| corrupted(CLEANUP_PLANS, &found, "malformed plan key"))?;
+                Ok(Some(u64::from_be_bytes(raw)))
+            }
+        }
+    }
+
+    fn last_cleanup_batch(&mut self, plan: u64) -> Result<Option<u32>> {
+        match self.edge::<CleanupBatchRecord>(CLEANUP_BATCHES, &batch_key(plan, 0), &batch_key(plan, u32::MAX), true)? {
+            None => Ok(None),
+            Some((found, _)) => schema::trailing_u32(&found)
+                .filter(|_| found.len() == 12)
+                .map(Some)
+                .ok_or_else(|| corrupted(CLEANUP_BATCHES, &found, "malformed key")),
+        }
+    }
+
+    fn table_entries(&mut self) -> Result<Vec<(&'static str, u64)>> {
+        let sql = ALL_TABLES
+            .iter()
+            .enumerate()
+            .map(|(i, def)| format!("SELECT {i}, count(*) FROM manifestdb.{}", def.name))
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let rows = self.query("counting a table's entries", &sql, &[])?;
+        let mut out: Vec<(&'static str, u64)> = ALL_TABLES.iter().map(|def| (def.name, 0)).collect();
+        for row in &rows {
+            let index: i32 = self.column(row, 0)?;
+            let count: i64 = self.column(row, 1)?;
+            if let Some(slot) = usize::try_from(index).ok().and_then(|i| out.get_mut(i)) {
+                slot.1 = u64::try_from(count).unwrap_or(0);
+            }
+        }
+        Ok(out)
+    }
+
+    fn each_frame(&mut self, def: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()> {
+        let context = "reading every record of a table";
+        let sql = format!("SELECT key, value FROM manifestdb.{} ORDER BY key", def.name);
+        let mut column_error = None;
+        let scanned = self.conn.scan(&sql, Vec::new(), |row| match (row.try_get::<_, &[u8]>(0), row.try_get::<_, &[u8]>(1)) {
+            (Ok(key), Ok(value)) => {
+                visit(key, value);
+                true
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                column_error = Some(e);
+                false
+            }
+        });
+        scanned.map_err(|e| Error::postgres(context, &e))?;
+        match column_error {
+            Some(e) => Err(Error::postgres(context, &PgError::Client(e))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Meta for PgMeta<'_> {
+    fn put_store_format(&mut self, record: &MetaRecord) -> Result<()> {
+        self.put(META, META_FORMAT_KEY, record)
+    }
+
+    fn put_views_config(&mut self, record: &ViewsRecord) -> Result<()> {
+        self.put(META, META_VIEWS_KEY, record)
     }
 
     fn put_run(&mut self, dataset: &str, run: &str, record: &RunRecord) -> Result<()> {
@@ -379,7 +650,7 @@ impl Meta for PgMeta<'_> {
         }
         let to_column = as_bigint(POINTERS, &raw, to)?;
         let value = crate::codec::encode(POINTERS.name, &raw, &PointerRecord { generation: to });
-        self.writes += 1;
+        self.note_write();
         // The compare is in the write: the row changes only if it still names `from` (or, for
         // a dataset's first generation, only if there is no row yet).
         let changed = if from == 0 {
@@ -408,6 +679,37 @@ impl Meta for PgMeta<'_> {
             ));
         }
         Ok(())
+    }
+
+    fn remove_version(&mut self, dataset: &str, partition: &str, generation: u64) -> Result<()> {
+        self.remove(VERSIONS, &key_u64(&[dataset, partition], generation))
+    }
+
+    fn remove_generation(&mut self, dataset: &str, number: u64) -> Result<()> {
+        self.remove(GENERATIONS, &key_u64(&[dataset], number))
+    }
+
+    fn remove_attempt(&mut self, attempt: &AttemptKey) -> Result<()> {
+        self.remove(ATTEMPTS, &attempt_key(attempt))
+    }
+
+    fn put_cleanup_plan(&mut self, id: u64, record: &CleanupPlanRecord) -> Result<()> {
+        self.put(CLEANUP_PLANS, &plan_key(id), record)
+    }
+
+    fn remove_cleanup_plans_before(&mut self, first_kept: u64) -> Result<()> {
+        self.note_write();
+        // A batch key starts with its plan's id, so one bound serves both tables.
+        let end = plan_key(first_kept);
+        for def in [CLEANUP_PLANS, CLEANUP_BATCHES] {
+            let sql = format!("DELETE FROM manifestdb.{} WHERE key < $1", def.name);
+            self.execute("pruning old cleanup plans", &sql, &[(&end, Type::BYTEA)])?;
+        }
+        Ok(())
+    }
+
+    fn put_cleanup_batch(&mut self, plan: u64, batch: u32, record: &CleanupBatchRecord) -> Result<()> {
+        self.put(CLEANUP_BATCHES, &batch_key(plan, batch), record)
     }
 }
 

@@ -6,6 +6,8 @@
 //!   generation column) and the versioned migrations applied at open.
 //! - `meta.rs`: [`PgMeta`], the layer's [`crate::meta::Meta`] over one transaction.
 //! - `error.rs`: PostgreSQL's errors as `StorageError` kinds, and which ones are retried.
+//! - `conn.rs`: one connection, with a deadline on every round trip (a network that stops
+//!   forwarding without closing must not hang a call).
 //! - this file: the connection pool and the transaction runner.
 //!
 //! Every operation is one transaction at SERIALIZABLE isolation on a connection of its own
@@ -30,6 +32,7 @@
 //! transaction), so lease expiry, heartbeats and effect claims compare times of one clock
 //! whatever host the coordinators run on.
 
+pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod meta;
 pub(crate) mod schema;
@@ -39,11 +42,10 @@ mod tests;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use postgres::types::Type;
-use postgres::{Client, NoTls, SimpleQueryMessage};
-use r2d2_postgres::PostgresConnectionManager;
-use r2d2_postgres::r2d2;
+use tokio_postgres::SimpleQueryMessage;
+use tokio_postgres::types::Type;
 
+use self::conn::{Conn, PgError};
 use self::error::Retry;
 pub(crate) use self::meta::PgMeta;
 use crate::error::{Error, Result, StorageErrorKind};
@@ -70,15 +72,43 @@ const IN_PROGRESS_WAIT_MAX: Duration = Duration::from_secs(5);
 /// minute unused.
 pub(crate) const CONNECTIONS_MAX: u32 = 64;
 
-/// Whether `location` names a PostgreSQL database rather than a redb file.
-pub(crate) fn is_postgres_location(location: &std::path::Path) -> bool {
-    location.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
+/// The PostgreSQL URL `location` is, if its string form starts with `postgres://` or
+/// `postgresql://`; otherwise it names a redb file.
+pub(crate) fn postgres_url(location: &std::path::Path) -> Option<&str> {
+    location.to_str().filter(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
+
+/// Makes the pool's connections.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    config: tokio_postgres::Config,
+}
+
+impl r2d2::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = PgError;
+
+    fn connect(&self) -> std::result::Result<Conn, PgError> {
+        Conn::connect(&self.config)
+    }
+
+    fn is_valid(&self, conn: &mut Conn) -> std::result::Result<(), PgError> {
+        conn.batch("", "a check of the connection")
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.is_closed()
+    }
+}
+
+impl std::error::Error for PgError {}
+
+type Pooled = r2d2::PooledConnection<Manager>;
 
 /// A store's PostgreSQL database: a pool of connections, each running one operation's
 /// transaction at a time.
 pub(crate) struct PgLayer {
-    pool: r2d2::Pool<PostgresConnectionManager<NoTls>>,
+    pool: r2d2::Pool<Manager>,
     /// The URL without its password, for messages.
     shown: String,
 }
@@ -106,8 +136,8 @@ fn shown(url: &str) -> String {
 /// The client configuration of `url`: its own settings, plus manifestdb's defaults for what
 /// it leaves out (a connect time-out, TCP keepalives and a TCP user time-out, so a dead peer
 /// is noticed in seconds, not in the kernel's quarter of an hour).
-fn config(url: &str) -> Result<postgres::Config> {
-    let mut config = postgres::Config::from_str(url)
+fn config(url: &str) -> Result<tokio_postgres::Config> {
+    let mut config = tokio_postgres::Config::from_str(url)
         .map_err(|e| Error::invalid("PostgreSQL URL", &shown(url), format!("is not a PostgreSQL connection URL: {e}")))?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(Duration::from_secs(10));
@@ -125,7 +155,7 @@ fn config(url: &str) -> Result<postgres::Config> {
 /// A pooled connection that is inside a transaction until [`Txn::end`]; dropped before that
 /// (an error, a panic), it rolls back so the connection goes back to the pool clean.
 struct Txn {
-    conn: r2d2::PooledConnection<PostgresConnectionManager<NoTls>>,
+    conn: Pooled,
     open: bool,
 }
 
@@ -133,7 +163,7 @@ impl Drop for Txn {
     fn drop(&mut self) {
         if self.open {
             // A failed rollback means the connection is gone; the pool then drops it.
-            let _ = self.conn.batch_execute("ROLLBACK");
+            let _ = self.conn.batch("ROLLBACK", "ROLLBACK");
         }
     }
 }
@@ -150,39 +180,43 @@ impl PgLayer {
     /// to this build's version; a read-only open only checks it.
     pub(crate) fn open(url: &str, migrate: bool) -> Result<PgLayer> {
         let config = config(url)?;
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        let shown = shown(url);
+        // The first connection is made directly, not through the pool: a database that does
+        // not exist or a refused password is answered at once with the server's error (the
+        // pool would only report a time-out). A server that is not up yet (refused, starting)
+        // is waited for 10 s.
+        let started = Instant::now();
+        let mut first = loop {
+            match Conn::connect(&config) {
+                Ok(conn) => break conn,
+                Err(e) if error::retry_of(&e) == Retry::Reconnect && started.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(Error::postgres("connecting to PostgreSQL", &e)),
+            }
+        };
+        if migrate {
+            schema::migrate(&mut first).map(|_| ())?
+        } else {
+            schema::check(&mut first)?
+        }
+        let manager = Manager { config };
         let pool = r2d2::Pool::builder()
             .max_size(CONNECTIONS_MAX)
             .min_idle(Some(0))
             .idle_timeout(Some(Duration::from_secs(60)))
-            .connection_timeout(Duration::from_secs(30))
+            // How long a call waits for a connection (all 64 busy, or the server unreachable)
+            // before its runner counts a lost connection and tries again.
+            .connection_timeout(Duration::from_secs(10))
             // A connection is checked when it is taken from the pool only if it reports itself
             // closed; a silently dead one fails its first statement, which the runner retries.
             .test_on_check_out(false)
             .build_unchecked(manager);
-        let layer = PgLayer { pool, shown: shown(url) };
-        let started = Instant::now();
-        loop {
-            let result = layer
-                .connection()
-                .and_then(|mut conn| if migrate { schema::migrate(&mut conn).map(|_| ()) } else { schema::check(&mut conn) });
-            match result {
-                Ok(()) => return Ok(layer),
-                Err(err) if is_lost_connection(&err) && started.elapsed() < Duration::from_secs(10) => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(err) => return Err(err),
-            }
-        }
-    }
-
-    /// The URL without its password.
-    pub(crate) fn location(&self) -> &str {
-        &self.shown
+        Ok(PgLayer { pool, shown })
     }
 
     /// A connection from the pool.
-    pub(crate) fn connection(&self) -> Result<r2d2::PooledConnection<PostgresConnectionManager<NoTls>>> {
+    pub(crate) fn connection(&self) -> Result<Pooled> {
         self.pool.get().map_err(|e| {
             Error::postgres_layer("connecting to PostgreSQL", StorageErrorKind::Io, format!("no connection to {}: {e}", self.shown))
         })
@@ -231,7 +265,7 @@ impl PgLayer {
             Err(e) => return step_after(context, &e),
         };
         txn.open = true;
-        let mut meta = PgMeta::new(&mut txn.conn);
+        let mut meta = PgMeta::new(&mut txn.conn, now_ms);
         let outcome = body(&mut meta, now_ms);
         let (fault, writes) = (meta.fault, meta.writes);
         match outcome {
@@ -245,7 +279,7 @@ impl PgLayer {
                 // before its first write). Nothing of it is committed.
                 debug_assert!(false, "an operation wrote and then refused");
                 txn.open = false;
-                let _ = txn.conn.batch_execute("ROLLBACK");
+                let _ = txn.conn.batch("ROLLBACK", "ROLLBACK");
                 Step::Done(Ok(value))
             }
             Ok(TxnEnd::Abort(value)) => {
@@ -253,7 +287,7 @@ impl PgLayer {
                 // transaction commits: an answer read from a snapshot that SERIALIZABLE would
                 // abort is not given out.
                 txn.open = false;
-                match txn.conn.batch_execute("COMMIT") {
+                match txn.conn.batch("COMMIT", "COMMIT") {
                     Ok(()) => Step::Done(Ok(value)),
                     Err(e) => step_after(context, &e),
                 }
@@ -264,7 +298,7 @@ impl PgLayer {
                     Err(e) => return step_after(context, &e),
                 };
                 txn.open = false;
-                match txn.conn.batch_execute("COMMIT") {
+                match txn.conn.batch("COMMIT", "COMMIT") {
                     Ok(()) => Step::Done(Ok(value)),
                     Err(e) => match error::retry_of(&e) {
                         Retry::Rerun => Step::Rerun(Error::postgres(context, &e)),
@@ -293,10 +327,10 @@ impl PgLayer {
         let mut terminated = false;
         loop {
             let answer = self.connection().and_then(|mut conn| {
-                let status = conn
-                    .query_typed_one("SELECT pg_xact_status($1::text::xid8)", &[(&xid.to_string(), Type::TEXT)])
-                    .and_then(|row| row.try_get::<_, Option<String>>(0))
+                let rows = conn
+                    .query("SELECT pg_xact_status($1::text::xid8)", &[(&xid.to_string(), Type::TEXT)])
                     .map_err(|e| Error::postgres("settling a commit", &e))?;
+                let status: Option<String> = rows.first().and_then(|row| row.try_get(0).ok()).flatten();
                 match status.as_deref() {
                     Some("committed") => Ok(Some(Settled::Committed)),
                     Some("aborted") => Ok(Some(Settled::Aborted)),
@@ -304,10 +338,16 @@ impl PgLayer {
                         // In progress: the old backend has not finished its COMMIT (or has not
                         // noticed its client is gone). Past a while it is ended, and its
                         // transaction with it: committed if its commit record was written,
-                        // aborted otherwise.
+                        // aborted otherwise. Only the backend still running this very
+                        // transaction is ended (a reused process id is left alone).
                         if !terminated && started.elapsed() > IN_PROGRESS_WAIT_MAX {
-                            conn.query_typed("SELECT pg_terminate_backend($1)", &[(&backend, Type::INT4)])
-                                .map_err(|e| Error::postgres("settling a commit", &e))?;
+                            let xid32 = i64::try_from(xid % (1 << 32)).unwrap_or(0);
+                            conn.query(
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                                 WHERE pid = $1 AND backend_xid::text::int8 = $2",
+                                &[(&backend, Type::INT4), (&xid32, Type::INT8)],
+                            )
+                            .map_err(|e| Error::postgres("settling a commit", &e))?;
                             terminated = true;
                         }
                         Ok(None)
@@ -346,6 +386,7 @@ impl PgLayer {
     /// Runs `body` in one read-only transaction at REPEATABLE READ: every read sees one
     /// committed state (one snapshot), whatever commits meanwhile. A lost connection is retried
     /// on a new one, for up to [`RECONNECT_TIME_MAX`].
+    #[cfg(test)]
     pub(crate) fn read<T>(&self, context: &'static str, mut body: impl FnMut(&mut PgMeta<'_>) -> Result<T>) -> Result<T> {
         let started = Instant::now();
         loop {
@@ -364,6 +405,7 @@ impl PgLayer {
         }
     }
 
+    #[cfg(test)]
     fn read_once<T>(
         &self,
         context: &'static str,
@@ -372,12 +414,59 @@ impl PgLayer {
     ) -> Result<T> {
         let conn = self.connection()?;
         let mut txn = Txn { conn, open: false };
-        begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
+        let (now_ms, _) =
+            begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
         txn.open = true;
-        let mut meta = PgMeta::new(&mut txn.conn);
+        let mut meta = PgMeta::read_only(&mut txn.conn, now_ms);
         let value = body(&mut meta);
         *fault = meta.fault;
         value
+    }
+
+    /// A read snapshot: one connection in one `REPEATABLE READ READ ONLY` transaction, so every
+    /// read through it sees the same committed state, until it is dropped. Opening it retries a
+    /// lost connection for up to [`RECONNECT_TIME_MAX`]; a connection lost later fails the
+    /// snapshot's reads (its state cannot be had again).
+    pub(crate) fn begin_read(&self) -> Result<PgRead> {
+        let context = "beginning a read";
+        let started = Instant::now();
+        loop {
+            let attempt = self.connection().and_then(|conn| {
+                let mut txn = Txn { conn, open: false };
+                let (now_ms, _) =
+                    begin(&mut txn.conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").map_err(|e| Error::postgres(context, &e))?;
+                txn.open = true;
+                Ok((txn, now_ms))
+            });
+            match attempt {
+                Ok((txn, now_ms)) => return Ok(PgRead { txn: parking_lot::Mutex::new(txn), now_ms }),
+                Err(err) if is_lost_connection(&err) && started.elapsed() < RECONNECT_TIME_MAX => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}
+
+/// A read snapshot of a PostgreSQL store (see [`PgLayer::begin_read`]).
+pub(crate) struct PgRead {
+    txn: parking_lot::Mutex<Txn>,
+    /// The server's clock when the snapshot was taken.
+    now_ms: u64,
+}
+
+impl std::fmt::Debug for PgRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgRead").finish_non_exhaustive()
+    }
+}
+
+impl PgRead {
+    /// Runs `body` over the snapshot's reads.
+    pub(crate) fn read<T>(&self, body: impl FnOnce(&mut dyn crate::meta::MetaRead) -> Result<T>) -> Result<T> {
+        let mut txn = self.txn.lock();
+        body(&mut PgMeta::read_only(&mut txn.conn, self.now_ms))
     }
 }
 
@@ -390,7 +479,7 @@ enum Step<T> {
     Reconnect(Error),
 }
 
-fn step_after<T>(context: &'static str, e: &postgres::Error) -> Step<T> {
+fn step_after<T>(context: &'static str, e: &PgError) -> Step<T> {
     match error::retry_of(e) {
         Retry::Rerun => Step::Rerun(Error::postgres(context, e)),
         Retry::Reconnect => Step::Reconnect(Error::postgres(context, e)),
@@ -405,8 +494,8 @@ fn is_lost_connection(err: &Error) -> bool {
 
 /// Opens a transaction with `begin` and reads, in the same round trip, the server's clock (the
 /// transaction's `now()`, in milliseconds since the epoch) and the backend's process id.
-fn begin(conn: &mut Client, begin: &str) -> std::result::Result<(u64, i32), postgres::Error> {
-    let messages = conn.simple_query(&format!("{begin}; SELECT (extract(epoch FROM now()) * 1000)::int8, pg_backend_pid()"))?;
+fn begin(conn: &mut Conn, begin: &str) -> std::result::Result<(u64, i32), PgError> {
+    let messages = conn.simple(&format!("{begin}; SELECT (extract(epoch FROM now()) * 1000)::int8, pg_backend_pid()"))?;
     let row = messages.iter().find_map(|m| match m {
         SimpleQueryMessage::Row(row) => Some(row),
         _ => None,
@@ -417,10 +506,10 @@ fn begin(conn: &mut Client, begin: &str) -> std::result::Result<(u64, i32), post
 }
 
 /// The transaction's id (assigning one: only called for a transaction that wrote).
-fn current_xid(conn: &mut Client) -> std::result::Result<u64, postgres::Error> {
-    let row = conn.query_typed_one("SELECT pg_current_xact_id()::text", &[])?;
-    let text: String = row.try_get(0)?;
-    Ok(text.parse::<u64>().unwrap_or(0))
+fn current_xid(conn: &mut Conn) -> std::result::Result<u64, PgError> {
+    let rows = conn.query("SELECT pg_current_xact_id()::text", &[])?;
+    let text: Option<String> = rows.first().and_then(|row| row.try_get(0).ok());
+    Ok(text.and_then(|t| t.parse::<u64>().ok()).unwrap_or(0))
 }
 
 /// The pause before rerun `n`: growing from about 1 ms to at most 50 ms, jittered, so racing

@@ -20,8 +20,9 @@
 //! Invariant: the schema version of a database only grows, one migration at a time, each
 //! migration committed with the row recording it.
 
-use postgres::Client;
+use tokio_postgres::types::Type;
 
+use super::conn::{Conn, PgError};
 use crate::error::{Error, Result};
 use crate::schema::{ALL_TABLES, POINTERS};
 
@@ -67,62 +68,79 @@ pub(crate) struct Migrated {
     pub(crate) to: u32,
 }
 
-fn failed(context: &'static str) -> impl Fn(postgres::Error) -> Error {
+fn failed(context: &'static str) -> impl Fn(PgError) -> Error {
     move |e| Error::postgres(context, &e)
+}
+
+/// Runs `body` in one transaction on `conn` (`begin` opens it), committing if it succeeds and
+/// rolling back otherwise.
+fn in_transaction<T>(conn: &mut Conn, begin: &str, body: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+    let context = "a schema transaction";
+    conn.batch(begin, "BEGIN").map_err(failed(context))?;
+    match body(conn) {
+        Ok(value) => {
+            conn.batch("COMMIT", "COMMIT").map_err(failed(context))?;
+            Ok(value)
+        }
+        Err(err) => {
+            // A failed rollback means the connection is gone, which ends the transaction too.
+            let _ = conn.batch("ROLLBACK", "ROLLBACK");
+            Err(err)
+        }
+    }
 }
 
 /// Brings the database's schema to [`SCHEMA_VERSION`], in one transaction under the migration
 /// lock; refuses a newer schema.
-pub(crate) fn migrate(client: &mut Client) -> Result<Migrated> {
+pub(crate) fn migrate(conn: &mut Conn) -> Result<Migrated> {
     let context = "migrating the PostgreSQL schema";
-    let mut txn = client.transaction().map_err(failed(context))?;
-    txn.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK_KEY]).map_err(failed(context))?;
-    txn.batch_execute(
-        "CREATE SCHEMA IF NOT EXISTS manifestdb;
-         CREATE TABLE IF NOT EXISTS manifestdb.migrations (
-             version integer PRIMARY KEY,
-             applied_at timestamptz NOT NULL DEFAULT now()
-         );",
-    )
-    .map_err(failed(context))?;
-    let from = read_version(&mut txn)?;
-    if from > SCHEMA_VERSION {
-        return Err(Error::UnsupportedSchema { found: from, supported: SCHEMA_VERSION });
-    }
-    for migration in MIGRATIONS.iter().filter(|m| m.version > from) {
-        txn.batch_execute(&(migration.sql)()).map_err(failed(context))?;
-        let version = i32::try_from(migration.version).unwrap_or(i32::MAX);
-        txn.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version]).map_err(failed(context))?;
-        tracing::info!(version = migration.version, "PostgreSQL schema migrated");
-    }
-    txn.commit().map_err(failed(context))?;
-    Ok(Migrated { from, to: SCHEMA_VERSION })
+    in_transaction(conn, "BEGIN", |conn| {
+        conn.query("SELECT pg_advisory_xact_lock($1)", &[(&MIGRATION_LOCK_KEY, Type::INT8)]).map_err(failed(context))?;
+        conn.batch(
+            "CREATE SCHEMA IF NOT EXISTS manifestdb;
+             CREATE TABLE IF NOT EXISTS manifestdb.migrations (
+                 version integer PRIMARY KEY,
+                 applied_at timestamptz NOT NULL DEFAULT now()
+             );",
+            "a migration",
+        )
+        .map_err(failed(context))?;
+        let from = read_version(conn)?;
+        if from > SCHEMA_VERSION {
+            return Err(Error::UnsupportedSchema { found: from, supported: SCHEMA_VERSION });
+        }
+        for migration in MIGRATIONS.iter().filter(|m| m.version > from) {
+            conn.batch(&(migration.sql)(), "a migration").map_err(failed(context))?;
+            let version = i32::try_from(migration.version).unwrap_or(i32::MAX);
+            conn.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[(&version, Type::INT4)]).map_err(failed(context))?;
+            tracing::info!(version = migration.version, "PostgreSQL schema migrated");
+        }
+        Ok(Migrated { from, to: SCHEMA_VERSION })
+    })
 }
 
 /// Checks, without changing anything, that the database holds this build's schema (a
 /// read-only open).
-pub(crate) fn check(client: &mut Client) -> Result<()> {
+pub(crate) fn check(conn: &mut Conn) -> Result<()> {
     let context = "reading the PostgreSQL schema version";
-    let exists: bool = client
-        .query_one("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[])
-        .map_err(failed(context))?
-        .try_get(0)
-        .map_err(failed(context))?;
-    if !exists {
-        return Err(Error::io(
+    let found = in_transaction(conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", |conn| {
+        let rows = conn.query("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[]).map_err(failed(context))?;
+        let exists: bool = rows.first().and_then(|row| row.try_get(0).ok()).unwrap_or(false);
+        if !exists {
+            return Ok(None);
+        }
+        read_version(conn).map(Some)
+    })?;
+    match found {
+        None => Err(Error::io(
             "opening a PostgreSQL store read-only",
             std::io::Error::new(
                 std::io::ErrorKind::NotFound,
                 "the database holds no manifestdb store (open it writable once, with Store::open, to create one)",
             ),
-        ));
-    }
-    let mut txn = client.transaction().map_err(failed(context))?;
-    let found = read_version(&mut txn)?;
-    txn.commit().map_err(failed(context))?;
-    match found {
-        found if found > SCHEMA_VERSION => Err(Error::UnsupportedSchema { found, supported: SCHEMA_VERSION }),
-        found if found < SCHEMA_VERSION => Err(Error::postgres_layer(
+        )),
+        Some(found) if found > SCHEMA_VERSION => Err(Error::UnsupportedSchema { found, supported: SCHEMA_VERSION }),
+        Some(found) if found < SCHEMA_VERSION => Err(Error::postgres_layer(
             context,
             crate::StorageErrorKind::NotAStore,
             format!(
@@ -130,25 +148,27 @@ pub(crate) fn check(client: &mut Client) -> Result<()> {
                  (open it writable once, with Store::open, to migrate it)"
             ),
         )),
-        _ => Ok(()),
+        Some(_) => Ok(()),
     }
 }
 
-fn read_version(txn: &mut postgres::Transaction<'_>) -> Result<u32> {
+fn read_version(conn: &mut Conn) -> Result<u32> {
     let context = "reading the PostgreSQL schema version";
-    let found: i32 = txn
-        .query_one("SELECT coalesce(max(version), 0) FROM manifestdb.migrations", &[])
-        .map_err(failed(context))?
+    let rows = conn.query("SELECT coalesce(max(version), 0) FROM manifestdb.migrations", &[]).map_err(failed(context))?;
+    let found: i32 = rows
+        .first()
+        .ok_or_else(|| Error::postgres_layer(context, crate::StorageErrorKind::Other, "no row"))?
         .try_get(0)
-        .map_err(failed(context))?;
+        .map_err(|e| Error::postgres(context, &PgError::Client(e)))?;
     Ok(u32::try_from(found).unwrap_or(0))
 }
 
 /// Records a schema version this build does not know, as a newer build would have: for the
 /// test that such a database is refused.
 #[cfg(test)]
-pub(crate) fn pretend_newer(client: &mut Client, version: u32) -> Result<()> {
+pub(crate) fn pretend_newer(conn: &mut Conn, version: u32) -> Result<()> {
     let version = i32::try_from(version).unwrap_or(i32::MAX);
-    client.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[&version]).map_err(failed("recording a schema version"))?;
+    conn.execute("INSERT INTO manifestdb.migrations (version) VALUES ($1)", &[(&version, Type::INT4)])
+        .map_err(failed("recording a schema version"))?;
     Ok(())
 }

@@ -6,19 +6,32 @@
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use postgres::{Client, NoTls};
+use tokio_postgres::types::{FromSql, Type};
 
+use super::conn::{Conn, PgError};
 use super::error::Retry;
 use super::schema::{self, SCHEMA_VERSION};
 use super::{PgLayer, PgMeta, Settled};
 use crate::error::{Error, StorageErrorKind};
 use crate::grain::{ReconcileBasis, Reconciliation};
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, MetaRead, TxnEnd};
 use crate::model::{AttemptKey, Candidate, PublishOutcome, RunSpec, TaskKey, TaskSpec, Verdict};
 use crate::ops;
 use crate::records::{PartitionEntryRecord, PartitionVersionRecord, RunRecord};
 use crate::rules::validate::FileObservation;
 use crate::schema::{RUNS, key};
+
+/// A connection of the tests' own (not the layer's pool).
+fn connect(url: &str) -> Result<Conn, PgError> {
+    let config: tokio_postgres::Config = url.parse().map_err(PgError::Client)?;
+    Conn::connect(&config)
+}
+
+/// The first column of the first row of `sql`.
+fn one<T: for<'a> FromSql<'a>>(conn: &mut Conn, sql: &str) -> T {
+    let rows = conn.query(sql, &[]).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.first().unwrap_or_else(|| panic!("{sql}: no row")).get(0)
+}
 
 /// A fresh database on the test server, dropped (with its connections) when this is dropped.
 struct TestDb {
@@ -29,8 +42,8 @@ struct TestDb {
 
 impl Drop for TestDb {
     fn drop(&mut self) {
-        if let Ok(mut admin) = Client::connect(&self.admin, NoTls) {
-            let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        if let Ok(mut admin) = connect(&self.admin) {
+            let _ = admin.batch(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name), "test");
         }
     }
 }
@@ -73,8 +86,8 @@ fn fresh_database(test: &str) -> Option<TestDb> {
     static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
     let name = format!("manifestdb_unit_{}_{}_{}", std::process::id(), COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed), nanos);
-    let mut client = Client::connect(&admin, NoTls).unwrap_or_else(|e| panic!("{test}: cannot reach the test server: {e}"));
-    client.batch_execute(&format!("CREATE DATABASE {name}")).expect("creating the test database");
+    let mut client = connect(&admin).unwrap_or_else(|e| panic!("{test}: cannot reach the test server: {e}"));
+    client.batch(&format!("CREATE DATABASE {name}"), "test").expect("creating the test database");
     let url = with_database(&admin, &name);
     Some(TestDb { admin, name, url })
 }
@@ -139,13 +152,10 @@ fn publish(layer: &PgLayer, dataset: &str, run: &str) -> crate::Result<PublishOu
 #[test]
 fn a_writable_open_creates_the_schema_once_and_reopening_migrates_nothing() {
     let Some(db) = fresh_database("a_writable_open_creates_the_schema_once_and_reopening_migrates_nothing") else { return };
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let mut client = connect(&db.url).expect("connect");
     assert_eq!(schema::migrate(&mut client).expect("first open"), schema::Migrated { from: 0, to: SCHEMA_VERSION });
     assert_eq!(schema::migrate(&mut client).expect("second open"), schema::Migrated { from: SCHEMA_VERSION, to: SCHEMA_VERSION });
-    let tables: i64 = client
-        .query_one("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'manifestdb'", &[])
-        .expect("count tables")
-        .get(0);
+    let tables: i64 = one(&mut client, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'manifestdb'");
     assert_eq!(tables as usize, crate::schema::ALL_TABLES.len() + 1, "every record table and the migrations table");
     schema::check(&mut client).expect("a read-only open accepts the migrated schema");
 }
@@ -166,8 +176,8 @@ fn concurrent_opens_apply_each_migration_once() {
     for handle in handles {
         handle.join().expect("opener thread").expect("every concurrent open succeeds");
     }
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
-    let rows: i64 = client.query_one("SELECT count(*) FROM manifestdb.migrations", &[]).expect("count").get(0);
+    let mut client = connect(&db.url).expect("connect");
+    let rows: i64 = one(&mut client, "SELECT count(*) FROM manifestdb.migrations");
     assert_eq!(rows, i64::from(SCHEMA_VERSION), "one row per migration, however many opened at once");
 }
 
@@ -175,7 +185,7 @@ fn concurrent_opens_apply_each_migration_once() {
 fn a_database_with_a_newer_schema_is_refused_and_left_unchanged() {
     let Some(db) = fresh_database("a_database_with_a_newer_schema_is_refused_and_left_unchanged") else { return };
     PgLayer::open(&db.url, true).expect("create");
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let mut client = connect(&db.url).expect("connect");
     schema::pretend_newer(&mut client, SCHEMA_VERSION + 1).expect("a newer build's migration");
     for writable in [true, false] {
         match PgLayer::open(&db.url, writable) {
@@ -188,7 +198,7 @@ fn a_database_with_a_newer_schema_is_refused_and_left_unchanged() {
     let err = PgLayer::open(&db.url, true).expect_err("refused");
     assert_eq!(err.kind(), crate::ErrorKind::Corrupt);
     assert!(err.to_string().contains("newer"), "the message says why: {err}");
-    let rows: i64 = client.query_one("SELECT count(*) FROM manifestdb.migrations", &[]).expect("count").get(0);
+    let rows: i64 = one(&mut client, "SELECT count(*) FROM manifestdb.migrations");
     assert_eq!(rows, i64::from(SCHEMA_VERSION) + 1, "nothing was changed");
 }
 
@@ -197,8 +207,8 @@ fn a_read_only_open_of_a_database_without_a_store_is_not_found_and_creates_nothi
     let Some(db) = fresh_database("a_read_only_open_of_a_database_without_a_store_is_not_found_and_creates_nothing") else { return };
     let err = PgLayer::open(&db.url, false).expect_err("no store there");
     assert_eq!(err.kind(), crate::ErrorKind::NotFound, "{err}");
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
-    let exists: bool = client.query_one("SELECT to_regclass('manifestdb.migrations') IS NOT NULL", &[]).expect("query").get(0);
+    let mut client = connect(&db.url).expect("connect");
+    let exists: bool = one(&mut client, "SELECT to_regclass('manifestdb.migrations') IS NOT NULL");
     assert!(!exists, "a read-only open migrates nothing");
 }
 
@@ -209,14 +219,14 @@ fn a_damaged_value_or_a_value_under_another_key_is_corruption_never_absence() {
     layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now)).expect("declare");
     let found = layer.read("reading", |meta| meta.run("ds", "r1")).expect("read");
     assert_eq!(found.map(|r| r.task_count), Some(1));
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
+    let mut client = connect(&db.url).expect("connect");
     // A record copied under another run's key: its checksum covers the key it was written under.
     let original = key(&["ds", "r1"]);
     let other = key(&["ds", "r2"]);
     client
         .execute(
             "INSERT INTO manifestdb.runs_v1 (key, value) SELECT $2, value FROM manifestdb.runs_v1 WHERE key = $1",
-            &[&original, &other],
+            &[(&original, Type::BYTEA), (&other, Type::BYTEA)],
         )
         .expect("copy");
     match layer.read("reading", |meta| meta.run("ds", "r2")) {
@@ -228,7 +238,7 @@ fn a_damaged_value_or_a_value_under_another_key_is_corruption_never_absence() {
         .execute(
             "UPDATE manifestdb.runs_v1 SET value = set_byte(value, length(value) - 1, get_byte(value, length(value) - 1) # 1) \
              WHERE key = $1",
-            &[&original],
+            &[(&original, Type::BYTEA)],
         )
         .expect("damage");
     match layer.read("reading", |meta| meta.run("ds", "r1")) {
@@ -245,8 +255,8 @@ fn an_operation_runs_on_the_database_servers_clock() {
     let Some(db) = fresh_database("an_operation_runs_on_the_database_servers_clock") else { return };
     let layer = PgLayer::open(&db.url, true).expect("open");
     let server_ms = layer.write("reading the clock", |_, now| Ok(TxnEnd::Abort(now))).expect("clock");
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
-    let direct: i64 = client.query_one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8", &[]).expect("now").get(0);
+    let mut client = connect(&db.url).expect("connect");
+    let direct: i64 = one(&mut client, "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8");
     let direct = u64::try_from(direct).expect("after 1970");
     assert!(server_ms <= direct && direct - server_ms < 10_000, "the body's clock is the server's: {server_ms} vs {direct}");
 }
@@ -330,22 +340,22 @@ fn two_datasets_published_at_once_both_publish() {
 fn the_pointer_moves_only_from_the_generation_it_names_and_only_forward() {
     let Some(db) = fresh_database("the_pointer_moves_only_from_the_generation_it_names_and_only_forward") else { return };
     PgLayer::open(&db.url, true).expect("open");
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
-    client.batch_execute("BEGIN").expect("begin");
-    let mut meta = PgMeta::new(&mut client);
+    let mut client = connect(&db.url).expect("connect");
+    client.batch("BEGIN", "test").expect("begin");
+    let mut meta = PgMeta::new(&mut client, 0);
     meta.move_pointer("ds", 0, 1).expect("first generation");
     match meta.move_pointer("ds", 0, 2) {
         Err(Error::Storage { source, .. }) => assert_eq!(source.kind(), StorageErrorKind::Conflict),
         other => panic!("a pointer that exists does not move from 0: {other:?}"),
     }
     assert_eq!(meta.fault, Some(Retry::Rerun), "the runner reruns the operation after a lost compare-and-swap");
-    let mut meta = PgMeta::new(&mut client);
+    let mut meta = PgMeta::new(&mut client, 0);
     assert!(matches!(meta.move_pointer("ds", 5, 6), Err(Error::Storage { .. })), "it names 1, not 5");
-    let mut meta = PgMeta::new(&mut client);
+    let mut meta = PgMeta::new(&mut client, 0);
     assert!(matches!(meta.move_pointer("ds", 1, 1), Err(Error::Corrupted { .. })), "never backwards or in place");
     meta.move_pointer("ds", 1, 2).expect("forward from what it names");
     assert_eq!(meta.pointer("ds").expect("read"), Some(2));
-    client.batch_execute("ROLLBACK").expect("rollback");
+    client.batch("ROLLBACK", "test").expect("rollback");
 }
 
 #[test]
@@ -395,34 +405,34 @@ fn a_generations_partitions_are_each_partitions_newest_version_at_or_below_it() 
 fn a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress() {
     let Some(db) = fresh_database("a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress") else { return };
     let layer = PgLayer::open(&db.url, true).expect("open");
-    let xid_and_pid = |client: &mut Client| -> (u64, i32) {
-        let row = client.query_one("SELECT pg_current_xact_id()::text, pg_backend_pid()", &[]).expect("xid");
-        (row.get::<_, String>(0).parse().expect("xid"), row.get(1))
+    let xid_and_pid = |client: &mut Conn| -> (u64, i32) {
+        let rows = client.query("SELECT pg_current_xact_id()::text, pg_backend_pid()", &[]).expect("xid");
+        (rows[0].get::<_, String>(0).parse().expect("xid"), rows[0].get(1))
     };
-    let mut client = Client::connect(&db.url, NoTls).expect("connect");
-    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x01', '\\x00')").expect("write");
+    let mut client = connect(&db.url).expect("connect");
+    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x01', '\\x00')", "test").expect("write");
     let (committed, pid) = xid_and_pid(&mut client);
-    client.batch_execute("COMMIT").expect("commit");
+    client.batch("COMMIT", "test").expect("commit");
     assert_eq!(layer.settle(committed, pid).expect("settle"), Settled::Committed);
-    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x02', '\\x00')").expect("write");
+    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x02', '\\x00')", "test").expect("write");
     let (aborted, pid) = xid_and_pid(&mut client);
-    client.batch_execute("ROLLBACK").expect("rollback");
+    client.batch("ROLLBACK", "test").expect("rollback");
     assert_eq!(layer.settle(aborted, pid).expect("settle"), Settled::Aborted);
     // A transaction that stays open (a backend that never heard its client go away): the
     // settling ends its backend, and then it is aborted.
-    client.batch_execute("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x03', '\\x00')").expect("write");
+    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x03', '\\x00')", "test").expect("write");
     let (open, pid) = xid_and_pid(&mut client);
     let started = std::time::Instant::now();
     assert_eq!(layer.settle(open, pid).expect("settle"), Settled::Aborted);
     assert!(started.elapsed() >= Duration::from_secs(5), "an in-progress transaction is waited for first");
-    assert!(client.batch_execute("COMMIT").is_err(), "its backend was ended");
+    assert!(client.batch("COMMIT", "test").is_err(), "its backend was ended");
 }
 
 #[test]
 fn an_operation_whose_connection_was_ended_before_commit_runs_again_on_a_new_one() {
     let Some(db) = fresh_database("an_operation_whose_connection_was_ended_before_commit_runs_again_on_a_new_one") else { return };
     let layer = PgLayer::open(&db.url, true).expect("open");
-    let mut admin = Client::connect(&db.url, NoTls).expect("connect");
+    let mut admin = connect(&db.url).expect("connect");
     let mut tries = 0;
     let declared = layer
         .write("declaring", |meta, now| {
@@ -430,7 +440,7 @@ fn an_operation_whose_connection_was_ended_before_commit_runs_again_on_a_new_one
             if tries == 1 {
                 // The server ends this transaction's backend (as a restart would) mid-operation.
                 let pid: i32 = meta_backend_pid(meta);
-                admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).expect("terminate");
+                admin.query("SELECT pg_terminate_backend($1)", &[(&pid, Type::INT4)]).expect("terminate");
                 std::thread::sleep(Duration::from_millis(200));
             }
             ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now)
@@ -450,7 +460,72 @@ fn meta_backend_pid(meta: &mut PgMeta<'_>) -> i32 {
 fn a_url_password_is_never_shown() {
     assert_eq!(super::shown("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
     assert_eq!(super::shown("postgresql://u@h/db"), "postgresql://u@h/db");
-    assert!(super::is_postgres_location(std::path::Path::new("postgresql://h/db")));
-    assert!(!super::is_postgres_location(std::path::Path::new("/tmp/postgres://x")));
+    assert_eq!(super::postgres_url(std::path::Path::new("postgresql://h/db")), Some("postgresql://h/db"));
+    assert_eq!(super::postgres_url(std::path::Path::new("/tmp/postgres://x")), None);
     let _ = AttemptKey::clone;
+}
+
+/// One whole run through the public API on a PostgreSQL store: two attempts of one task (the
+/// seeds' scenario: the first one's acknowledgement lost, both finish), validation, publish,
+/// a repeat publish, a reader in a `ReadOnlyStore`, and a second handle on the same database
+/// and staging root (another coordinator) that sees it all.
+#[test]
+fn a_store_on_postgres_runs_the_protocol_through_the_public_api() {
+    use crate::{FileCheck, PublishOptions, ReadOnlyStore, Store};
+    let Some(db) = fresh_database("a_store_on_postgres_runs_the_protocol_through_the_public_api") else { return };
+    let staging = tempfile::tempdir().expect("staging root");
+    let store = Store::open(&db.url, staging.path()).expect("open a PostgreSQL store");
+    assert_eq!(store.path(), None, "no store file");
+    store.declare_run(&spec("ds", "r1", &["p=1"])).expect("declare");
+    let task = TaskKey::new("ds", "r1", "p=1");
+    let mut attempts = Vec::new();
+    for _ in 0..2 {
+        let ticket = store.begin_attempt(&task).expect("begin");
+        assert!(ticket.staging_dir.starts_with(store.staging_root()), "inside the staging root");
+        std::fs::write(ticket.staging_dir.join("part.csv"), b"a,b\n1,2\n").expect("write the output");
+        let file = crate::describe_file(&ticket.staging_dir, "part.csv").expect("describe");
+        let candidate = Candidate { files: vec![file], ..candidate() };
+        store.finish_attempt(&ticket.key, &candidate).expect("finish");
+        attempts.push(ticket.key);
+    }
+    assert_eq!(attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(), vec![1, 2]);
+    // Validated in reverse order: the lowest valid attempt is accepted all the same.
+    for attempt in attempts.iter().rev() {
+        assert_eq!(store.validate_attempt(attempt, FileCheck::SizeAndChecksum).expect("validate"), Verdict::Valid);
+    }
+    let first = store.publish("ds", "r1", &PublishOptions::default()).expect("publish");
+    let PublishOutcome::Published(generation) = first else { panic!("published: {first:?}") };
+    assert_eq!(generation.number, 1);
+    match store.publish("ds", "r1", &PublishOptions::default()).expect("again") {
+        PublishOutcome::AlreadyPublished(again) => assert_eq!(again.number, 1),
+        other => panic!("a repeat publish is told the generation: {other:?}"),
+    }
+    let reader = ReadOnlyStore::open(&db.url).expect("open read-only").with_staging_root(staging.path()).expect("root");
+    let manifest = reader.snapshot().expect("snapshot").manifest("ds", None).expect("manifest").expect("a generation");
+    assert_eq!(manifest.partitions.len(), 1);
+    assert_eq!(manifest.partitions[0].attempt, 1, "the lowest valid attempt, not the last validated");
+    // Another coordinator on the same database and staging root.
+    let other = Store::open(&db.url, staging.path()).expect("a second handle");
+    assert_eq!(other.snapshot().expect("snapshot").current("ds").expect("current").map(|g| g.number), Some(1));
+    // Verify decodes every record of every table, and checks the files of the generation.
+    let options = crate::VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..crate::VerifyOptions::default() };
+    let report = reader.verify(&options).expect("verify");
+    assert!(report.is_clean(), "a clean store verifies clean: {report:?}");
+    assert!(report.records_total() >= 8, "every table walked: {report:?}");
+    let mut client = connect(&db.url).expect("connect");
+    client
+        .execute(
+            "UPDATE manifestdb.attempts_v1 SET value = set_byte(value, length(value) - 1, get_byte(value, length(value) - 1) # 1) \
+             WHERE key = (SELECT key FROM manifestdb.attempts_v1 ORDER BY key LIMIT 1)",
+            &[],
+        )
+        .expect("damage an attempt");
+    let report = reader.verify(&options).expect("verify");
+    assert!(report.findings.iter().any(|f| f.table == "attempts_v1"), "the damaged attempt is found: {report:?}");
+    let wrong = tempfile::tempdir().expect("another root");
+    std::fs::write(wrong.path().join("stray"), b"x").expect("a non-empty root");
+    assert!(
+        matches!(Store::open(&db.url, wrong.path()), Err(Error::StagingRootMismatch { .. })),
+        "the staging root's marker must name this store"
+    );
 }

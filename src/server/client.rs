@@ -92,6 +92,23 @@ impl Client {
         self.request_bytes(method, path, body.map(|_| "application/json"), bytes)
     }
 
+    /// `GET path?query`: the fields of the JSON object `query` as the query string (null fields
+    /// left out), the answer whatever its status.
+    ///
+    /// Errors: `Error::InvalidInput` when `query` is not an object of strings, numbers and
+    /// booleans; as [`Client::request`].
+    pub fn get(&mut self, path: &str, query: &Value) -> Result<Answer> {
+        let fields: Vec<(&str, &Value)> =
+            query.as_object().into_iter().flatten().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.as_str(), v)).collect();
+        let query = serde_urlencoded::to_string(&fields).map_err(|e| Error::InvalidInput {
+            what: "query",
+            value: path.into(),
+            reason: e.to_string(),
+        })?;
+        let uri = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
+        self.request("GET", &uri, None)
+    }
+
     /// [`Client::request`] with a body of any bytes and content type (for tests of what the
     /// server refuses).
     pub fn request_bytes(&mut self, method: &str, path: &str, content_type: Option<&str>, body: Vec<u8>) -> Result<Answer> {

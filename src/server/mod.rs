@@ -147,6 +147,7 @@ impl ServerOptions {
 /// A running server: its runtime, its listener, and the store it serves. Dropping it shuts it
 /// down as [`Server::shutdown`] does, ignoring errors.
 pub struct Server {
+    store: routes::Served,
     runtime: Option<tokio::runtime::Runtime>,
     address: Listen,
     shutdown: tokio::sync::watch::Sender<bool>,
@@ -190,11 +191,12 @@ impl Server {
             .map_err(|source| Error::Io { context: "starting the server's runtime".into(), source })?;
         let listener = runtime.block_on(listen::bind(&options.listen, options.socket_group_access))?;
         let address = listener.address();
-        let app = routes::router(routes::AppState::new(store), token, options.body_limit_bytes, options.request_timeout);
+        let store: routes::Served = Arc::new(parking_lot::RwLock::new(store));
+        let app = routes::router(routes::AppState::new(Arc::clone(&store)), token, options.body_limit_bytes, options.request_timeout);
         let (shutdown, watch) = tokio::sync::watch::channel(false);
         let accept_loop = runtime.spawn(listen::accept_loop(listener, app, watch, options.idle_timeout, options.connections_max.max(1)));
         tracing::info!(address = %address, "serving the store");
-        Ok(Server { runtime: Some(runtime), address, shutdown, accept_loop: Some(accept_loop) })
+        Ok(Server { store, runtime: Some(runtime), address, shutdown, accept_loop: Some(accept_loop) })
     }
 
     /// Where the server listens (a TCP port 0 resolved to the bound port).
@@ -202,8 +204,9 @@ impl Server {
         &self.address
     }
 
-    /// Blocks until SIGINT or SIGTERM arrives, then shuts down as [`Server::shutdown`] does.
-    pub fn run_until_signalled(self) -> Result<()> {
+    /// Blocks until SIGINT or SIGTERM arrives, then shuts down as [`Server::shutdown`] does and
+    /// gives back the store handle it served.
+    pub fn run_until_signalled(self) -> Result<Arc<Store>> {
         if let Some(runtime) = &self.runtime {
             runtime.block_on(async {
                 use tokio::signal::unix::{SignalKind, signal};
@@ -221,9 +224,14 @@ impl Server {
 
     /// Stops accepting, lets the requests in flight finish (their store calls complete), closes
     /// every connection and removes the Unix socket. The store stays open: it belongs to the
-    /// caller.
-    pub fn shutdown(mut self) -> Result<()> {
-        self.stop()
+    /// caller, and this gives back the handle the server held (the only one left if the caller
+    /// passed its only one to [`Server::start`], so it can be closed).
+    ///
+    /// `verify` with redb's integrity check (`POST /v1/verify`) needs the handle alone: it runs
+    /// only when the caller passed its only handle; otherwise its report says it was skipped.
+    pub fn shutdown(mut self) -> Result<Arc<Store>> {
+        self.stop()?;
+        Ok(Arc::clone(&self.store.read()))
     }
 
     fn stop(&mut self) -> Result<()> {

@@ -11,25 +11,32 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use parking_lot::RwLock;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::kind;
 use crate::ErrorKind;
-use crate::documents;
+use crate::documents::{self, operator, reads};
 use crate::{
-    BATCH_OPS_MAX, BatchOp, BatchOutcome, Error, Manifest, PartitionEntry, PublishOptions, Snapshot, Store, TaskKey, describe_file,
+    ApplyOptions, BATCH_OPS_MAX, BatchOp, BatchOutcome, CleanupOptions, Error, FileCheck, IntegrityCheck, PublishOptions, RetentionPolicy,
+    RunMode, Store, TaskKey, VerifyOptions, describe_file,
 };
+
+/// The store a server serves, behind a gate: every request holds it shared for its store
+/// call; `verify --integrity` (redb's check, which needs the handle exclusively) holds it
+/// alone, so the requests in flight finish first and the next ones wait.
+pub(super) type Served = Arc<RwLock<Arc<Store>>>;
 
 /// What every handler shares: the store.
 #[derive(Clone)]
 pub(super) struct AppState {
-    store: Arc<Store>,
+    store: Served,
 }
 
 impl AppState {
-    pub(super) fn new(store: Arc<Store>) -> AppState {
+    pub(super) fn new(store: Served) -> AppState {
         AppState { store }
     }
 }
@@ -56,6 +63,20 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/history"),
     ("GET", "/v1/diff"),
     ("GET", "/v1/stats"),
+    ("GET", "/v1/runs"),
+    ("GET", "/v1/attempts"),
+    ("GET", "/v1/attempts/show"),
+    ("GET", "/v1/views"),
+    ("POST", "/v1/attempts/abandon"),
+    ("POST", "/v1/attempts/invalidate"),
+    ("POST", "/v1/rollback"),
+    ("POST", "/v1/gc/abandon"),
+    ("POST", "/v1/gc/expire"),
+    ("POST", "/v1/gc/plan"),
+    ("GET", "/v1/gc/plan"),
+    ("POST", "/v1/gc/apply"),
+    ("POST", "/v1/views/sync"),
+    ("POST", "/v1/verify"),
 ];
 
 pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: usize, request_timeout: Duration) -> Router {
@@ -80,6 +101,19 @@ pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: 
         .route("/v1/history", get(history))
         .route("/v1/diff", get(diff))
         .route("/v1/stats", get(stats))
+        .route("/v1/runs", get(run_list))
+        .route("/v1/attempts", get(attempt_list))
+        .route("/v1/attempts/show", get(attempt_show))
+        .route("/v1/views", get(view_show))
+        .route("/v1/attempts/abandon", post(abandon))
+        .route("/v1/attempts/invalidate", post(invalidate))
+        .route("/v1/rollback", post(rollback))
+        .route("/v1/gc/abandon", post(gc_abandon))
+        .route("/v1/gc/expire", post(gc_expire))
+        .route("/v1/gc/plan", post(gc_plan).get(gc_plan_show))
+        .route("/v1/gc/apply", post(gc_apply))
+        .route("/v1/views/sync", post(views_sync))
+        .route("/v1/verify", post(verify))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -140,6 +174,15 @@ impl From<Error> for ApiError {
     fn from(err: Error) -> ApiError {
         let kind = err.kind();
         ApiError { status: kind::status(kind, Some(&err)), kind, message: err.to_string() }
+    }
+}
+
+impl From<reads::DocumentError> for ApiError {
+    fn from(err: reads::DocumentError) -> ApiError {
+        match err {
+            reads::DocumentError::Store(err) => ApiError::from(err),
+            other => ApiError::new(other.kind(), other.to_string()),
+        }
     }
 }
 
@@ -213,7 +256,7 @@ async fn blocking<T: Send + 'static>(
     call: impl FnOnce(&Store) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let store = Arc::clone(&state.store);
-    match tokio::task::spawn_blocking(move || call(&store)).await {
+    match tokio::task::spawn_blocking(move || call(&store.read())).await {
         Ok(result) => result,
         Err(e) => Err(ApiError::new(ErrorKind::Fault, format!("the store call failed: {e}"))),
     }
@@ -429,19 +472,16 @@ async fn batch(State(state): State<AppState>, Body(body): Body<BatchBody>) -> An
 
 // ---- reads ----
 
-fn require_dataset(snapshot: &Snapshot, dataset: &str) -> Result<(), ApiError> {
-    if snapshot.has_dataset(dataset)? {
-        Ok(())
-    } else {
-        Err(ApiError::not_found(format!("unknown dataset {dataset:?} (no run declared, nothing published)")))
-    }
-}
-
-fn manifest_or_not_found(snapshot: &Snapshot, dataset: &str, generation: Option<u64>) -> Result<Manifest, ApiError> {
-    snapshot.manifest(dataset, generation)?.ok_or_else(|| match generation {
-        Some(number) => ApiError::not_found(format!("dataset {dataset:?} has no generation {number} (never published, or expired)")),
-        None => ApiError::not_found(format!("dataset {dataset:?} has no published generation")),
+/// A read route: the document [`reads`] makes from one snapshot of the store.
+async fn read_route(
+    state: &AppState,
+    read: impl FnOnce(&Store, &crate::Snapshot) -> Result<Value, reads::DocumentError> + Send + 'static,
+) -> Answer {
+    blocking(state, move |store| {
+        let snapshot = store.snapshot()?;
+        Ok(axum::Json(read(store, &snapshot)?))
     })
+    .await
 }
 
 #[derive(Deserialize)]
@@ -452,20 +492,7 @@ struct RunQuery {
 }
 
 async fn run_show(State(state): State<AppState>, Query(query): Query<RunQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let Some(info) = snapshot.run(&query.dataset, &query.run)? else {
-            return Err(ApiError::not_found(format!("unknown run {:?} of dataset {:?}", query.run, query.dataset)));
-        };
-        let mut tasks = Vec::with_capacity(info.tasks.len());
-        for spec in &info.tasks {
-            let key = TaskKey::new(&info.dataset, &info.run, &spec.partition);
-            tasks.push((spec, snapshot.accepted(&key)?, snapshot.attempts(&key)?));
-        }
-        Ok(axum::Json(documents::run_show(&info, &tasks)))
-    })
-    .await
+    read_route(&state, move |_, snapshot| reads::run_show(snapshot, &query.dataset, &query.run)).await
 }
 
 #[derive(Deserialize)]
@@ -479,42 +506,11 @@ struct EffectsQuery {
 }
 
 async fn effects_list(State(state): State<AppState>, Query(query): Query<EffectsQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let effects = match &query.run {
-            Some(run) => {
-                if snapshot.run(&query.dataset, run)?.is_none() {
-                    return Err(ApiError::not_found(format!("unknown run {run:?} of dataset {:?}", query.dataset)));
-                }
-                let mut effects = snapshot.effects(&query.dataset, run)?;
-                if query.ready {
-                    effects.retain(|e| matches!(e.status, crate::EffectStatus::Ready { .. }));
-                }
-                effects
-            }
-            None if query.ready => snapshot.ready_effects(&query.dataset)?,
-            None => snapshot.dataset_effects(&query.dataset)?,
-        };
-        Ok(axum::Json(json!({ "effects": effects.iter().map(documents::effect).collect::<Vec<_>>() })))
-    })
-    .await
+    read_route(&state, move |_, snapshot| reads::effects(snapshot, &query.dataset, query.run.as_deref(), query.ready)).await
 }
 
 async fn datasets(State(state): State<AppState>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        let mut rows = Vec::new();
-        for dataset in snapshot.datasets()? {
-            if let Some(g) = snapshot.current(&dataset)? {
-                rows.push(
-                    json!({ "dataset": g.dataset, "current_generation": g.number, "run": g.run, "published_at_ms": g.published_at_ms }),
-                );
-            }
-        }
-        Ok(axum::Json(json!({ "datasets": rows })))
-    })
-    .await
+    read_route(&state, |_, snapshot| reads::datasets(snapshot)).await
 }
 
 #[derive(Deserialize)]
@@ -524,18 +520,7 @@ struct DatasetQuery {
 }
 
 async fn current(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let current = snapshot.current(&query.dataset)?;
-        Ok(axum::Json(json!({ "dataset": query.dataset, "generation": current.as_ref().map(documents::generation) })))
-    })
-    .await
-}
-
-/// The partitions' totals; an overflow is a fault.
-fn totals(partitions: &[PartitionEntry]) -> Result<documents::Totals, ApiError> {
-    documents::totals(partitions).map_err(|message| ApiError::new(ErrorKind::Fault, message))
+    read_route(&state, move |_, snapshot| reads::current(snapshot, &query.dataset)).await
 }
 
 #[derive(Deserialize)]
@@ -547,35 +532,18 @@ struct ManifestQuery {
 }
 
 async fn manifest(State(state): State<AppState>, Query(query): Query<ManifestQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let manifest = manifest_or_not_found(&snapshot, &query.dataset, query.generation)?;
-        let current = snapshot.current(&query.dataset)?.map(|g| g.number);
-        let doc = documents::manifest(&manifest, current, Some(store.staging_root()))
-            .map_err(|message| ApiError::new(ErrorKind::Fault, message))?;
-        Ok(axum::Json(doc))
-    })
-    .await
+    read_route(&state, move |store, snapshot| reads::show(snapshot, &query.dataset, query.generation, Some(store.staging_root()))).await
 }
 
-async fn history(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let current = snapshot.current(&query.dataset)?.map(|g| g.number);
-        let mut history = snapshot.history(&query.dataset)?;
-        if current.is_none() && history.is_empty() {
-            return Err(ApiError::not_found(format!("dataset {:?} has no published generation", query.dataset)));
-        }
-        history.reverse();
-        Ok(axum::Json(json!({ "datasets": [{
-            "dataset": query.dataset,
-            "current_generation": current,
-            "generations": history.iter().map(documents::generation).collect::<Vec<_>>(),
-        }] })))
-    })
-    .await
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    dataset: Option<String>,
+}
+
+async fn history(State(state): State<AppState>, Query(query): Query<HistoryQuery>) -> Answer {
+    read_route(&state, move |_, snapshot| reads::history(snapshot, query.dataset.as_deref())).await
 }
 
 #[derive(Deserialize)]
@@ -587,54 +555,284 @@ struct DiffQuery {
 }
 
 async fn diff(State(state): State<AppState>, Query(query): Query<DiffQuery>) -> Answer {
-    blocking(&state, move |store| {
-        let snapshot = store.snapshot()?;
-        require_dataset(&snapshot, &query.dataset)?;
-        let from = manifest_or_not_found(&snapshot, &query.dataset, Some(query.from))?;
-        let to = manifest_or_not_found(&snapshot, &query.dataset, Some(query.to))?;
-        Ok(axum::Json(documents::diff(&query.dataset, query.from, query.to, &from.diff(&to), Some(store.staging_root()))))
-    })
-    .await
-}
-
-/// A table name without its version suffix (`runs_v1` -> `runs`), as `stats` prints it.
-fn unversioned(name: &str) -> &str {
-    match name.rsplit_once("_v") {
-        Some((base, version)) if !version.is_empty() && version.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => name,
-    }
+    read_route(&state, move |store, snapshot| reads::diff(snapshot, &query.dataset, query.from, query.to, Some(store.staging_root()))).await
 }
 
 async fn stats(State(state): State<AppState>) -> Answer {
-    blocking(&state, move |store| {
-        let file_bytes = match store.path() {
-            Some(path) => Some(
-                std::fs::metadata(path)
-                    .map_err(|source| Error::Io { context: format!("reading metadata of {}", path.display()), source })?
-                    .len(),
-            ),
-            None => None,
-        };
-        let snapshot = store.snapshot()?;
-        let tables = snapshot.table_entries()?;
-        let mut per_dataset = Vec::new();
-        for dataset in snapshot.datasets()? {
-            if let Some(manifest) = snapshot.manifest(&dataset, None)? {
-                let t = totals(&manifest.partitions)?;
-                per_dataset.push(json!({
-                    "dataset": dataset, "current_generation": manifest.generation.number, "partitions": t.partitions,
-                    "rows": t.rows, "files": t.files, "bytes": t.bytes,
-                }));
-            }
-        }
-        Ok(axum::Json(json!({
-            "store": store.path(),
-            "file_bytes": file_bytes,
-            "tables": tables.iter().map(|(name, n)| (unversioned(name).to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "datasets": per_dataset,
-        })))
+    read_route(&state, |store, snapshot| reads::stats(snapshot, store.path())).await
+}
+
+async fn run_list(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
+    read_route(&state, move |_, snapshot| reads::run_list(snapshot, &query.dataset)).await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttemptsQuery {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    partition: Option<String>,
+}
+
+async fn attempt_list(State(state): State<AppState>, Query(query): Query<AttemptsQuery>) -> Answer {
+    read_route(&state, move |_, snapshot| reads::attempt_list(snapshot, &query.dataset, &query.run, query.partition.as_deref(), now_ms()))
+        .await
+}
+
+/// Now, in milliseconds since the Unix epoch (the clock the store's times use).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+async fn attempt_show(State(state): State<AppState>, Query(query): Query<AttemptRef>) -> Answer {
+    read_route(&state, move |store, snapshot| {
+        let key = TaskKey::new(&query.dataset, &query.run, &query.partition).attempt(query.attempt);
+        reads::attempt_show(snapshot, &key, Some(store.staging_root()))
     })
     .await
+}
+
+async fn view_show(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
+    read_route(&state, move |_, snapshot| operator::view(snapshot, &query.dataset, None)).await
+}
+
+// ---- operator routes ----
+
+async fn abandon(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {
+    blocking(&state, move |store| {
+        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
+        let outcome = store.abandon_attempt(&key)?;
+        Ok(axum::Json(operator::abandoned(&key, &outcome)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvalidateBody {
+    dataset: String,
+    run: String,
+    partition: String,
+    attempt: u32,
+    actor: String,
+    reason: String,
+}
+
+async fn invalidate(State(state): State<AppState>, Body(body): Body<InvalidateBody>) -> Answer {
+    blocking(&state, move |store| {
+        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
+        let outcome = store.invalidate_attempt(&key, &body.actor, &body.reason)?;
+        Ok(axum::Json(operator::invalidated(&key, &outcome)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackBody {
+    dataset: String,
+    to: u64,
+    actor: String,
+    reason: String,
+}
+
+/// A rollback: 200 whether rolled back or refused (a refusal is a value, `"outcome":
+/// "refused"` with its `refusal`); an unknown dataset is 404.
+async fn rollback(State(state): State<AppState>, Body(body): Body<RollbackBody>) -> Answer {
+    blocking(&state, move |store| {
+        reads::require_dataset(&store.snapshot()?, &body.dataset)?;
+        let outcome = store.rollback(&body.dataset, body.to, &body.actor, &body.reason)?;
+        Ok(axum::Json(operator::rollback(&body.dataset, body.to, &outcome)))
+    })
+    .await
+}
+
+fn run_mode(execute: bool) -> RunMode {
+    if execute { RunMode::Execute } else { RunMode::DryRun }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteBody {
+    #[serde(default)]
+    execute: bool,
+}
+
+async fn gc_abandon(State(state): State<AppState>, Body(body): Body<ExecuteBody>) -> Answer {
+    blocking(&state, move |store| {
+        let mode = run_mode(body.execute);
+        let abandoned = store.abandon_expired_attempts(mode)?;
+        Ok(axum::Json(operator::gc_abandoned(mode, store.attempt_lifetime_max_ms(), &abandoned)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpireBody {
+    dataset: String,
+    #[serde(default)]
+    keep_last: Option<u64>,
+    #[serde(default)]
+    rollback_window_ms: Option<u64>,
+    #[serde(default)]
+    execute: bool,
+}
+
+async fn gc_expire(State(state): State<AppState>, Body(body): Body<ExpireBody>) -> Answer {
+    blocking(&state, move |store| {
+        reads::require_dataset(&store.snapshot()?, &body.dataset)?;
+        let defaults = RetentionPolicy::default();
+        let policy = RetentionPolicy {
+            keep_last: body.keep_last.unwrap_or(defaults.keep_last),
+            rollback_window: body.rollback_window_ms.map_or(defaults.rollback_window, Duration::from_millis),
+        };
+        let report = store.expire_generations(&body.dataset, &policy, run_mode(body.execute))?;
+        Ok(axum::Json(operator::expired(&report)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    #[serde(default)]
+    age_threshold_ms: Option<u64>,
+    #[serde(default)]
+    force_short_threshold: bool,
+}
+
+async fn gc_plan(State(state): State<AppState>, Body(body): Body<PlanBody>) -> Answer {
+    blocking(&state, move |store| {
+        let defaults = CleanupOptions::default();
+        let options = CleanupOptions {
+            age_threshold: body.age_threshold_ms.map_or(defaults.age_threshold, Duration::from_millis),
+            force_short_threshold: body.force_short_threshold,
+        };
+        Ok(axum::Json(operator::cleanup_plan(&store.plan_cleanup(&options)?)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanQuery {
+    plan: u64,
+}
+
+async fn gc_plan_show(State(state): State<AppState>, Query(query): Query<PlanQuery>) -> Answer {
+    blocking(&state, move |store| match store.cleanup_plan(query.plan)? {
+        Some(plan) => Ok(axum::Json(operator::cleanup_plan(&plan))),
+        None => Err(ApiError::not_found(format!("no cleanup plan {} is stored", query.plan))),
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    plan: u64,
+    #[serde(default)]
+    execute: bool,
+    #[serde(default)]
+    delete_unknown: bool,
+    #[serde(default)]
+    batch_size: Option<usize>,
+}
+
+async fn gc_apply(State(state): State<AppState>, Body(body): Body<ApplyBody>) -> Answer {
+    blocking(&state, move |store| {
+        let defaults = ApplyOptions::default();
+        let options = ApplyOptions {
+            mode: run_mode(body.execute),
+            delete_unknown: body.delete_unknown,
+            batch_size: body.batch_size.unwrap_or(defaults.batch_size),
+        };
+        Ok(axum::Json(operator::cleanup_applied(&store.apply_cleanup(body.plan, &options)?)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SyncBody {
+    #[serde(default)]
+    dataset: Option<String>,
+}
+
+async fn views_sync(State(state): State<AppState>, Body(body): Body<SyncBody>) -> Answer {
+    blocking(&state, move |store| {
+        if let Some(dataset) = &body.dataset {
+            reads::require_dataset(&store.snapshot()?, dataset)?;
+        }
+        if store.view_root().is_none() {
+            return Err(ApiError::not_found("the store publishes no views (pass --views DIR once to set its view root)"));
+        }
+        let synced = match &body.dataset {
+            Some(dataset) => store.sync_view(dataset)?.into_iter().collect(),
+            None => store.sync_views()?,
+        };
+        Ok(axum::Json(operator::views_synced(&synced)))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyBody {
+    /// Check the files of retained generations: `"size"` or `"checksums"`; none by default.
+    #[serde(default)]
+    files: Option<String>,
+    /// Run redb's integrity check too (needs the handle alone: the server lets the requests in
+    /// flight finish and holds the next ones meanwhile).
+    #[serde(default)]
+    integrity: bool,
+}
+
+async fn verify(State(state): State<AppState>, Body(body): Body<VerifyBody>) -> Answer {
+    let files = match body.files.as_deref() {
+        None => None,
+        Some("size") => Some(FileCheck::Size),
+        Some("checksums") => Some(FileCheck::SizeAndChecksum),
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorKind::Usage,
+                format!("the request body is not valid: files: {other:?} is not \"size\" or \"checksums\""),
+            ));
+        }
+    };
+    let served = Arc::clone(&state.store);
+    let run = move || -> Result<Value, ApiError> {
+        if body.integrity {
+            // Alone with the handle: every other request waits for the gate.
+            let mut store = served.write();
+            let options =
+                VerifyOptions { integrity_check: true, files, staging_root: Some(store.staging_root().to_path_buf()), views: true };
+            let report = match Arc::get_mut(&mut store) {
+                Some(store) => store.verify(&options)?,
+                None => {
+                    // The program that embeds the server holds the handle too: the check cannot
+                    // have it alone. Everything else is verified.
+                    let mut report = store.snapshot()?.verify(&options);
+                    report.integrity = IntegrityCheck::Skipped {
+                        reason: "the server's store handle is shared with the program that embeds the server".into(),
+                    };
+                    report
+                }
+            };
+            Ok(operator::verified(&report))
+        } else {
+            let store = served.read();
+            let options =
+                VerifyOptions { integrity_check: false, files, staging_root: Some(store.staging_root().to_path_buf()), views: true };
+            Ok(operator::verified(&store.snapshot()?.verify(&options)))
+        }
+    };
+    match tokio::task::spawn_blocking(run).await {
+        Ok(result) => result.map(axum::Json),
+        Err(e) => Err(ApiError::new(ErrorKind::Fault, format!("the store call failed: {e}"))),
+    }
 }
 
 #[cfg(test)]

@@ -6,9 +6,8 @@
 //! the task's accepted attempt after an invalidation is `rules::accept::lowest_valid` over the
 //! task's verdicts.
 
-use super::meta_redb::RedbMeta;
+use super::Store;
 use super::retention::{check_attempt_key, check_rollback_text};
-use super::{Store, now_ms};
 use crate::error::Result;
 use crate::model::{AbandonOutcome, AttemptKey, InvalidateOutcome};
 use crate::ops;
@@ -25,7 +24,10 @@ impl Store {
     /// recorded: invalidate it with [`Store::invalidate_attempt`] instead); storage errors.
     pub fn abandon_attempt(&self, attempt: &AttemptKey) -> Result<AbandonOutcome> {
         check_attempt_key(attempt)?;
-        self.write("abandoning an attempt", |txn| ops::attempts::abandon(&mut RedbMeta::new(txn), attempt, now_ms()))
+        self.write("abandoning an attempt", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::abandon(meta, attempt, now)
+        })
     }
 
     /// Invalidates a finished attempt whose files were lost (or that an operator must not let
@@ -48,7 +50,10 @@ impl Store {
         check_attempt_key(attempt)?;
         check_rollback_text("invalidation actor", actor)?;
         check_rollback_text("invalidation reason", reason)?;
-        self.write("invalidating an attempt", |txn| ops::attempts::invalidate(&mut RedbMeta::new(txn), attempt, actor, reason, now_ms()))
+        self.write("invalidating an attempt", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::invalidate(meta, attempt, actor, reason, now)
+        })
     }
 }
 
@@ -58,17 +63,11 @@ mod tests {
     //! or a panic.
 
     use super::super::TxnEnd;
-    use super::super::tables::put;
     use super::*;
     use crate::error::Error;
     use crate::lifecycle::CleanupOptions;
     use crate::model::{Candidate, FileCheck, PublishOptions, PublishOutcome, RunSpec, TaskKey, TaskSpec};
-    use crate::records::{CleanupPlanRecord, PointerRecord};
-    use crate::schema::{CLEANUP_PLANS, Def, POINTERS, key};
-
-    fn open<'t>(txn: &'t redb::WriteTransaction, def: Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-        txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-    }
+    use crate::records::CleanupPlanRecord;
 
     fn publish_one(store: &Store, run: &str) -> Result<PublishOutcome> {
         let spec = RunSpec {
@@ -92,8 +91,8 @@ mod tests {
         let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).unwrap();
         assert!(matches!(publish_one(&store, "r1").unwrap(), PublishOutcome::Published(_)));
         store
-            .write("damaging the store", |txn| {
-                put(&mut open(txn, POINTERS)?, &key(&["ds"]), &PointerRecord { generation: u64::MAX })?;
+            .write("damaging the store", |meta| {
+                meta.move_pointer("ds", 1, u64::MAX)?;
                 let plan = CleanupPlanRecord {
                     created_at_ms: 0,
                     age_threshold_ms: u64::MAX,
@@ -104,7 +103,7 @@ mod tests {
                     kept: vec![],
                     unconsidered: vec![],
                 };
-                put(&mut open(txn, CLEANUP_PLANS)?, &u64::MAX.to_be_bytes(), &plan)?;
+                meta.put_cleanup_plan(u64::MAX, &plan)?;
                 Ok(TxnEnd::Commit(()))
             })
             .unwrap();

@@ -7,10 +7,20 @@
 //! failure fails the whole batch, as it fails a single call.
 
 use super::write::{self, PreparedBegin, PreparedValidation};
-use super::{Store, TxnEnd, files, tables};
+use super::{Store, TxnEnd, files};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 use crate::error::{Error, Result};
+use crate::meta::Meta;
 use crate::model::{AttemptKey, Candidate, EffectKey};
+
+/// From this many begins on, a batch makes its directories durable with one `syncfs` of the
+/// staging file system instead of an `fsync` of each directory (two per begin of a new
+/// partition). Measured on this ext4 (2026-12-01, shared and loaded machine): 2,001 directory
+/// fsyncs after 2,000 `mkdir`s took 0.87 s (0.43 ms each); one `syncfs` in a batch of 1,000
+/// begins 2.7 ms, and 0.28 s when other processes' builds had left much unsynced data on the
+/// file system (a `syncfs` flushes that too, as the views' build sync does). Below this size
+/// the few fsyncs it would replace cost less than that risk.
+pub(crate) const FILE_SYSTEM_SYNC_BEGINS_MIN: usize = 32;
 
 /// An operation once its checks and file work ran, ready for the transaction.
 enum Prepared {
@@ -40,18 +50,29 @@ impl Store {
             return Err(Error::invalid("batch", &ops.len().to_string(), format!("holds more than {BATCH_OPS_MAX} operations")));
         }
         self.poison.contain("running a batch", || {
+            // A batch of many begins makes their directories durable with one sync of the
+            // staging file system, through a handle opened before any of them is created (see
+            // `files::FileSystemSync`); if the root cannot be opened, each directory is synced.
+            // The staging root's marker is checked once for all the batch's begins (if that check
+            // fails, each begin checks again and fails with its own error).
+            let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
+            let root = if begins > 0 { self.checked_staging_root().ok() } else { None };
+            let root_checked = root.is_some();
+            let file_system = root
+                .filter(|_| begins >= FILE_SYSTEM_SYNC_BEGINS_MIN)
+                .and_then(|handle| files::FileSystemSync::new(&self.staging_root, handle).ok());
             let snapshot = self.snapshot()?;
-            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op)).collect();
+            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, root_checked)).collect();
             drop(snapshot);
             let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
             let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
             let ran = if pending {
-                self.write_grouped("running a batch", |txn| {
+                self.write_grouped("running a batch", |meta| {
                     let mut wrote = false;
                     let mut ran = Vec::with_capacity(prepared.len());
                     for op in &mut prepared {
-                        let writes_before = tables::writes_on_this_thread();
-                        let result = self.run_op(txn, op);
+                        let writes_before = crate::meta::writes_on_this_thread();
+                        let result = self.run_op(meta, op);
                         match result {
                             Some(Ok(TxnEnd::Commit(outcome))) => {
                                 wrote = true;
@@ -62,7 +83,7 @@ impl Store {
                             Some(Err(err @ Error::Storage { .. })) => return Err(err),
                             // A refusal after a write would commit half an operation; the
                             // group commit fails the whole batch for it (see `group.rs`).
-                            Some(Err(err)) if tables::writes_on_this_thread() != writes_before => return Err(err),
+                            Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
                             Some(Err(err)) => ran.push(Some(Err(err))),
                             None => ran.push(None),
                         }
@@ -72,11 +93,19 @@ impl Store {
             } else {
                 prepared.iter().map(|_| None).collect()
             };
-            // Each directory the batch's begins need durable is synced once for the batch.
+            // Each directory the batch's begins need durable is synced once for the batch, or
+            // all of them by one sync of their file system.
             let mut synced = std::collections::BTreeSet::new();
+            let mut covered = Vec::new();
             for (op, outcome) in prepared.into_iter().zip(ran) {
                 let result = match (op, outcome) {
                     (Prepared::Settled(result), _) => result,
+                    (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket))))
+                        if file_system.as_ref().is_some_and(|fs| fs.covers(&ticket.staging_dir, &begin.created)) =>
+                    {
+                        covered.push(results.len());
+                        Ok(BatchOutcome::Begin(ticket))
+                    }
                     // After the commit, before the ticket is handed out, as a single begin.
                     (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket)))) => {
                         files::sync_created_dirs(&ticket.staging_dir, &begin.created, &mut synced).map(|_| BatchOutcome::Begin(ticket))
@@ -86,6 +115,19 @@ impl Store {
                 };
                 results.push(Some(result));
             }
+            if let Some(file_system) = file_system.filter(|_| !covered.is_empty())
+                && let Err(err) = file_system.sync()
+            {
+                // No ticket whose directory may not be durable is handed out; as a failed sync
+                // of a single begin, the attempts stay committed and their leases run out.
+                let (context, kind, cause) = match &err {
+                    Error::Io { context, source } => (context.clone(), source.kind(), source.to_string()),
+                    other => (other.to_string(), std::io::ErrorKind::Other, "the sync failed".to_owned()),
+                };
+                for i in covered {
+                    results[i] = Some(Err(Error::io(context.clone(), std::io::Error::new(kind, cause.clone()))));
+                }
+            }
             Ok(results
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|| Err(Error::Poisoned { cause: "a batch result is missing".to_owned() })))
@@ -94,10 +136,10 @@ impl Store {
     }
 
     /// The checks and file work of one operation, before the transaction.
-    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp) -> Prepared {
+    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp, root_checked: bool) -> Prepared {
         let prepared = match op {
             BatchOp::Begin { dataset, run, partition } => {
-                self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition)).map(Prepared::Begin)
+                self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition), root_checked).map(Prepared::Begin)
             }
             BatchOp::Finish { dataset, run, partition, attempt, candidate } => {
                 let key = BatchOp::attempt(dataset, run, partition, *attempt);
@@ -112,9 +154,10 @@ impl Store {
                     },
                 )
             }
-            BatchOp::RecordEffect { dataset, run, effect, partition, payload } => {
+            BatchOp::RecordEffect { dataset, run, effect, partition, payload, payload_hex } => {
                 let key = BatchOp::effect(dataset, run, effect, partition);
-                write::check_record(&key, payload.as_bytes()).map(|()| Prepared::RecordEffect(key, payload.as_bytes().to_vec()))
+                BatchOp::payload_bytes(payload, payload_hex.as_deref())
+                    .and_then(|bytes| write::check_record(&key, &bytes).map(|()| Prepared::RecordEffect(key, bytes)))
             }
             BatchOp::ClaimEffect { dataset, run, effect, partition, claimant, lease_ms } => {
                 let key = BatchOp::effect(dataset, run, effect, partition);
@@ -130,18 +173,18 @@ impl Store {
     }
 
     /// One operation's body in the batch's transaction; `None` for one settled before it.
-    fn run_op(&self, txn: &redb::WriteTransaction, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
+    fn run_op(&self, meta: &mut dyn Meta, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
         let ran = match op {
             Prepared::Settled(_) => return None,
-            Prepared::Begin(begin) => self.begin_body(txn, begin).map(|end| end.map(BatchOutcome::Begin)),
-            Prepared::Finish(key, candidate) => write::finish_body(txn, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
-            Prepared::Validate(prepared) => write::store_prepared_body(txn, prepared).map(|end| end.map(BatchOutcome::Validate)),
-            Prepared::RecordEffect(key, payload) => write::record_body(txn, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
+            Prepared::Begin(begin) => self.begin_body(meta, begin).map(|end| end.map(BatchOutcome::Begin)),
+            Prepared::Finish(key, candidate) => write::finish_body(meta, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
+            Prepared::Validate(prepared) => write::store_prepared_body(meta, prepared).map(|end| end.map(BatchOutcome::Validate)),
+            Prepared::RecordEffect(key, payload) => write::record_body(meta, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
             Prepared::ClaimEffect(key, claimant, lease) => {
-                write::claim_body(txn, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
+                write::claim_body(meta, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
             }
             Prepared::MarkEmitted(key, claimant) => {
-                write::mark_body(txn, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
+                write::mark_body(meta, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
             }
         };
         Some(ran)

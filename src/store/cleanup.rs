@@ -1,7 +1,8 @@
 //! Cleanup of staging files: plan, then apply, and the pruning of dead attempt records.
 //!
-//! The decisions are pure rules (`rules::cleanup`); this module reads their inputs, walks the
-//! staging root (`walk.rs`) and deletes or writes what they decided.
+//! The decisions are pure rules (`rules::cleanup`); their inputs are read, and the plan, batch
+//! and attempt records written, by `ops::cleanup` through the storage interface; this module
+//! walks the staging root (`walk.rs`), re-checks and deletes files, and syncs directories.
 //!
 //! Invariant: cleanup never deletes a file held by a stored generation's version entry, nor a
 //! file of an attempt that may still run (not finished and not recorded abandoned), nor one of
@@ -9,158 +10,21 @@
 //! root; and it deletes only paths that were planned, persisted and logged first, each
 //! re-checked against the live state just before deletion.
 
-use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, BorrowedFd};
 
-use redb::{ReadTransaction, ReadableTable, WriteTransaction};
-
-use super::retention::attempt_key_bytes;
-use super::tables::{self, Readable, get, put, scan};
-use super::{Store, TxnEnd, files, now_ms, walk};
+use super::{Store, files, now_ms, walk};
 use crate::error::{Error, Result};
 use crate::lifecycle::{
     ApplyOptions, ApplyReport, CleanupOptions, CleanupPlan, CleanupReason, PlannedPath, RunMode, SkipReason, SkippedPath,
 };
-use crate::model::{AttemptKey, TaskKey};
-use crate::records::{AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, PartitionVersionRecord, RunRecord};
-use crate::rules::cleanup::{self, AttemptFact, AttemptState, Class, Facts};
-use crate::rules::ids;
-use crate::schema::{self, ACCEPTED, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, RUNS, VERSIONS, key, key_u64, prefix, prefix_end};
-
-fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-}
-
-fn open_ro(txn: &ReadTransaction, def: schema::Def) -> Result<redb::ReadOnlyTable<&'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table for reading", e))
-}
+use crate::model::AttemptKey;
+use crate::ops;
+use crate::records::{CleanupBatchRecord, CleanupPlanRecord};
+use crate::rules::cleanup::{self, AttemptFact, Class, Facts};
 
 /// Cleanup plans kept in the store; older ones (and their batch records) are removed when a
 /// new plan is made, so the plan table stays bounded.
 const CLEANUP_PLANS_KEPT: u64 = 8;
-
-/// Gathers what cleanup needs to know from one consistent view.
-fn gather_facts(txn: &ReadTransaction) -> Result<Facts> {
-    let mut facts = Facts::default();
-    let versions = open_ro(txn, VERSIONS)?;
-    scan::<PartitionVersionRecord>(&versions, VERSIONS, &[], &[0xff], |_, record| {
-        if let Some(entry) = record.entry {
-            facts.referenced.insert(entry.staging_rel);
-        }
-        Ok(true)
-    })?;
-    let attempts = open_ro(txn, ATTEMPTS)?;
-    let runs = open_ro(txn, RUNS)?;
-    let accepted = open_ro(txn, ACCEPTED)?;
-    let mut published: HashMap<(String, String), bool> = HashMap::new();
-    let mut accepted_of: HashMap<TaskKey, Option<u32>> = HashMap::new();
-    scan::<AttemptRecord>(&attempts, ATTEMPTS, &[], &[0xff], |raw, record| {
-        let attempt = schema::parse_attempt_key(raw).ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "malformed attempt key"))?;
-        let task = &attempt.task;
-        let run_key = (task.dataset.clone(), task.run.clone());
-        let run_published = match published.get(&run_key) {
-            Some(p) => *p,
-            None => {
-                let run = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?
-                    .ok_or_else(|| tables::corrupted(ATTEMPTS, raw, "attempt of an undeclared run"))?;
-                let p = run.published_generation.is_some();
-                published.insert(run_key, p);
-                p
-            }
-        };
-        let accepted_attempt = match accepted_of.get(task) {
-            Some(a) => *a,
-            None => {
-                let a = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt);
-                accepted_of.insert(task.clone(), a);
-                a
-            }
-        };
-        let state = AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), run_published);
-        let fact = AttemptFact { accepted: accepted_attempt == Some(attempt.attempt), key: attempt, state };
-        facts.attempts.insert(record.staging_rel, fact);
-        Ok(true)
-    })?;
-    Ok(facts)
-}
-
-/// What cleanup needs to know about the attempt directories of `paths` only, read by key from
-/// one consistent view, for the apply-time re-check of one batch: for each path's attempt
-/// directory, the attempt its name encodes (`ids::parse_staging_rel`), that attempt's record,
-/// its run's publication and its task's accepted attempt, and whether a version entry holds
-/// the directory. O(batch log n), never a scan of the whole store.
-///
-/// Only the accepted attempt of a published run can be held by a version entry (a publish
-/// writes the run's accepted attempts; a rollback copies existing entries), so only for those
-/// is the partition's history read, from the run's generation on.
-fn facts_for(txn: &ReadTransaction, paths: &[&PlannedPath]) -> Result<Facts> {
-    let mut facts = Facts::default();
-    let attempts = open_ro(txn, ATTEMPTS)?;
-    let runs = open_ro(txn, RUNS)?;
-    let accepted = open_ro(txn, ACCEPTED)?;
-    let versions = open_ro(txn, VERSIONS)?;
-    let mut seen: HashSet<&str> = HashSet::new();
-    for planned in paths {
-        let Some(dir) = cleanup::attempt_dir_of(&planned.path) else { continue };
-        if !seen.insert(dir) {
-            continue;
-        }
-        // A directory whose name encodes no attempt belongs to none.
-        let Some(attempt) = ids::parse_staging_rel(dir) else { continue };
-        let task = &attempt.task;
-        let attempt_key = attempt_key_bytes(&attempt);
-        let run = get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?;
-        let accepted_attempt =
-            get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?.map(|r| r.attempt);
-        let record = get::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_key)?;
-        let published = run.as_ref().and_then(|r| r.published_generation);
-        if let Some(generation) = published
-            && (accepted_attempt == Some(attempt.attempt) || record.is_none())
-            && referenced_since(&versions, &attempt, dir, generation)?
-        {
-            facts.referenced.insert(dir.to_owned());
-        }
-        let Some(record) = record else { continue };
-        if record.staging_rel != dir {
-            return Err(tables::corrupted(ATTEMPTS, &attempt_key, format!("staging directory {:?} is not {dir:?}", record.staging_rel)));
-        }
-        if run.is_none() {
-            return Err(tables::corrupted(ATTEMPTS, &attempt_key, "attempt of an undeclared run"));
-        }
-        let state =
-            AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published.is_some());
-        facts.attempts.insert(dir.to_owned(), AttemptFact { accepted: accepted_attempt == Some(attempt.attempt), key: attempt, state });
-    }
-    Ok(facts)
-}
-
-/// Whether a version entry of the attempt's partition from generation `since` on holds its
-/// staging directory.
-fn referenced_since(versions: &impl Readable, attempt: &AttemptKey, staging_rel: &str, since: u64) -> Result<bool> {
-    let partition_prefix = prefix(&[&attempt.task.dataset, &attempt.task.partition]);
-    let mut found = false;
-    scan::<PartitionVersionRecord>(
-        versions,
-        VERSIONS,
-        &key_u64(&[&attempt.task.dataset, &attempt.task.partition], since),
-        &prefix_end(&partition_prefix),
-        |_, record| {
-            found = record.entry.is_some_and(|e| e.staging_rel == staging_rel);
-            Ok(!found)
-        },
-    )?;
-    Ok(found)
-}
-
-fn plan_key(id: u64) -> [u8; 8] {
-    id.to_be_bytes()
-}
-
-fn batch_key(plan: u64, batch: u32) -> Vec<u8> {
-    let mut out = plan.to_be_bytes().to_vec();
-    out.extend_from_slice(&batch.to_be_bytes());
-    out
-}
 
 fn plan_from(id: u64, record: CleanupPlanRecord) -> CleanupPlan {
     CleanupPlan {
@@ -212,7 +76,7 @@ impl Store {
             // then visible to the decision.
             let root = self.checked_staging_root()?;
             let walked = walk::walk(root.as_fd(), &self.staging_root)?;
-            let facts = gather_facts(self.snapshot()?.txn())?;
+            let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
             let now = now_ms();
             let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
             let record = CleanupPlanRecord {
@@ -225,31 +89,7 @@ impl Store {
                 kept: draft.kept,
                 unconsidered: walked.unconsidered,
             };
-            let id = self.write("storing a cleanup plan", |txn| {
-                let mut plans = open(txn, CLEANUP_PLANS)?;
-                let mut batches = open(txn, CLEANUP_BATCHES)?;
-                let last_key =
-                    plans.last().map_err(|e| Error::storage("reading the last cleanup plan", e))?.map(|(k, _)| k.value().to_vec());
-                let id = match last_key {
-                    None => 1,
-                    Some(k) => {
-                        let raw: [u8; 8] =
-                            k.as_slice().try_into().map_err(|_| tables::corrupted(CLEANUP_PLANS, &k, "malformed plan key"))?;
-                        u64::from_be_bytes(raw).checked_add(1).ok_or_else(|| tables::corrupted(CLEANUP_PLANS, &k, "plan id overflows"))?
-                    }
-                };
-                put(&mut plans, &plan_key(id), &record)?;
-                if id > CLEANUP_PLANS_KEPT {
-                    let first_kept = id - CLEANUP_PLANS_KEPT + 1;
-                    plans
-                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                        .map_err(|e| Error::storage("pruning old plans", e))?;
-                    batches
-                        .retain_in::<&[u8], _>(..&plan_key(first_kept)[..], |_, _| false)
-                        .map_err(|e| Error::storage("pruning old plan batches", e))?;
-                }
-                Ok(TxnEnd::Commit(id))
-            })?;
+            let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
             for path in record.candidates.iter().chain(&record.unknown) {
                 tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
             }
@@ -272,9 +112,7 @@ impl Store {
     /// Storage and corruption errors.
     pub fn cleanup_plan(&self, id: u64) -> Result<Option<CleanupPlan>> {
         self.poison.contain("cleanup plan", || {
-            let snapshot = self.snapshot()?;
-            let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-            Ok(get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.map(|r| plan_from(id, r)))
+            Ok(self.snapshot()?.read("reading a cleanup plan", |meta| meta.cleanup_plan(id))?.map(|r| plan_from(id, r)))
         })
     }
 
@@ -300,11 +138,10 @@ impl Store {
     /// cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
         self.poison.contain("apply cleanup", || {
-            let plan = {
-                let snapshot = self.snapshot()?;
-                let plans = open_ro(snapshot.txn(), CLEANUP_PLANS)?;
-                get::<CleanupPlanRecord>(&plans, CLEANUP_PLANS, &plan_key(id))?.ok_or(Error::UnknownCleanupPlan { plan: id })?
-            };
+            let plan = self
+                .snapshot()?
+                .read("reading a cleanup plan", |meta| meta.cleanup_plan(id))?
+                .ok_or(Error::UnknownCleanupPlan { plan: id })?;
             let lifetime_ms = self.attempt_lifetime_max_ms;
             if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
                 return Err(Error::CleanupThresholdTooShort {
@@ -336,7 +173,7 @@ impl Store {
             let mut next_batch = self.next_batch_number(id)?;
             for chunk in todo.chunks(options.batch_size.max(1)) {
                 // Re-read by key, for this batch's paths only, from a fresh snapshot.
-                let facts = facts_for(self.snapshot()?.txn(), chunk)?;
+                let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, chunk))?;
                 let now = now_ms();
                 let mut batch = CleanupBatchRecord {
                     applied_at_ms: now,
@@ -385,27 +222,12 @@ impl Store {
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {
-        let snapshot = self.snapshot()?;
-        let batches = open_ro(snapshot.txn(), CLEANUP_BATCHES)?;
-        let mut range = batches
-            .range::<&[u8]>(&batch_key(plan, 0)[..]..=&batch_key(plan, u32::MAX)[..])
-            .map_err(|e| Error::storage("reading cleanup batches", e))?;
-        match range.next_back() {
-            None => Ok(0),
-            Some(item) => {
-                let (k, _) = item.map_err(|e| Error::storage("reading cleanup batches", e))?;
-                let n = schema::trailing_u32(k.value()).ok_or_else(|| tables::corrupted(CLEANUP_BATCHES, k.value(), "malformed key"))?;
-                Ok(n.saturating_add(1))
-            }
-        }
+        let last = self.snapshot()?.read("reading cleanup batches", |meta| meta.last_cleanup_batch(plan))?;
+        Ok(last.map_or(0, |n| n.saturating_add(1)))
     }
 
     fn record_batch(&self, plan: u64, batch: u32, record: &CleanupBatchRecord) -> Result<()> {
-        self.write("recording a cleanup batch", |txn| {
-            let mut batches = open(txn, CLEANUP_BATCHES)?;
-            put(&mut batches, &batch_key(plan, batch), record)?;
-            Ok(TxnEnd::Commit(()))
-        })
+        self.write("recording a cleanup batch", |meta| ops::cleanup::record_batch(meta, plan, batch, record))
     }
 
     /// Removes the records (and empty directories) of attempts that can never be used again,
@@ -415,7 +237,7 @@ impl Store {
     /// must never name a missing attempt. Returns the attempts and the directories removed
     /// (in a dry run: the attempts that would be, and 0).
     fn prune_attempt_records(&self, root: BorrowedFd<'_>, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
-        let facts = gather_facts(self.snapshot()?.txn())?;
+        let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
         let mut doomed: Vec<AttemptKey> = Vec::new();
         let mut dirs = 0;
         let mut removable: Vec<(&String, &AttemptFact)> =
@@ -436,60 +258,10 @@ impl Store {
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }
-        let removed = self.write("removing dead attempt records", |txn| {
-            let mut attempts = open(txn, ATTEMPTS)?;
-            let runs = open(txn, RUNS)?;
-            let accepted = open(txn, ACCEPTED)?;
-            let versions = open(txn, VERSIONS)?;
-            let mut removed = Vec::new();
-            for attempt in &doomed {
-                // Re-check inside the transaction: the state is read again and must still be
-                // one that can never be used, not accepted, and held by no version entry.
-                let task = &attempt.task;
-                let attempt_key = attempt_key_bytes(attempt);
-                let Some(record) = get::<AttemptRecord>(&attempts, ATTEMPTS, &attempt_key)? else { continue };
-                let published =
-                    get::<RunRecord>(&runs, RUNS, &key(&[&task.dataset, &task.run]))?.is_some_and(|r| r.published_generation.is_some());
-                let state =
-                    AttemptState::of(record.candidate.is_some(), record.verdict.as_ref(), record.abandoned_at_ms.is_some(), published);
-                let is_accepted = get::<AcceptedRecord>(&accepted, ACCEPTED, &key(&[&task.dataset, &task.run, &task.partition]))?
-                    .is_some_and(|a| a.attempt == attempt.attempt);
-                // The version scan only when the rest of the rule would let the record go:
-                // `attempt_dead(s, a, r)` is `attempt_dead(s, a, false) && !r`.
-                if !cleanup::attempt_dead(state, is_accepted, false) || referenced_by_version(&versions, attempt, &record.staging_rel)? {
-                    continue;
-                }
-                attempts.remove(attempt_key.as_slice()).map_err(|e| Error::storage("removing an attempt record", e))?;
-                removed.push(attempt.clone());
-            }
-            let mut batches = open(txn, CLEANUP_BATCHES)?;
-            put(
-                &mut batches,
-                &batch_key(plan, batch),
-                &CleanupBatchRecord {
-                    applied_at_ms: now_ms(),
-                    deleted: Vec::new(),
-                    bytes_deleted: 0,
-                    skipped: Vec::new(),
-                    attempt_records_removed: removed.clone(),
-                },
-            )?;
-            tracing::info!(plan, attempt_records_removed = removed.len(), "removed dead attempt records");
-            Ok(TxnEnd::Commit(removed))
-        })?;
+        let removed =
+            self.write("removing dead attempt records", |meta| ops::cleanup::remove_dead_attempts(meta, &doomed, plan, batch, now_ms()))?;
         Ok((removed, dirs))
     }
-}
-
-/// Whether any version entry of the attempt's partition holds its staging directory.
-fn referenced_by_version(versions: &impl Readable, attempt: &AttemptKey, staging_rel: &str) -> Result<bool> {
-    let partition_prefix = prefix(&[&attempt.task.dataset, &attempt.task.partition]);
-    let mut found = false;
-    scan::<PartitionVersionRecord>(versions, VERSIONS, &partition_prefix, &prefix_end(&partition_prefix), |_, record| {
-        found = record.entry.is_some_and(|e| e.staging_rel == staging_rel);
-        Ok(!found)
-    })?;
-    Ok(found)
 }
 
 /// Re-checks one planned path against the live state: `Ok` if it may be deleted now. The entry

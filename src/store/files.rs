@@ -154,18 +154,22 @@ pub(crate) enum SyncTarget {
     File,
     /// A directory's entries (`fsync`).
     Dir,
+    /// The whole file system the handle is on (`syncfs`): every dirty inode, its journal, the
+    /// device's cache.
+    FileSystem,
 }
 
 /// The one place the store syncs staging data: the observer seam (feature `testing`), then
 /// `fdatasync` for a file, `fsync` for a directory, on the handle the caller opened and checked.
 pub(crate) fn sync_handle(fd: BorrowedFd<'_>, path: &Path, target: SyncTarget) -> io::Result<()> {
     #[cfg(feature = "testing")]
-    crate::testing::before_sync(path, target == SyncTarget::Dir)?;
+    crate::testing::before_sync(path, target != SyncTarget::File, target == SyncTarget::FileSystem)?;
     #[cfg(not(feature = "testing"))]
     let _ = path;
     match target {
         SyncTarget::File => rustix::fs::fdatasync(fd)?,
         SyncTarget::Dir => rustix::fs::fsync(fd)?,
+        SyncTarget::FileSystem => rustix::fs::syncfs(fd)?,
     }
     Ok(())
 }
@@ -225,13 +229,10 @@ pub(crate) fn create_dir_all_durable(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Makes the directories a `begin_attempt` created durable: each one and its parent, every
-/// directory once. `leaf` is the attempt's own directory, synced with its parent whether this
-/// call or a crashed earlier begin created it. A directory in `synced` is skipped, and each one
-/// synced here is added to it: a batch passes one set for all its begins, because every
-/// directory of the batch was created (inside its transaction) before the first of these syncs,
-/// so one sync of a shared parent covers the entries of all of them. Gives the number synced.
-pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf], synced: &mut BTreeSet<PathBuf>) -> Result<usize> {
+/// The directories a begin needs durable: each one it created, its attempt directory `leaf`
+/// (whether this begin or a crashed earlier one created it), and the parent of each, every
+/// directory once, deepest first.
+fn begin_dirs<'a>(leaf: &'a Path, created: &'a [PathBuf]) -> Vec<&'a Path> {
     let mut dirs: Vec<&Path> = Vec::new();
     for dir in created.iter().map(PathBuf::as_path).chain([leaf]) {
         dirs.push(dir);
@@ -239,13 +240,74 @@ pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf], synced: &mut B
     }
     dirs.sort();
     dirs.dedup();
-    dirs.retain(|dir| !synced.contains(*dir));
     // Deepest first: a child's entry is flushed before its parent's.
-    for dir in dirs.iter().rev() {
+    dirs.reverse();
+    dirs
+}
+
+/// Makes the directories a `begin_attempt` created durable: each one and its parent, every
+/// directory once. `leaf` is the attempt's own directory, synced with its parent whether this
+/// call or a crashed earlier begin created it. A directory in `synced` is skipped, and each one
+/// synced here is added to it: a batch passes one set for all its begins, because every
+/// directory of the batch was created (inside its transaction) before the first of these syncs,
+/// so one sync of a shared parent covers the entries of all of them. Gives the number synced.
+pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf], synced: &mut BTreeSet<PathBuf>) -> Result<usize> {
+    let mut count = 0;
+    for dir in begin_dirs(leaf, created) {
+        if synced.contains(dir) {
+            continue;
+        }
         sync_dir(dir)?;
         synced.insert(dir.to_path_buf());
+        count += 1;
     }
-    Ok(dirs.len())
+    Ok(count)
+}
+
+/// One sync of the whole file system of the staging root (`syncfs`), for a batch of many
+/// begins: instead of an `fsync` of each of its directories (two per begin of a new
+/// partition), one call writes back every dirty inode and the journal of that file system and
+/// flushes the device's cache, so every directory the batch created (all of them before the
+/// call) is durable when it returns 0: what the per-directory syncs promise, for the whole
+/// batch at once.
+///
+/// Two conditions keep that promise, and this type holds both:
+/// - the handle is opened *before* the batch creates any directory: `syncfs` reports a
+///   write-back error of the file system that happened since the handle was opened (the
+///   kernel samples the file system's error sequence at open), so an error while the batch's
+///   directories were written back cannot be missed;
+/// - it covers only directories on the root's own file system ([`FileSystemSync::covers`]
+///   compares each one's device); a begin with a directory on another mount is synced
+///   directory by directory.
+pub(crate) struct FileSystemSync {
+    root: PathBuf,
+    handle: OwnedFd,
+    device: u64,
+}
+
+impl FileSystemSync {
+    /// A later file-system sync through `handle`, the staging root `root` opened (without
+    /// following a symlink) before the batch creates anything.
+    pub(crate) fn new(root: &Path, handle: OwnedFd) -> Result<FileSystemSync> {
+        let device = rustix::fs::fstat(&handle).map_err(|e| Error::io(format!("inspecting {}", root.display()), e.into()))?.st_dev;
+        Ok(FileSystemSync { root: root.to_path_buf(), handle, device })
+    }
+
+    /// Whether every directory a begin needs durable ([`sync_created_dirs`]'s) lies on the
+    /// root's file system, so [`FileSystemSync::sync`] makes it durable.
+    pub(crate) fn covers(&self, leaf: &Path, created: &[PathBuf]) -> bool {
+        begin_dirs(leaf, created).into_iter().all(|dir| {
+            rustix::fs::lstat(dir).is_ok_and(|st| {
+                st.st_dev == self.device && rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            })
+        })
+    }
+
+    /// `syncfs` of the root's file system, through the store's one sync seam.
+    pub(crate) fn sync(&self) -> Result<()> {
+        sync_handle(self.handle.as_fd(), &self.root, SyncTarget::FileSystem)
+            .map_err(|e| Error::io(format!("syncing the file system of the staging root {}", self.root.display()), e))
+    }
 }
 
 /// Makes a candidate durable before its Valid verdict is stored: `fdatasync` of every reported

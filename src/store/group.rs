@@ -32,8 +32,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use redb::WriteTransaction;
 
-use super::{Store, TxnEnd};
+use super::TxnEnd;
+use super::contain::Poison;
+use super::layer::RedbLayer;
+use super::meta_redb::RedbMeta;
 use crate::error::{Error, Result};
+use crate::meta::Meta;
 
 /// The queue of grouped writes of one store handle.
 #[derive(Default)]
@@ -116,12 +120,17 @@ enum Ran<T> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl Store {
+impl RedbLayer {
     /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
     /// once for all of them. Returns `body`'s own result once that commit is durable. See the
     /// module documentation for the guarantees.
-    pub(super) fn write_grouped<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
-        self.poison.check()?;
+    pub(super) fn write_grouped<T>(
+        &self,
+        poison: &Poison,
+        context: &'static str,
+        body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<T> {
+        poison.check()?;
         let group = &self.group;
         let (batch, leader) = {
             let mut queue = group.queue.lock();
@@ -141,10 +150,10 @@ impl Store {
         };
         let mut own_error = None;
         if leader {
-            own_error = self.open_batch(context, &batch).err();
+            own_error = self.open_batch(poison, context, &batch).err();
         }
         let ran = run_member(&batch, body);
-        if leader && let Err(err) = self.settle_batch(&batch) {
+        if leader && let Err(err) = self.settle_batch(poison, &batch) {
             own_error = Some(err);
         }
         let outcome = {
@@ -159,7 +168,7 @@ impl Store {
         match (ran, outcome) {
             (Ran::Panicked(payload), _) => {
                 let err = super::contain::panic_error(context, payload.as_ref());
-                self.poison.set_damaged(&err);
+                poison.set_damaged(&err);
                 Err(err)
             }
             (Ran::Returned(Ok(TxnEnd::Commit(value) | TxnEnd::Abort(value))), Ok(())) => Ok(value),
@@ -172,7 +181,7 @@ impl Store {
 
     /// The leader's first half: waits for the batch in flight to settle, closes its own batch
     /// to newcomers and opens the shared transaction.
-    fn open_batch(&self, context: &'static str, batch: &Batch) -> Result<()> {
+    fn open_batch(&self, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
         {
             let mut queue = self.group.queue.lock();
             while queue.in_flight {
@@ -182,10 +191,8 @@ impl Store {
             queue.in_flight = true;
             queue.forming = None;
         }
-        let opened = self
-            .poison
-            .check()
-            .and_then(|()| self.poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
+        let opened =
+            poison.check().and_then(|()| poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
         let mut state = batch.state.lock();
         let result = match opened {
             Ok(txn) => {
@@ -205,7 +212,7 @@ impl Store {
     /// The leader's second half: once every member has run, commits (or aborts, or abandons a
     /// failed transaction), poisons the handle on failure, wakes the members and hands the
     /// queue to the next batch. Returns the leader's own error for a failed commit.
-    fn settle_batch(&self, batch: &Batch) -> Result<()> {
+    fn settle_batch(&self, poison: &Poison, batch: &Batch) -> Result<()> {
         let (txn, wrote, failure, members) = {
             let mut state = batch.state.lock();
             while state.ran < state.members {
@@ -220,14 +227,10 @@ impl Store {
                 drop(txn);
                 Err((cause, None))
             }
-            (None, Some(txn)) => self
-                .poison
+            (None, Some(txn)) => poison
                 .contain("committing a group of writes", || {
                     if wrote {
-                        self.record_lease(&txn)?;
-                        txn.commit().map_err(|e| Error::storage("committing a group of writes", e))?;
-                        self.lease_recorded();
-                        Ok(())
+                        txn.commit().map_err(|e| Error::storage("committing a group of writes", e))
                     } else {
                         txn.abort().map_err(|e| Error::storage("committing a group of writes", e))
                     }
@@ -239,8 +242,8 @@ impl Store {
             Ok(()) => (Ok(()), None),
             Err((cause, own_error)) => {
                 match &own_error {
-                    Some(err) if err.is_corruption() => self.poison.set_damaged(err),
-                    _ => self.poison.set(&cause),
+                    Some(err) if err.is_corruption() => poison.set_damaged(err),
+                    _ => poison.set(&cause),
                 }
                 (Err(cause), own_error)
             }
@@ -267,14 +270,14 @@ const WROTE_THEN_REFUSED: &str =
 
 /// Runs one member's body in the batch's transaction, once the leader has opened it, and
 /// records whether it wrote or failed.
-fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Ran<T> {
+fn run_member<T>(batch: &Batch, body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Ran<T> {
     let mut state = batch.state.lock();
     while !state.open {
         batch.changed.wait(&mut state);
     }
-    let writes_before = super::tables::writes_on_this_thread();
+    let writes_before = crate::meta::writes_on_this_thread();
     let mut ran = match (&state.failure, &state.txn) {
-        (None, Some(txn)) => match catch_unwind(AssertUnwindSafe(|| body(txn))) {
+        (None, Some(txn)) => match catch_unwind(AssertUnwindSafe(|| body(&mut RedbMeta::new(txn)))) {
             Ok(result) => Ran::Returned(result),
             Err(payload) => Ran::Panicked(payload),
         },
@@ -286,7 +289,7 @@ fn run_member<T>(batch: &Batch, body: impl FnOnce(&WriteTransaction) -> Result<T
     // a debug build the caller panics, so the faulty body is found by any test reaching it.
     let refused = matches!(&ran, Ran::Returned(Ok(TxnEnd::Abort(_))))
         || matches!(&ran, Ran::Returned(Err(err)) if !matches!(err, Error::Storage { .. }));
-    if refused && super::tables::writes_on_this_thread() != writes_before {
+    if refused && crate::meta::writes_on_this_thread() != writes_before {
         state.failure.get_or_insert_with(|| WROTE_THEN_REFUSED.to_owned());
         if cfg!(debug_assertions) {
             ran = Ran::Panicked(Box::new(WROTE_THEN_REFUSED));
@@ -324,7 +327,16 @@ mod tests {
 
     use super::*;
     use crate::model::{Candidate, FinishOutcome, RunSpec, TaskKey, TaskSpec};
-    use crate::store::StoreOptions;
+    use crate::store::{Store, StoreOptions};
+
+    /// The store's group-commit queue (the redb layer's).
+    fn group(store: &Store) -> &GroupCommit {
+        match &store.layer {
+            crate::store::layer::Layer::Redb(redb) => &redb.group,
+            #[cfg(feature = "postgres")]
+            crate::store::layer::Layer::Postgres(_) => unreachable!("these tests open redb stores"),
+        }
+    }
 
     fn declare(store: &Store, partitions: &[&str]) {
         let spec = RunSpec {
@@ -342,7 +354,7 @@ mod tests {
     }
 
     fn hold(store: &Store) {
-        store.group.queue.lock().in_flight = true;
+        group(store).queue.lock().in_flight = true;
     }
 
     fn wait_for_members(store: &Store, members: usize) {
@@ -350,7 +362,7 @@ mod tests {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             assert!(std::time::Instant::now() < deadline, "{members} members never joined the forming batch");
-            if let Some(batch) = &store.group.queue.lock().forming
+            if let Some(batch) = &group(store).queue.lock().forming
                 && batch.state.lock().members == members
             {
                 return;
@@ -360,9 +372,9 @@ mod tests {
     }
 
     fn release(store: &Store) {
-        let mut queue = store.group.queue.lock();
+        let mut queue = group(store).queue.lock();
         queue.in_flight = false;
-        store.group.settled.notify_all();
+        group(store).settled.notify_all();
     }
 
     fn nope_effect() -> crate::model::EffectKey {
@@ -444,16 +456,14 @@ mod tests {
     #[test]
     fn a_body_that_writes_and_then_refuses_is_caught() {
         use crate::records::RunRecord;
-        use crate::schema::{RUNS, key};
         let dir = tempfile::tempdir().unwrap();
         let db_path = dir.path().join("store.redb");
         let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
         declare(&store, &["a"]);
         let faulty = || {
-            store.write_grouped("a faulty body", |txn| {
-                let mut runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
+            store.write_grouped("a faulty body", |meta| {
                 let ghost = RunRecord { snapshot: "s".into(), task_count: 1, declared_at_ms: 0, published_generation: None, grain: None };
-                crate::store::tables::put(&mut runs, &key(&["ds", "ghost"]), &ghost)?;
+                meta.put_run("ds", "ghost", &ghost)?;
                 Err::<TxnEnd<()>, _>(Error::invalid("test", "ghost", "refused after writing"))
             })
         };

@@ -1,8 +1,9 @@
-//! The redb-backed store: opening and creating, the write operations, and read snapshots.
+//! The store: opening and creating, the write operations, and read snapshots, over a storage
+//! layer (`layer.rs`; redb's open, creation and recovery are here).
 //!
-//! Invariant: every state change is one redb write transaction committed with immediate
-//! durability; an operation refused on its merits writes nothing; after any storage failure
-//! on a write path the handle refuses further writes until reopened.
+//! Invariant: every state change is one transaction of the layer committed durably (redb:
+//! immediate durability); an operation refused on its merits writes nothing; after any
+//! storage failure on a write path the handle refuses further writes until reopened.
 
 mod attempts;
 mod batch;
@@ -12,6 +13,7 @@ mod engine_error;
 mod files;
 mod group;
 mod handles;
+mod layer;
 mod meta_redb;
 mod read;
 mod retention;
@@ -25,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use redb::{Builder, ConcurrencyMode, Database, DatabaseError, ReadableDatabase, StorageBackend, WriteTransaction};
+use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, WriteTransaction};
 
 use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
@@ -34,15 +36,18 @@ pub(crate) use files::observe;
 /// For the view root's creation.
 pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
+use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
+use crate::meta::Meta;
 pub(crate) use crate::meta::TxnEnd;
 use crate::records::{MetaRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
-use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY, META_VIEWS_KEY};
+use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
+use meta_redb::RedbMeta;
 
 /// How a store is opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,7 +110,8 @@ impl Default for StoreOptions {
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
 /// behind an `Arc`.
 pub struct Store {
-    db: DropContained<Database>,
+    /// The storage layer: the engine's database and its transactions (see `layer.rs`).
+    layer: Layer,
     db_path: Option<PathBuf>,
     staging_root: PathBuf,
     /// Set by the first storage failure on a write path or panic inside redb; see
@@ -118,8 +124,6 @@ pub struct Store {
     lease_to_record: AtomicU64,
     /// The staging identity the store records; the root's marker must name it.
     staging_identity: String,
-    /// The queue of grouped writes (see `group.rs`).
-    group: group::GroupCommit,
     /// [`StoreOptions::csv_record_bytes_max`].
     csv_record_bytes_max: usize,
     /// [`StoreOptions::grain_key_bytes_in_memory_max`].
@@ -251,13 +255,26 @@ fn initialize(
     let mut wrote = false;
     for def in ALL_TABLES {
         if !existing.contains(def.name) {
-            txn.open_table(def.def()).map_err(|e| Error::storage("creating tables", e))?;
+            txn.open_table(tables::definition(def)).map_err(|e| Error::storage("creating tables", e))?;
             wrote = true;
         }
     }
-    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
+    let mut init = initialize_records(&mut RedbMeta::new(txn), attempt_lifetime_max_ms, root, new_identity)?;
+    init.wrote |= wrote;
+    Ok(init)
+}
+
+/// The format record of a store: checks an existing one (its format, and that `root` is its
+/// staging root), or writes a new store's, with `new_identity` (drawn if `None`) and the lease
+/// asked for (the default if none).
+fn initialize_records(
+    meta: &mut dyn Meta,
+    attempt_lifetime_max_ms: Option<u64>,
+    root: &RootSeen,
+    new_identity: Option<&str>,
+) -> Result<Initialized> {
     let default_ms = u64::try_from(DEFAULT_ATTEMPT_LIFETIME.as_millis()).unwrap_or(u64::MAX);
-    match tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)? {
+    match meta.store_format()? {
         Some(record) if record.format_version == FORMAT_VERSION => {
             let action = staging::decide(Some(&record.staging_identity), &root.marker, root.empty_but_marker)
                 .map_err(|detail| root_refused(root, detail))?;
@@ -265,7 +282,7 @@ fn initialize(
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 write_marker: action != RootAction::Use,
                 staging_identity: record.staging_identity,
-                wrote,
+                wrote: false,
             })
         }
         Some(record) => Err(Error::UnsupportedFormat { found: record.format_version, supported: FORMAT_VERSION }),
@@ -276,11 +293,11 @@ fn initialize(
             };
             let record = MetaRecord {
                 format_version: FORMAT_VERSION,
-                created_at_ms: now_ms(),
+                created_at_ms: meta.now_ms(),
                 attempt_lifetime_max_ms: attempt_lifetime_max_ms.unwrap_or(default_ms),
                 staging_identity,
             };
-            tables::put(&mut meta, META_FORMAT_KEY, &record)?;
+            meta.put_store_format(&record)?;
             Ok(Initialized {
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 staging_identity: record.staging_identity,
@@ -314,6 +331,10 @@ impl Store {
         let db_path = db_path.as_ref();
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
+        #[cfg(feature = "postgres")]
+        if let Some(url) = crate::pg::postgres_url(db_path) {
+            return contain_open("opening the store", || Store::open_postgres(url, root, lease_ms, options));
+        }
         contain_open("opening the store", || {
             if !db_path.exists() {
                 create_file(db_path, options, lease_ms, &root)?;
@@ -346,13 +367,42 @@ impl Store {
         let db = DropContained::new(db);
         let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
         let init = initialize(&txn, lease_ms, &root, None)?;
-        let (views, configured) = configure_views(&txn, options, &root.path)?;
+        let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
         // Only a store that needed a change pays a commit: reopening one costs no sync.
         if init.wrote || configured {
             txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
         } else {
             txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
         }
+        let layer = Layer::Redb(RedbLayer { db, group: group::GroupCommit::default() });
+        Store::assemble(layer, db_path, root, init, lease_ms, views, options)
+    }
+
+    /// Opens (creating its schema and its format record if needed) the store in the PostgreSQL
+    /// database at `url`, with `root` as its staging root: the format and staging-identity
+    /// checks and the views' configuration in one transaction (committed only if it wrote).
+    #[cfg(feature = "postgres")]
+    fn open_postgres(url: &str, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
+        let pg = crate::pg::PgLayer::open(url, true)?;
+        let (init, views) = pg.write("checking the store format", |meta, _| {
+            let init = initialize_records(meta, lease_ms, &root, None)?;
+            let (views, configured) = configure_views(meta, options, &root.path)?;
+            Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
+        })?;
+        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options)
+    }
+
+    /// The rest of an open, whatever the layer: the staging root's marker (after the commit
+    /// that recorded its identity), the handle, and the views brought up to date.
+    fn assemble(
+        layer: Layer,
+        db_path: Option<PathBuf>,
+        root: RootSeen,
+        init: Initialized,
+        lease_ms: Option<u64>,
+        views: Option<Views>,
+        options: &StoreOptions,
+    ) -> Result<Store> {
         if init.write_marker {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
@@ -362,14 +412,13 @@ impl Store {
         }
         let requested = lease_ms.unwrap_or(0);
         let store = Store {
-            db,
+            layer,
             db_path,
             staging_root: root.path,
             poison: Poison::default(),
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
             staging_identity: init.staging_identity,
-            group: group::GroupCommit::default(),
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
             views,
@@ -462,21 +511,21 @@ impl Store {
         self.views.as_ref().map_or(0, Views::operations)
     }
 
-    /// Records this handle's longer lease in `txn`, a transaction about to commit a write, if
-    /// it is not recorded yet. Called by the write helpers only for a body that wrote, so a dry
-    /// run or a refused operation never raises the recorded lease.
-    fn record_lease(&self, txn: &WriteTransaction) -> Result<()> {
+    /// Records this handle's longer lease through `meta`, a transaction about to commit a
+    /// write, if it is not recorded yet; says whether it wrote it. Called by the write helpers
+    /// only for a body that wrote, so a dry run or a refused operation never raises the
+    /// recorded lease.
+    fn record_lease(&self, meta: &mut dyn Meta) -> Result<bool> {
         let lease_ms = self.lease_to_record.load(Ordering::Acquire);
         if lease_ms == 0 {
-            return Ok(());
+            return Ok(false);
         }
-        let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
-        let record = tables::get::<MetaRecord>(&meta, META, META_FORMAT_KEY)?
-            .ok_or_else(|| tables::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
-        if record.attempt_lifetime_max_ms < lease_ms {
-            tables::put(&mut meta, META_FORMAT_KEY, &MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+        let record = meta.store_format()?.ok_or_else(|| crate::ops::corrupted(META, META_FORMAT_KEY, "the store has no format record"))?;
+        if record.attempt_lifetime_max_ms >= lease_ms {
+            return Ok(false);
         }
-        Ok(())
+        meta.put_store_format(&MetaRecord { attempt_lifetime_max_ms: lease_ms, ..record })?;
+        Ok(true)
     }
 
     /// After a commit that carried [`Store::record_lease`]'s write: nothing left to record.
@@ -519,8 +568,8 @@ impl Store {
     /// A storage error if the close's writes or syncs failed (the store then needs the recovery
     /// the next open performs; every acknowledged commit is intact).
     pub fn close(self) -> Result<()> {
-        let db = self.db.into_inner();
-        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
+        let layer = self.layer;
+        contain_open("closing the store", || layer.close())
     }
 
     /// Recovers a store whose writer crashed, without a staging root: opens it for writing
@@ -542,9 +591,13 @@ impl Store {
     }
 
     /// The redb database, mutably, for `verify`'s integrity check (which needs no other
-    /// transaction alive on the handle).
-    pub(crate) fn database_mut(&mut self) -> &mut Database {
-        &mut self.db
+    /// transaction alive on the handle); `None` for a store on another layer.
+    pub(crate) fn redb_database_mut(&mut self) -> Option<&mut Database> {
+        match &mut self.layer {
+            Layer::Redb(redb) => Some(&mut redb.db),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => None,
+        }
     }
 
     /// The staging root (canonical path).
@@ -566,8 +619,7 @@ impl Store {
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.poison.check()?;
         self.poison.contain("beginning a read", || {
-            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-            Ok(Snapshot::new(txn, Some(self.staging_root.clone()), self.poison.clone()))
+            Ok(Snapshot::new(self.layer.begin_read()?, Some(self.staging_root.clone()), self.poison.clone()))
         })
     }
 
@@ -576,40 +628,56 @@ impl Store {
         &self.poison
     }
 
-    /// Runs `body` in one write transaction and commits it if `body` says so. A storage
-    /// failure anywhere in it poisons the handle.
-    fn write<T>(&self, context: &'static str, body: impl FnOnce(&WriteTransaction) -> Result<TxnEnd<T>>) -> Result<T> {
+    /// Runs `body` in one write transaction of its own and commits it if `body` says so. A
+    /// storage failure anywhere in it poisons the handle. A layer may run `body` more than once
+    /// (see `layer.rs`).
+    fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
         self.poison.check()?;
-        let result = self.poison.contain(context, || {
-            let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
-            match body(&txn)? {
-                TxnEnd::Commit(value) => {
-                    self.record_lease(&txn)?;
-                    txn.commit().map_err(|e| Error::storage(context, e))?;
-                    self.lease_recorded();
-                    Ok(value)
-                }
-                TxnEnd::Abort(value) => {
-                    txn.abort().map_err(|e| Error::storage(context, e))?;
-                    Ok(value)
-                }
-            }
-        });
-        if let Err(err @ Error::Storage { .. }) = &result {
+        let lease = std::cell::Cell::new(false);
+        let result = self.poison.contain(context, || self.layer.write(context, |meta| self.with_lease(meta, &lease, &mut body)));
+        match &result {
+            Ok(_) if lease.get() => self.lease_recorded(),
             // A storage error that only a damaged file gives makes later writes refuse as
             // corruption too, so a damaged store reads as damaged whatever verb comes next.
-            if err.is_corruption() { self.poison.set_damaged(err) } else { self.poison.set(err) }
+            Err(err @ Error::Storage { .. }) if err.is_corruption() => self.poison.set_damaged(err),
+            Err(err @ Error::Storage { .. }) if self.layer.poisons_on_failure() => self.poison.set(err),
+            _ => {}
         }
         result
+    }
+
+    /// Runs `body` in a write transaction it may share with concurrent grouped calls (redb:
+    /// group commit, `group.rs`), returning once the commit holding its write is durable.
+    fn write_grouped<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
+        let lease = std::cell::Cell::new(false);
+        let value = self.layer.write_grouped(&self.poison, context, |meta| self.with_lease(meta, &lease, &mut body))?;
+        if lease.get() {
+            self.lease_recorded();
+        }
+        Ok(value)
+    }
+
+    /// Runs `body`, and after a body that commits, records this handle's longer lease in the
+    /// same transaction (setting `recorded` if it wrote it).
+    fn with_lease<T>(
+        &self,
+        meta: &mut dyn Meta,
+        recorded: &std::cell::Cell<bool>,
+        body: &mut impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<TxnEnd<T>> {
+        let end = body(meta)?;
+        if matches!(end, TxnEnd::Commit(_)) && self.record_lease(meta)? {
+            recorded.set(true);
+        }
+        Ok(end)
     }
 }
 
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
 /// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
 /// whether the record had to be written.
-fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
-    let mut meta = txn.open_table(META.def()).map_err(|e| Error::storage("opening meta table", e))?;
-    let recorded = tables::get::<ViewsRecord>(&meta, META, META_VIEWS_KEY)?;
+fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
+    let recorded = meta.views_config()?;
     let wanted = match (&options.views, &recorded) {
         (Some(asked), _) => asked.clone(),
         (None, Some(record)) => {
@@ -627,7 +695,7 @@ fn configure_views(txn: &WriteTransaction, options: &StoreOptions, staging_root:
         if let Some(old) = &recorded {
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
-        tables::put(&mut meta, META_VIEWS_KEY, &record)?;
+        meta.put_views_config(&record)?;
         return Ok((Some(views), true));
     }
     Ok((Some(views), false))
@@ -718,7 +786,8 @@ fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
 pub struct ReadOnlyStore {
-    db: DropContained<redb::ReadOnlyDatabase>,
+    /// The storage layer (see `layer.rs`).
+    layer: ReadLayer,
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
     staging_root: Option<PathBuf>,
@@ -753,6 +822,15 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db_path = db_path.as_ref();
+        #[cfg(feature = "postgres")]
+        if let Some(url) = crate::pg::postgres_url(db_path) {
+            return contain_open("opening the store read-only", || {
+                let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None };
+                store.snapshot()?.check_format()?;
+                Ok(store)
+            });
+        }
         if !db_path.exists() {
             return Err(Error::io(
                 format!("opening store {}", db_path.display()),
@@ -768,7 +846,7 @@ impl ReadOnlyStore {
                 }
                 Err(e) => return Err(open_error(db_path, e)),
             };
-            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -783,7 +861,7 @@ impl ReadOnlyStore {
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
         contain_open("opening the store read-only", || {
             let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            let store = ReadOnlyStore { db: DropContained::new(db), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -794,10 +872,8 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        self.poison.contain("beginning a read", || {
-            let txn = self.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?;
-            Ok(Snapshot::new(txn, self.staging_root.clone(), self.poison.clone()))
-        })
+        self.poison
+            .contain("beginning a read", || Ok(Snapshot::new(self.layer.begin_read()?, self.staging_root.clone(), self.poison.clone())))
     }
 
     /// Tells the handle where the staging root is, so that its snapshots give absolute file
@@ -846,7 +922,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// A storage error if releasing the file failed.
     pub fn close(self) -> Result<()> {
-        let db = self.db.into_inner();
-        contain_open("closing the store", || db.close().map_err(|e| Error::storage("closing the store", e)))
+        let layer = self.layer;
+        contain_open("closing the store", || layer.close())
     }
 }

@@ -1,35 +1,20 @@
 //! Lifecycle operations: attempt leases, rollback and expiring generations (cleanup of staging
 //! files is `cleanup.rs`).
 //!
-//! Each operation that changes the store does so in one write transaction. The decisions are
-//! pure rules (`rules::attempts`, `rules::retention`); heartbeat and rollback are written once
-//! in `ops/`, the others read their inputs here and write what the rules decided.
+//! Each operation that changes the store does so in one transaction. The decisions are pure
+//! rules (`rules::attempts`, `rules::retention`) and every operation is written once in
+//! `ops/`; this module checks arguments, supplies the file work (expiry's view removal) and
+//! runs them.
 
-use redb::WriteTransaction;
-
-use super::meta_redb::RedbMeta;
-use super::read::{generation_list, read_pointer};
-use super::tables::{self, scan};
-use super::{Store, TxnEnd, now_ms};
+use super::Store;
 use crate::error::{Error, Result};
 use crate::lifecycle::{AttemptLease, ExpireReport, RetentionPolicy, RollbackOutcome, RunMode};
 use crate::model::AttemptKey;
 use crate::ops;
-use crate::records::PartitionVersionRecord;
-use crate::rules::{ids, retention};
-use crate::schema::{self, GENERATIONS, POINTERS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end};
+use crate::rules::ids;
 
 /// Longest rollback actor or reason, in bytes.
 const ROLLBACK_TEXT_BYTES_MAX: usize = 4096;
-
-fn open<'t>(txn: &'t WriteTransaction, def: schema::Def) -> Result<redb::Table<'t, &'static [u8], &'static [u8]>> {
-    txn.open_table(def.def()).map_err(|e| Error::storage("opening a table", e))
-}
-
-pub(crate) fn attempt_key_bytes(attempt: &AttemptKey) -> Vec<u8> {
-    let task = &attempt.task;
-    key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt)
-}
 
 pub(crate) fn check_attempt_key(attempt: &AttemptKey) -> Result<()> {
     ids::check_name("dataset", &attempt.task.dataset)?;
@@ -72,7 +57,10 @@ impl Store {
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
         let lease_ms = self.attempt_lifetime_max_ms;
-        self.write("renewing an attempt's lease", |txn| ops::attempts::heartbeat(&mut RedbMeta::new(txn), attempt, now_ms(), lease_ms))
+        self.write("renewing an attempt's lease", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::heartbeat(meta, attempt, now, lease_ms)
+        })
     }
 
     /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
@@ -86,8 +74,9 @@ impl Store {
     /// Storage and corruption errors.
     pub fn abandon_expired_attempts(&self, mode: RunMode) -> Result<Vec<AttemptKey>> {
         let lifetime_ms = self.attempt_lifetime_max_ms;
-        self.write("abandoning expired attempts", |txn| {
-            ops::attempts::abandon_expired(&mut RedbMeta::new(txn), lifetime_ms, now_ms(), mode == RunMode::Execute)
+        self.write("abandoning expired attempts", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::abandon_expired(meta, lifetime_ms, now, mode == RunMode::Execute)
         })
     }
 
@@ -123,7 +112,10 @@ impl Store {
         ids::check_name("dataset", dataset)?;
         check_rollback_text("rollback actor", actor)?;
         check_rollback_text("rollback reason", reason)?;
-        self.write("rolling back", |txn| ops::lifecycle::rollback(&mut RedbMeta::new(txn), dataset, to, actor, reason, now_ms()))
+        self.write("rolling back", |meta| {
+            let now = meta.now_ms();
+            ops::lifecycle::rollback(meta, dataset, to, actor, reason, now)
+        })
     }
 
     /// Expires the generations of `dataset` that `policy` does not retain, in one transaction:
@@ -146,74 +138,15 @@ impl Store {
             // `current` must name the current generation's view before older views can go.
             self.sync_view(dataset)?;
         }
-        self.write("expiring generations", |txn| {
-            let mut generations = open(txn, GENERATIONS)?;
-            let mut versions = open(txn, VERSIONS)?;
-            let pointers = open(txn, POINTERS)?;
-            let current = read_pointer(&pointers, dataset)?.unwrap_or(0);
-            let list = generation_list(&generations, dataset)?;
-            if list.last().map_or(0, |(n, _)| *n) != current {
-                return Err(tables::corrupted(POINTERS, &key(&[dataset]), "pointer does not name the newest generation"));
-            }
-            let oldest = retention::oldest_retained(&list, policy, now_ms());
-            let expired: Vec<u64> = list.iter().map(|(n, _)| *n).filter(|n| *n < oldest).collect();
-            let mut report = ExpireReport {
-                dataset: dataset.to_owned(),
-                mode,
-                current,
-                oldest_retained: oldest,
-                expired,
-                versions_removed: 0,
-                views_removed: Vec::new(),
-            };
-            // Group the dataset's version keys by partition (keys sort by partition, then
-            // generation), and let the rule pick the invisible ones.
-            let dataset_prefix = prefix(&[dataset]);
-            let mut doomed: Vec<Vec<u8>> = Vec::new();
-            let mut partition: Option<String> = None;
-            let mut group: Vec<(u64, bool)> = Vec::new();
-            let mut flush = |partition: &Option<String>, group: &mut Vec<(u64, bool)>| {
-                if let Some(p) = partition {
-                    for generation in retention::versions_to_remove(group, oldest) {
-                        doomed.push(key_u64(&[dataset, p], generation));
-                    }
-                }
-                group.clear();
-            };
-            scan::<PartitionVersionRecord>(&versions, VERSIONS, &dataset_prefix, &prefix_end(&dataset_prefix), |k, record| {
-                let (p, generation) = schema::split_text_u64(&k[dataset_prefix.len()..])
-                    .ok_or_else(|| tables::corrupted(VERSIONS, k, "malformed version key"))?;
-                if partition.as_deref() != Some(p) {
-                    flush(&partition, &mut group);
-                    partition = Some(p.to_owned());
-                }
-                group.push((generation, record.entry.is_none()));
-                Ok(true)
-            })?;
-            flush(&partition, &mut group);
-            report.versions_removed = doomed.len() as u64;
-            if mode == RunMode::DryRun || (report.expired.is_empty() && doomed.is_empty()) {
-                return Ok(TxnEnd::Abort(report));
-            }
+        self.write("expiring generations", |meta| {
             // Views of the expired generations go first: once this commits, their files may
-            // become cleanup candidates. A failure here aborts the expiry.
-            if let Some(views) = self.views() {
-                report.views_removed = views.remove_expiring(dataset, &report.expired)?;
-            }
-            for k in &doomed {
-                versions.remove(k.as_slice()).map_err(|e| Error::storage("removing a version entry", e))?;
-            }
-            for n in &report.expired {
-                generations.remove(key_u64(&[dataset], *n).as_slice()).map_err(|e| Error::storage("removing a generation", e))?;
-            }
-            tracing::info!(
-                dataset,
-                oldest_retained = oldest,
-                expired = report.expired.len(),
-                versions_removed = report.versions_removed,
-                "expired generations"
-            );
-            Ok(TxnEnd::Commit(report))
+            // become cleanup candidates. A failure there aborts the expiry.
+            let mut remove_views = |expired: &[u64]| match self.views() {
+                Some(views) => views.remove_expiring(dataset, expired),
+                None => Ok(Vec::new()),
+            };
+            let now = meta.now_ms();
+            ops::lifecycle::expire(meta, dataset, policy, mode, now, &mut remove_views)
         })
     }
 }

@@ -13,12 +13,17 @@
 
 use std::ops::Bound;
 
-use redb::{ReadableTable, Table};
+use redb::{ReadableTable, Table, TableDefinition};
 
 use crate::codec;
 use crate::error::{Corruption, Error, Result};
 use crate::records::Checked;
 use crate::schema::Def;
+
+/// The redb definition of a table: framed values under composite byte keys.
+pub(crate) const fn definition(def: Def) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
+    TableDefinition::new(def.name)
+}
 
 /// A table opened for reading, in a read or a write transaction.
 pub(crate) trait Readable: ReadableTable<&'static [u8], &'static [u8]> {}
@@ -80,20 +85,9 @@ pub(crate) fn get<R: Checked>(table: &impl Readable, def: Def, key: &[u8]) -> Re
     }
 }
 
-thread_local! {
-    /// Records written by this thread, for the group-commit check that a body refusing after a
-    /// write is caught (see `group.rs`).
-    static WRITES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
-/// How many records this thread has written so far (through [`put`]).
-pub(crate) fn writes_on_this_thread() -> u64 {
-    WRITES.with(std::cell::Cell::get)
-}
-
 /// Writes one record.
 pub(crate) fn put<R: Checked>(table: &mut Table<&'static [u8], &'static [u8]>, key: &[u8], record: &R) -> Result<()> {
-    WRITES.with(|w| w.set(w.get().wrapping_add(1)));
+    crate::meta::note_write();
     // A record that fails its own check must never reach the disk: that is a bug here, not
     // corruption, and the check on the way out would report it as corruption later.
     debug_assert!(record.check().is_ok(), "writing an inconsistent record");

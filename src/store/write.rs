@@ -3,13 +3,10 @@
 //! Each one reads and checks everything first and writes only once every check passed, so a
 //! refused operation leaves its transaction untouched (and aborts it).
 
-use redb::WriteTransaction;
-
-use super::meta_redb::RedbMeta;
-use super::tables::{self, get};
-use super::{Store, TxnEnd, files, now_ms};
+use super::{Store, TxnEnd, files};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
+use crate::meta::{Meta, MetaRead};
 use crate::model::{
     AttemptKey, AttemptTicket, Candidate, ClaimOutcome, DeclareOutcome, EffectKey, FileCheck, FileEntry, FinishOutcome, MarkOutcome,
     PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
@@ -20,7 +17,6 @@ use crate::records::{AttemptRecord, RunRecord, TaskRecord};
 use crate::rules::attempts::ToValidate;
 use crate::rules::validate::FileObservation;
 use crate::rules::{self, ids};
-use crate::schema::{ATTEMPTS, RUNS, TASKS, key, key_u32};
 
 /// Largest side-effect payload, in bytes.
 const EFFECT_PAYLOAD_BYTES_MAX: usize = 16 * 1024 * 1024;
@@ -45,13 +41,13 @@ fn unknown_attempt(key: &AttemptKey) -> Error {
 }
 
 /// Reads a run, or fails with [`Error::UnknownRun`].
-fn read_run(table: &impl tables::Readable, dataset: &str, run: &str) -> Result<RunRecord> {
-    get(table, RUNS, &key(&[dataset, run]))?.ok_or_else(|| unknown_run(dataset, run))
+fn read_run(meta: &mut dyn MetaRead, dataset: &str, run: &str) -> Result<RunRecord> {
+    meta.run(dataset, run)?.ok_or_else(|| unknown_run(dataset, run))
 }
 
 /// Reads a task, or fails with [`Error::UnknownTask`].
-fn read_task(table: &impl tables::Readable, task: &TaskKey) -> Result<TaskRecord> {
-    get(table, TASKS, &key(&[&task.dataset, &task.run, &task.partition]))?.ok_or_else(|| Error::UnknownTask {
+fn read_task(meta: &mut dyn MetaRead, task: &TaskKey) -> Result<TaskRecord> {
+    meta.task(task)?.ok_or_else(|| Error::UnknownTask {
         dataset: task.dataset.clone(),
         run: task.run.clone(),
         partition: task.partition.clone(),
@@ -67,7 +63,10 @@ impl Store {
     /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
-        self.write_grouped("declaring a run", |txn| ops::declare::declare_run(&mut RedbMeta::new(txn), spec, now_ms()))
+        self.write_grouped("declaring a run", |meta| {
+            let now = meta.now_ms();
+            ops::declare::declare_run(meta, spec, now)
+        })
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
@@ -82,9 +81,9 @@ impl Store {
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
             let snapshot = self.snapshot()?;
-            let mut prepared = self.prepare_begin(&snapshot, task)?;
+            let mut prepared = self.prepare_begin(&snapshot, task, false)?;
             drop(snapshot);
-            let ticket = self.write_grouped("beginning an attempt", |txn| self.begin_body(txn, &mut prepared))?;
+            let ticket = self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
@@ -96,19 +95,19 @@ impl Store {
     /// What a begin does before its write: the task's directory does not depend on the attempt
     /// number, so it is made (and checked for symlinks) before the write, outside the single
     /// writer's critical section; inside it there is one `mkdir`. A read first (of `snapshot`),
-    /// so that no directory is made for a task that does not exist.
-    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey) -> Result<PreparedBegin> {
+    /// so that no directory is made for a task that does not exist. `root_checked`: the
+    /// caller (a batch) checked the staging root's marker just before, once for all its begins.
+    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, root_checked: bool) -> Result<PreparedBegin> {
         check_task_key(task)?;
-        {
-            let txn = snapshot.txn();
-            let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-            read_run(&runs, &task.dataset, &task.run)?;
-            read_task(&tasks, task)?;
-        }
+        snapshot.read("reading the task to begin", |meta| {
+            read_run(meta, &task.dataset, &task.run)?;
+            read_task(meta, task).map(drop)
+        })?;
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
         // Nothing is created under a root that is not this store's (its marker checked).
-        drop(self.checked_staging_root()?);
+        if !root_checked {
+            drop(self.checked_staging_root()?);
+        }
         let mut created = Vec::new();
         let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
         Ok(PreparedBegin { task: task.clone(), parent, created })
@@ -117,9 +116,10 @@ impl Store {
     /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
     /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
     /// commit.
-    pub(super) fn begin_body(&self, txn: &WriteTransaction, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
+    pub(super) fn begin_body(&self, meta: &mut dyn Meta, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
         let PreparedBegin { task, parent, created } = prepared;
-        ops::attempts::begin(&mut RedbMeta::new(txn), task, now_ms(), |attempt, staging_rel| {
+        let now = meta.now_ms();
+        ops::attempts::begin(meta, task, now, |attempt, staging_rel| {
             // The directory is made before the commit: if the commit fails, the number is not
             // taken and the next begin reuses the (empty, never handed out) directory.
             match files::create_attempt_dir(parent, &ids::attempt_dir_name(attempt), staging_rel)? {
@@ -138,7 +138,7 @@ impl Store {
     /// recorded, [`Error::InvalidInput`] for a bad file path or digest.
     pub fn finish_attempt(&self, attempt: &AttemptKey, candidate: &Candidate) -> Result<FinishOutcome> {
         check_finish(attempt, candidate)?;
-        self.write_grouped("finishing an attempt", |txn| finish_body(txn, attempt, candidate))
+        self.write_grouped("finishing an attempt", |meta| finish_body(meta, attempt, candidate))
     }
 
     /// Validates a finished attempt: its snapshot is the run's, its rows and total match the
@@ -212,7 +212,7 @@ impl Store {
                 format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
             ));
         }
-        self.write_grouped("storing a verdict", |txn| store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation))
+        self.write_grouped("storing a verdict", |meta| store_verdict_body(meta, &prepared.attempt, candidate, verdict, reconciliation))
     }
 
     /// Publishes a run in one write transaction.
@@ -251,14 +251,15 @@ impl Store {
     fn publish_commit(&self, dataset: &str, run: &str, options: &PublishOptions) -> Result<PublishOutcome> {
         ids::check_name("dataset", dataset)?;
         ids::check_name("run id", run)?;
-        self.write("publishing a run", |txn| {
+        self.write("publishing a run", |meta| {
             // Every file of every accepted candidate is still there with its size (a stat, no
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
             let observe = |accepted: &rules::publish::Accepted| {
                 observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)
             };
-            ops::publish::publish(&mut RedbMeta::new(txn), dataset, run, options.accept_nondeterminism.as_deref(), now_ms(), observe)
+            let now = meta.now_ms();
+            ops::publish::publish(meta, dataset, run, options.accept_nondeterminism.as_deref(), now, observe)
         })
     }
 
@@ -271,7 +272,7 @@ impl Store {
     /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
         check_record(effect, payload)?;
-        self.write_grouped("recording a side effect", |txn| record_body(txn, effect, payload))
+        self.write_grouped("recording a side effect", |meta| record_body(meta, effect, payload))
     }
 
     /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
@@ -291,7 +292,7 @@ impl Store {
     /// run is not published.
     pub fn claim_effect(&self, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<ClaimOutcome> {
         check_claim(effect, claimant, lease)?;
-        self.write_grouped("claiming a side effect", |txn| claim_body(txn, effect, claimant, lease))
+        self.write_grouped("claiming a side effect", |meta| claim_body(meta, effect, claimant, lease))
     }
 
     /// Marks a ready side effect as emitted. `claimant` is the caller's claim
@@ -304,7 +305,7 @@ impl Store {
     /// [`Error::EffectNotReady`] if its run is not published.
     pub fn mark_effect_emitted(&self, effect: &EffectKey, claimant: Option<&str>) -> Result<MarkOutcome> {
         check_mark(effect, claimant)?;
-        self.write_grouped("marking a side effect emitted", |txn| mark_body(txn, effect, claimant))
+        self.write_grouped("marking a side effect emitted", |meta| mark_body(meta, effect, claimant))
     }
 }
 
@@ -331,18 +332,20 @@ pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<(
 
 /// The claim, in a write transaction (a single call's or a batch's).
 pub(super) fn claim_body(
-    txn: &WriteTransaction,
+    meta: &mut dyn Meta,
     effect: &EffectKey,
     claimant: &str,
     lease: std::time::Duration,
 ) -> Result<TxnEnd<ClaimOutcome>> {
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
-    ops::effects::claim(&mut RedbMeta::new(txn), effect, claimant, lease_ms, now_ms())
+    let now = meta.now_ms();
+    ops::effects::claim(meta, effect, claimant, lease_ms, now)
 }
 
 /// Marking emitted, in a write transaction (a single call's or a batch's).
-pub(super) fn mark_body(txn: &WriteTransaction, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
-    ops::effects::mark(&mut RedbMeta::new(txn), effect, claimant, now_ms())
+pub(super) fn mark_body(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
+    let now = meta.now_ms();
+    ops::effects::mark(meta, effect, claimant, now)
 }
 
 fn check_effect_key(effect: &EffectKey) -> Result<()> {
@@ -412,22 +415,17 @@ pub(super) fn prepare_validation(
 ) -> Result<PreparedValidation> {
     check_task_key(&attempt.task)?;
     let task = &attempt.task;
-    let attempt_key = key_u32(&[&task.dataset, &task.run, &task.partition], attempt.attempt);
-    let (spec, run, mut record) = {
-        let txn = snapshot.txn();
-        let runs = txn.open_table(RUNS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let tasks = txn.open_table(TASKS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let attempts = txn.open_table(ATTEMPTS.def()).map_err(|e| Error::storage("opening a table", e))?;
-        let run = read_run(&runs, &task.dataset, &task.run)?;
-        let task_record = read_task(&tasks, task)?;
-        let record: AttemptRecord = get(&attempts, ATTEMPTS, &attempt_key)?.ok_or_else(|| unknown_attempt(attempt))?;
+    let (spec, run, mut record) = snapshot.read("reading the attempt to validate", |meta| {
+        let run = read_run(meta, &task.dataset, &task.run)?;
+        let task_record = read_task(meta, task)?;
+        let record: AttemptRecord = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
         let spec = TaskSpec {
             partition: task.partition.clone(),
             expected_rows: task_record.expected_rows,
             expected_total: task_record.expected_total,
         };
-        (spec, run, record)
-    };
+        Ok((spec, run, record))
+    })?;
     let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
     let (verdict, candidate) = (record.verdict.take(), record.candidate.take());
     let candidate = match rules::attempts::to_validate(attempt, verdict, record.abandoned_at_ms, candidate)? {
@@ -504,24 +502,24 @@ fn read_candidate_data(
 
 /// Storing a prepared verdict in a batch's transaction (prepared by the batch itself, under
 /// this store's staging root).
-pub(super) fn store_prepared_body(txn: &WriteTransaction, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
+pub(super) fn store_prepared_body(meta: &mut dyn Meta, prepared: &PreparedValidation) -> Result<TxnEnd<Verdict>> {
     match &prepared.decided {
         Decided::Stored(verdict) => Ok(TxnEnd::Abort(verdict.clone())),
         Decided::New { candidate, verdict, reconciliation } => {
-            store_verdict_body(txn, &prepared.attempt, candidate, verdict, reconciliation)
+            store_verdict_body(meta, &prepared.attempt, candidate, verdict, reconciliation)
         }
     }
 }
 
 /// Storing a decided verdict, in a write transaction (a single call's or a batch's).
 pub(super) fn store_verdict_body(
-    txn: &WriteTransaction,
+    meta: &mut dyn Meta,
     attempt: &AttemptKey,
     candidate: &Candidate,
     verdict: &Verdict,
     reconciliation: &Reconciliation,
 ) -> Result<TxnEnd<Verdict>> {
-    ops::validate::store_verdict(&mut RedbMeta::new(txn), attempt, candidate, verdict, reconciliation)
+    ops::validate::store_verdict(meta, attempt, candidate, verdict, reconciliation)
 }
 
 /// What is seen of each reported file of an attempt, through directory handles from the
@@ -556,8 +554,8 @@ pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Resul
 }
 
 /// Recording a candidate, in a write transaction (a single call's or a batch's).
-pub(super) fn finish_body(txn: &WriteTransaction, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
-    ops::attempts::finish(&mut RedbMeta::new(txn), attempt, candidate)
+pub(super) fn finish_body(meta: &mut dyn Meta, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+    ops::attempts::finish(meta, attempt, candidate)
 }
 
 pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
@@ -573,6 +571,7 @@ pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
 }
 
 /// Recording an effect, in a write transaction (a single call's or a batch's).
-pub(super) fn record_body(txn: &WriteTransaction, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
-    ops::effects::record(&mut RedbMeta::new(txn), effect, payload, now_ms())
+pub(super) fn record_body(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
+    let now = meta.now_ms();
+    ops::effects::record(meta, effect, payload, now)
 }

@@ -340,3 +340,41 @@ fn an_expired_claim_is_taken_over_through_the_server() {
     );
     assert_eq!(batch["results"][0]["result"]["outcome"], "already_emitted");
 }
+
+#[test]
+fn the_operator_and_read_routes_answer_in_the_documented_shapes() {
+    let mut s = Served::new();
+    declare_run(&mut s, 2);
+    let ticket = s.call("POST", "/v1/attempts/begin", Some(json!({"dataset": "daily", "run": "r1", "partition": "p=0"})), 200);
+    let key = json!({"dataset": "daily", "run": "r1", "partition": "p=0", "attempt": ticket["attempt"]});
+    let shown = s.call("GET", "/v1/attempts/show?dataset=daily&run=r1&partition=p%3D0&attempt=1", None, 200);
+    assert_eq!((shown["status"].as_str(), shown["staging_dir"].as_str()), (Some("running"), ticket["staging_dir"].as_str()));
+    assert_eq!(s.call("GET", "/v1/attempts?dataset=daily&run=r1", None, 200)["attempts"].as_array().map(Vec::len), Some(1));
+    assert_eq!(s.call("GET", "/v1/runs?dataset=daily", None, 200)["runs"][0]["state"], "open");
+    assert_eq!(s.call("POST", "/v1/attempts/abandon", Some(key.clone()), 200)["outcome"], "abandoned");
+    assert_eq!(s.call("POST", "/v1/attempts/abandon", Some(key), 200)["outcome"], "already_abandoned");
+    let plan = s.call("POST", "/v1/gc/plan", Some(json!({})), 200);
+    assert_eq!(s.call("GET", &format!("/v1/gc/plan?plan={}", plan["plan"]), None, 200)["plan"], plan["plan"]);
+    s.call("GET", "/v1/gc/plan?plan=99", None, 404);
+    assert_eq!(s.call("POST", "/v1/gc/apply", Some(json!({"plan": plan["plan"]})), 200)["mode"], "dry_run");
+    assert_eq!(s.call("POST", "/v1/gc/abandon", Some(json!({"execute": false})), 200)["mode"], "dry_run");
+    s.call("POST", "/v1/rollback", Some(json!({"dataset": "nope", "to": 1, "actor": "a", "reason": "r"})), 404);
+    let refused = s.call("POST", "/v1/rollback", Some(json!({"dataset": "daily", "to": 1, "actor": "a", "reason": "r"})), 200);
+    assert_eq!((refused["outcome"].as_str(), refused["refusal"]["kind"].as_str()), (Some("refused"), Some("unknown")));
+    s.call("POST", "/v1/views/sync", Some(json!({})), 404);
+    s.call("POST", "/v1/verify", Some(json!({"files": "everything"})), 400);
+    // The embedding program holds the store too, so redb's check cannot have it alone: the
+    // report says so, and everything else is verified.
+    let report = s.call("POST", "/v1/verify", Some(json!({"files": "checksums", "integrity": true})), 200);
+    assert_eq!((report["clean"].as_bool(), report["integrity"]["status"].as_str()), (Some(true), Some("skipped")));
+    assert!(report["integrity"]["detail"].as_str().is_some_and(|d| d.contains("embeds")), "{report}");
+    // A payload of any bytes, as hexadecimal digits, comes back byte for byte.
+    let recorded = s.call(
+        "POST",
+        "/v1/effects/record",
+        Some(json!({"dataset": "daily", "run": "r1", "effect": "blob", "payload_hex": "ff00fe"})),
+        200,
+    );
+    assert_eq!((recorded["effect"]["payload"].clone(), recorded["effect"]["payload_hex"].as_str()), (Value::Null, Some("ff00fe")));
+    s.call("POST", "/v1/effects/record", Some(json!({"dataset": "daily", "run": "r1", "effect": "bad", "payload_hex": "f"})), 400);
+}

@@ -5,16 +5,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use manifestdb::{AbandonOutcome, Candidate, FileCheck, InvalidateOutcome, TaskKey, describe_file};
+use manifestdb::{Candidate, FileCheck, TaskKey, describe_file};
 use serde_json::json;
 
-use super::{parse_json, require_dataset};
+use super::parse_json;
 use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, InvalidateArgs, TaskArgs, ValidateArgs};
-use crate::exit::{Exit, not_found, usage};
+use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
 use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, text, utc};
-use crate::remote::Remote;
+use crate::remote::{self, Remote};
 
 fn task_key(args: &TaskArgs) -> TaskKey {
     TaskKey::new(&args.dataset, &args.run, &args.partition)
@@ -70,20 +70,23 @@ fn begin_attempt(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> an
     Ok(Exit::Success)
 }
 
-/// The attempt's staging directory, from the store's record of it, read through a read-only
-/// handle (closed again at once), so that checksumming its files never holds the writer.
-fn staging_dir(location: &LocationArgs, args: &FinishArgs) -> anyhow::Result<PathBuf> {
-    let key = task_key(&args.task).attempt(args.attempt);
-    let store = location.open_reader()?;
-    let info = store.snapshot()?.attempt(&key)?.ok_or_else(|| manifestdb::Error::UnknownAttempt {
-        dataset: key.task.dataset.clone(),
-        run: key.task.run.clone(),
-        partition: key.task.partition.clone(),
-        attempt: key.attempt,
-    })?;
-    crate::location::close_reader(store)?;
-    let root = location.staging_root().ok_or_else(|| usage("no staging root given: pass --dir DIR or --staging DIR"))?;
-    Ok(root.join(info.staging_rel))
+/// The attempt's document ([`json::reads::attempt_show`]: its status, staging directory and the
+/// run's grain), from the store's server or through a read-only handle (closed again at once),
+/// so that checksumming its files never holds the writer.
+fn attempt_document(
+    location: &LocationArgs,
+    server: Option<&mut Remote>,
+    key: &manifestdb::AttemptKey,
+) -> anyhow::Result<serde_json::Value> {
+    let task = &key.task;
+    let query = json!({ "dataset": task.dataset, "run": task.run, "partition": task.partition, "attempt": key.attempt });
+    match server {
+        Some(server) => server.get("/v1/attempts/show", &query),
+        None => {
+            let root = location.staging_root();
+            location.read_document(|snapshot| json::reads::attempt_show(snapshot, key, root.as_deref()))
+        }
+    }
 }
 
 /// Every regular file under `dir`, as `/`-separated relative paths in sorted order. Symlinks
@@ -125,37 +128,38 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             Candidate { snapshot: snapshot.clone(), rows: args.rows, total: args.total, digest: args.digest.clone(), files: Vec::new() }
         }
     };
-    if candidate.rows.is_none() || candidate.digest.is_none() {
-        // Only a run with a grain lets the store compute them; say so before anything is read
-        // (through a read-only handle: the writer is opened only for the write).
-        let task = task_key(&args.task);
-        let reader = location.open_reader()?;
-        let grain = reader.snapshot()?.run(&task.dataset, &task.run)?.and_then(|info| info.grain);
-        crate::location::close_reader(reader)?;
-        if grain.is_none() {
+    let key = task_key(&args.task).attempt(args.attempt);
+    let mut server = Remote::find(location)?;
+    let describe = !args.files.is_empty() || args.scan;
+    if candidate.rows.is_none() || candidate.digest.is_none() || describe {
+        let attempt = attempt_document(location, server.as_mut(), &key)?;
+        // Only a run with a grain lets the store compute them; say so before anything is read.
+        if (candidate.rows.is_none() || candidate.digest.is_none()) && attempt["grain"].is_null() {
             return Err(usage(format!(
                 "run {:?} of {:?} declares no grain, so --rows and --digest are required (declare the run with --grain/--measure to have the store compute them)",
-                task.run, task.dataset
+                key.task.run, key.task.dataset
             )));
         }
-    }
-    // Files are checksummed before the store is opened for writing (or the server called): a
-    // big file never blocks other writers.
-    if !args.files.is_empty() || args.scan {
-        let dir = staging_dir(location, args)?;
-        let mut paths = args.files.clone();
-        if args.scan {
-            paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
+        // Files are checksummed before the store is opened for writing (or the server called):
+        // a big file never blocks other writers.
+        if describe {
+            let dir = attempt["staging_dir"]
+                .as_str()
+                .map(PathBuf::from)
+                .ok_or_else(|| usage("no staging root given: pass --dir DIR or --staging DIR"))?;
+            let mut paths = args.files.clone();
+            if args.scan {
+                paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
+            }
+            let bar = out.progress(paths.len() as u64, "checksumming files");
+            for path in &paths {
+                candidate.files.push(describe_file(&dir, path)?);
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
         }
-        let bar = out.progress(paths.len() as u64, "checksumming files");
-        for path in &paths {
-            candidate.files.push(describe_file(&dir, path)?);
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
     }
-    let key = task_key(&args.task).attempt(args.attempt);
-    let doc = match Remote::find(location)? {
+    let doc = match server {
         Some(mut server) => server.post(
             "/v1/attempts/finish",
             &json!({
@@ -277,82 +281,38 @@ pub fn heartbeat(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -
 
 /// `attempt list`: a run's (or one task's) attempts with status, age and lease.
 pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> anyhow::Result<Exit> {
-    let store = location.open_reader()?;
-    let snapshot = store.snapshot()?;
-    require_dataset(&snapshot, &args.dataset)?;
-    let Some(info) = snapshot.run(&args.dataset, &args.run)? else {
-        return Err(not_found(format!("unknown run {:?} of dataset {:?}", args.run, args.dataset)));
-    };
-    let partitions: Vec<&str> = match &args.partition {
-        Some(partition) => match info.tasks.iter().find(|t| &t.partition == partition) {
-            Some(task) => vec![task.partition.as_str()],
-            None => {
-                return Err(not_found(format!(
-                    "run {:?} of dataset {:?} declares no task for partition {partition:?}",
-                    args.run, args.dataset
-                )));
-            }
-        },
-        None => info.tasks.iter().map(|t| t.partition.as_str()).collect(),
-    };
-    let lease_ms = snapshot.attempt_lifetime_max_ms()?;
-    let mut rows = Vec::new();
-    for partition in partitions {
-        let task = TaskKey::new(&info.dataset, &info.run, partition);
-        let accepted = snapshot.accepted(&task)?;
-        for attempt in snapshot.attempts(&task)? {
-            rows.push((accepted == Some(attempt.key.attempt), attempt));
-        }
-    }
-    drop(snapshot);
-    let now_ms = now_ms();
-    // Only a running attempt not recorded abandoned holds a lease; it runs from the last sign of
-    // life for the store's recorded attempt lifetime.
-    let lease_expiry = |a: &manifestdb::AttemptInfo| {
-        (a.status == manifestdb::AttemptStatus::Running && a.abandoned_at_ms.is_none()).then(|| a.heartbeat_at_ms.saturating_add(lease_ms))
-    };
-    let doc = json!({
-        "dataset": info.dataset,
-        "run": info.run,
-        "partition": args.partition,
-        "attempt_lifetime_max_ms": lease_ms,
-        "now_ms": now_ms,
-        "attempts": rows.iter().map(|(accepted, a)| json!({
-            "partition": a.key.task.partition,
-            "attempt": a.key.attempt,
-            "status": json::status(&a.status).0,
-            "accepted": accepted,
-            "started_at_ms": a.started_at_ms,
-            "heartbeat_at_ms": a.heartbeat_at_ms,
-            "abandoned_at_ms": a.abandoned_at_ms,
-            "lease_expires_at_ms": lease_expiry(a),
-            "staging_rel": a.staging_rel,
-        })).collect::<Vec<_>>(),
-    });
+    let query = json!({ "dataset": args.dataset, "run": args.run, "partition": args.partition });
+    let doc = remote::read(location, "/v1/attempts", &query, |snapshot| {
+        json::reads::attempt_list(snapshot, &args.dataset, &args.run, args.partition.as_deref(), now_ms())
+    })?;
+    let attempts = doc["attempts"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let now_ms = doc["now_ms"].as_u64().unwrap_or(0);
+    let lease_ms = doc["attempt_lifetime_max_ms"].as_u64().unwrap_or(0);
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["PARTITION", "ATTEMPT", "STATUS", "ACCEPTED", "STARTED", "AGE", "LEASE LEFT"]);
-        for (accepted, a) in &rows {
-            let status = match a.abandoned_at_ms {
-                Some(at) => format!("{} (abandoned {})", json::status(&a.status).0, utc(at)),
-                None => json::status(&a.status).0.to_owned(),
+        for a in attempts {
+            let status = match a["abandoned_at_ms"].as_u64() {
+                Some(at) => format!("{} (abandoned {})", text(&a["status"]), utc(at)),
+                None => text(&a["status"]),
             };
-            let lease_left = match lease_expiry(a) {
+            let lease_left = match a["lease_expires_at_ms"].as_u64() {
                 Some(expiry) if expiry > now_ms => duration_s(expiry - now_ms),
                 Some(_) => "expired".to_owned(),
                 None => "-".to_owned(),
             };
+            let started = a["started_at_ms"].as_u64().unwrap_or(0);
             table.row(vec![
-                a.key.task.partition.clone(),
-                a.key.attempt.to_string(),
+                text(&a["partition"]),
+                text(&a["attempt"]),
                 status,
-                if *accepted { "*".to_owned() } else { String::new() },
-                utc(a.started_at_ms),
-                duration_s(now_ms.saturating_sub(a.started_at_ms)),
+                if a["accepted"] == true { "*".to_owned() } else { String::new() },
+                utc(started),
+                duration_s(now_ms.saturating_sub(started)),
                 lease_left,
             ]);
         }
         table.write(w)?;
-        writeln!(w, "({} attempts; lease {})", rows.len(), crate::output::duration(lease_ms))
+        writeln!(w, "({} attempts; lease {})", attempts.len(), crate::output::duration(lease_ms))
     })?;
     Ok(Exit::Success)
 }
@@ -364,53 +324,46 @@ fn now_ms() -> u64 {
 
 /// `attempt abandon`.
 pub fn abandon(location: &LocationArgs, out: &mut Out, args: &HeartbeatArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
-    let outcome = store.abandon_attempt(&key)?;
-    crate::location::close_writer(store)?;
-    let (name, abandoned_at_ms) = match outcome {
-        AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", abandoned_at_ms),
-        AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", abandoned_at_ms),
-    };
-    let doc = json!({
-        "dataset": key.task.dataset,
-        "run": key.task.run,
-        "partition": key.task.partition,
-        "attempt": key.attempt,
-        "outcome": name,
-        "abandoned_at_ms": abandoned_at_ms,
-    });
-    out.emit(&doc, |w| writeln!(w, "attempt {}: {} at {}", escape(&key.to_string()), name.replace('_', " "), utc(abandoned_at_ms)))?;
+    let doc = remote::write(location, "/v1/attempts/abandon", &json::operator::attempt_key(&key), || {
+        let store = location.open_writer()?;
+        let outcome = store.abandon_attempt(&key)?;
+        crate::location::close_writer(store)?;
+        Ok(json::operator::abandoned(&key, &outcome))
+    })?;
+    let name = text(&doc["outcome"]);
+    out.emit(&doc, |w| {
+        writeln!(
+            w,
+            "attempt {}: {} at {}",
+            escape(&key.to_string()),
+            name.replace('_', " "),
+            utc(doc["abandoned_at_ms"].as_u64().unwrap_or(0))
+        )
+    })?;
     Ok(Exit::Success)
 }
 
 /// `attempt invalidate`.
 pub fn invalidate(location: &LocationArgs, out: &mut Out, args: &InvalidateArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let key = task_key(&args.task).attempt(args.attempt);
-    let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
-    crate::location::close_writer(store)?;
-    let (name, before, after) = match outcome {
-        InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", accepted_before, accepted_after),
-        InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
-    };
-    let doc = json!({
-        "dataset": key.task.dataset,
-        "run": key.task.run,
-        "partition": key.task.partition,
-        "attempt": key.attempt,
-        "outcome": name,
-        "accepted_before": before,
-        "accepted_after": after,
-    });
+    let mut body = json::operator::attempt_key(&key);
+    body["actor"] = json!(args.actor);
+    body["reason"] = json!(args.reason);
+    let doc = remote::write(location, "/v1/attempts/invalidate", &body, || {
+        let store = location.open_writer()?;
+        let outcome = store.invalidate_attempt(&key, &args.actor, &args.reason)?;
+        crate::location::close_writer(store)?;
+        Ok(json::operator::invalidated(&key, &outcome))
+    })?;
     out.emit(&doc, |w| {
         writeln!(
             w,
             "attempt {}: {}; accepted attempt of the task: {} -> {}",
             escape(&key.to_string()),
-            name.replace('_', " "),
-            opt(before),
-            opt(after)
+            text(&doc["outcome"]).replace('_', " "),
+            text(&doc["accepted_before"]),
+            text(&doc["accepted_after"])
         )
     })?;
     Ok(Exit::Success)

@@ -5,13 +5,13 @@ use std::io::Write;
 use manifestdb::EffectKey;
 use serde_json::{Value, json};
 
-use super::{read_input, require_dataset};
+use super::read_input;
 use crate::args::{EffectClaimArgs, EffectKeyArgs, EffectMarkArgs, EffectRecordArgs, EffectsListArgs};
-use crate::exit::{Exit, not_found};
+use crate::exit::Exit;
 use crate::json;
 use crate::location::LocationArgs;
 use crate::output::{Out, Table, escape, text, utc};
-use crate::remote::Remote;
+use crate::remote::{self, Remote};
 
 fn effect_key(args: &EffectKeyArgs) -> EffectKey {
     EffectKey { dataset: args.dataset.clone(), run: args.run.clone(), effect: args.effect.clone(), partition: args.partition.clone() }
@@ -51,28 +51,12 @@ fn key_body(key: &EffectKey) -> serde_json::Map<String, Value> {
 
 /// `effects list`.
 pub fn list(location: &LocationArgs, out: &mut Out, args: &EffectsListArgs) -> anyhow::Result<Exit> {
-    let store = location.open_reader()?;
-    let snapshot = store.snapshot()?;
-    require_dataset(&snapshot, &args.dataset)?;
-    let effects = match (&args.run, args.ready) {
-        (Some(run), ready) => {
-            if snapshot.run(&args.dataset, run)?.is_none() {
-                return Err(not_found(format!("unknown run {run:?} of dataset {:?}", args.dataset)));
-            }
-            let mut effects = snapshot.effects(&args.dataset, run)?;
-            if ready {
-                effects.retain(|e| matches!(e.status, manifestdb::EffectStatus::Ready { .. }));
-            }
-            effects
-        }
-        (None, true) => snapshot.ready_effects(&args.dataset)?,
-        (None, false) => snapshot.dataset_effects(&args.dataset)?,
-    };
-    drop(snapshot);
-    let docs: Vec<Value> = effects.iter().map(json::effect).collect();
-    crate::location::close_reader(store)?;
-    let doc = json!({ "effects": docs });
-    out.emit(&doc, |w| effects_table(&docs.iter().collect::<Vec<_>>(), w))?;
+    let query = json!({ "dataset": args.dataset, "run": args.run, "ready": args.ready });
+    let doc = remote::read(location, "/v1/effects", &query, |snapshot| {
+        json::reads::effects(snapshot, &args.dataset, args.run.as_deref(), args.ready)
+    })?;
+    let effects: Vec<&Value> = doc["effects"].as_array().into_iter().flatten().collect();
+    out.emit(&doc, |w| effects_table(&effects, w))?;
     Ok(Exit::Success)
 }
 
@@ -86,10 +70,12 @@ pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -
     let key = effect_key(&args.key);
     let doc = match Remote::find(location)? {
         Some(mut server) => {
-            let payload =
-                String::from_utf8(payload).map_err(|_| crate::exit::usage("through a server an effect's payload must be UTF-8 text"))?;
             let mut body = key_body(&key);
-            body.insert("payload".into(), json!(payload));
+            // Text as text; any other bytes as hexadecimal digits, which the server decodes.
+            match String::from_utf8(payload) {
+                Ok(text) => body.insert("payload".into(), json!(text)),
+                Err(bytes) => body.insert("payload_hex".into(), json!(hex::encode(bytes.into_bytes()))),
+            };
             server.post("/v1/effects/record", &Value::Object(body))?
         }
         None => {

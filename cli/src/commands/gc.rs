@@ -2,89 +2,56 @@
 //! given, and cleanup is planned first (the plan is stored), then applied with each file
 //! re-checked by the library.
 
-use manifestdb::{
-    ApplyOptions, AttemptKey, CleanupOptions, CleanupPlan, CleanupReason, KeepReason, PlannedPath, RetentionPolicy, RunMode, SkipReason,
-};
+use manifestdb::{ApplyOptions, CleanupOptions, RetentionPolicy, RunMode};
 use serde_json::{Value, json};
 
-use super::require_dataset;
 use crate::args::{GcAbandonArgs, GcApplyArgs, GcExpireArgs, GcPlanArgs};
 use crate::exit::Exit;
+use crate::json::{operator, reads};
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, duration, escape, utc};
+use crate::output::{Out, Table, duration, escape, text, utc};
+use crate::remote;
 
 fn mode(execute: bool) -> RunMode {
     if execute { RunMode::Execute } else { RunMode::DryRun }
 }
 
-fn mode_name(mode: RunMode) -> &'static str {
-    match mode {
-        RunMode::DryRun => "dry_run",
-        RunMode::Execute => "execute",
-    }
+/// Milliseconds of a duration, for a route's `*_ms` field.
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn attempt_json(key: &AttemptKey) -> Value {
-    json!({ "dataset": key.task.dataset, "run": key.task.run, "partition": key.task.partition, "attempt": key.attempt })
+/// An attempt key document as `dataset/run/partition#attempt` (the library's `AttemptKey`
+/// display).
+fn attempt_text(key: &Value) -> String {
+    format!("{}/{}/{}#{}", text(&key["dataset"]), text(&key["run"]), text(&key["partition"]), text(&key["attempt"]))
 }
 
-fn reason_name(reason: CleanupReason) -> &'static str {
-    match reason {
-        CleanupReason::Abandoned => "abandoned",
-        CleanupReason::Invalid => "invalid",
-        CleanupReason::NotRetained => "not_retained",
-        CleanupReason::Unknown => "unknown",
-    }
-}
-
-fn keep_name(reason: KeepReason) -> &'static str {
-    match reason {
-        KeepReason::Referenced => "referenced",
-        KeepReason::MayBeRunning => "may_be_running",
-        KeepReason::AwaitingValidation => "awaiting_validation",
-        KeepReason::ValidUnpublished => "valid_unpublished",
-        KeepReason::TooYoung => "too_young",
-        KeepReason::FutureModificationTime => "future_modification_time",
-    }
-}
-
-fn planned_json(p: &PlannedPath) -> Value {
-    json!({
-        "path": p.path,
-        "size_bytes": p.size_bytes,
-        "modified_at_ms": p.modified_at_ms,
-        "reason": reason_name(p.reason),
-        "attempt": p.attempt.as_ref().map(attempt_json),
-    })
-}
-
-fn plan_json(plan: &CleanupPlan) -> Value {
-    json!({
-        "plan": plan.id,
-        "created_at_ms": plan.created_at_ms,
-        "age_threshold_ms": plan.age_threshold_ms,
-        "attempt_lifetime_max_ms": plan.attempt_lifetime_max_ms,
-        "candidates": plan.candidates.iter().map(planned_json).collect::<Vec<_>>(),
-        "candidate_bytes": plan.candidates.iter().map(|p| p.size_bytes).sum::<u64>(),
-        "unknown": plan.unknown.iter().map(planned_json).collect::<Vec<_>>(),
-        "kept": plan.kept.iter().map(|(reason, n)| (keep_name(*reason).to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
-        "unconsidered": plan.unconsidered,
-    })
+fn items(value: &Value) -> &[Value] {
+    value.as_array().map(Vec::as_slice).unwrap_or_default()
 }
 
 /// `gc abandon`: records attempts whose lease ran out as abandoned.
 pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
-    let mode = mode(args.execute);
-    let abandoned = store.abandon_expired_attempts(mode)?;
-    let lifetime_ms = store.attempt_lifetime_max_ms();
-    let doc = json!({ "mode": mode_name(mode), "attempt_lifetime_max_ms": lifetime_ms, "abandoned": abandoned.iter().map(attempt_json).collect::<Vec<_>>() });
-    crate::location::close_writer(store)?;
+    let doc = remote::write(location, "/v1/gc/abandon", &json!({ "execute": args.execute }), || {
+        let store = location.open_writer()?;
+        let mode = mode(args.execute);
+        let abandoned = store.abandon_expired_attempts(mode)?;
+        let doc = operator::gc_abandoned(mode, store.attempt_lifetime_max_ms(), &abandoned);
+        crate::location::close_writer(store)?;
+        Ok(doc)
+    })?;
+    let abandoned = items(&doc["abandoned"]);
     out.emit(&doc, |w| {
-        let verb = if mode == RunMode::Execute { "abandoned" } else { "would abandon (dry run; --execute to record)" };
-        writeln!(w, "{verb} {} attempt(s) idle longer than {}", abandoned.len(), duration(lifetime_ms))?;
-        for key in &abandoned {
-            writeln!(w, "  {}", escape(&key.to_string()))?;
+        let verb = if doc["mode"] == "execute" { "abandoned" } else { "would abandon (dry run; --execute to record)" };
+        writeln!(
+            w,
+            "{verb} {} attempt(s) idle longer than {}",
+            abandoned.len(),
+            duration(doc["attempt_lifetime_max_ms"].as_u64().unwrap_or(0))
+        )?;
+        for key in abandoned {
+            writeln!(w, "  {}", escape(&attempt_text(key)))?;
         }
         Ok(())
     })?;
@@ -93,136 +60,128 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> 
 
 /// `gc expire`: expires the generations a retention policy does not keep.
 pub fn expire(location: &LocationArgs, out: &mut Out, args: &GcExpireArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
-    require_dataset(&store.snapshot()?, &args.dataset)?;
     let defaults = RetentionPolicy::default();
     let policy = RetentionPolicy {
         keep_last: args.keep_last.unwrap_or(defaults.keep_last),
         rollback_window: args.rollback_window.unwrap_or(defaults.rollback_window),
     };
-    let report = store.expire_generations(&args.dataset, &policy, mode(args.execute))?;
-    let doc = json!({
-        "dataset": report.dataset,
-        "mode": mode_name(report.mode),
-        "current": report.current,
-        "oldest_retained": report.oldest_retained,
-        "expired": report.expired,
-        "versions_removed": report.versions_removed,
+    let body = json!({
+        "dataset": args.dataset, "keep_last": policy.keep_last, "rollback_window_ms": ms(policy.rollback_window), "execute": args.execute,
     });
-    crate::location::close_writer(store)?;
+    let doc = remote::write(location, "/v1/gc/expire", &body, || {
+        let store = location.open_writer()?;
+        reads::require_dataset(&store.snapshot()?, &args.dataset).map_err(crate::location::document_error)?;
+        let report = store.expire_generations(&args.dataset, &policy, mode(args.execute))?;
+        crate::location::close_writer(store)?;
+        Ok(operator::expired(&report))
+    })?;
     out.emit(&doc, |w| {
-        let verb = if report.mode == RunMode::Execute { "expired" } else { "would expire (dry run; --execute to expire)" };
+        let verb = if doc["mode"] == "execute" { "expired" } else { "would expire (dry run; --execute to expire)" };
+        let expired: Vec<u64> = items(&doc["expired"]).iter().filter_map(Value::as_u64).collect();
         writeln!(
             w,
             "{}: current generation {}, oldest retained {}; {verb} {} generation(s) {:?}, {} partition version(s)",
-            escape(&report.dataset),
-            report.current,
-            report.oldest_retained,
-            report.expired.len(),
-            report.expired,
-            report.versions_removed
+            escape(&text(&doc["dataset"])),
+            text(&doc["current"]),
+            text(&doc["oldest_retained"]),
+            expired.len(),
+            expired,
+            text(&doc["versions_removed"])
         )
     })?;
     Ok(Exit::Success)
 }
 
-/// `gc plan`: plans (and stores) a cleanup of the staging root; deletes nothing.
+/// `gc plan`: plans (and stores) a cleanup of the staging root; deletes nothing. `--show ID`
+/// prints a stored plan.
 pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let defaults = CleanupOptions::default();
     let options = CleanupOptions {
         age_threshold: args.age_threshold.unwrap_or(defaults.age_threshold),
         force_short_threshold: args.force_short_threshold,
     };
     let spinner = out.spinner("walking the staging root");
-    let plan = match args.show {
-        Some(id) => store.cleanup_plan(id)?.ok_or_else(|| crate::exit::not_found(format!("no cleanup plan {id} is stored")))?,
-        None => store.plan_cleanup(&options)?,
+    let not_stored = |id: u64| crate::exit::not_found(format!("no cleanup plan {id} is stored"));
+    let doc = match args.show {
+        Some(id) => match remote::Remote::find(location)? {
+            Some(mut server) => server.get("/v1/gc/plan", &json!({ "plan": id }))?,
+            None => {
+                let store = location.open_writer()?;
+                let plan = store.cleanup_plan(id)?.ok_or_else(|| not_stored(id))?;
+                crate::location::close_writer(store)?;
+                operator::cleanup_plan(&plan)
+            }
+        },
+        None => {
+            let body = json!({ "age_threshold_ms": ms(options.age_threshold), "force_short_threshold": options.force_short_threshold });
+            remote::write(location, "/v1/gc/plan", &body, || {
+                let store = location.open_writer()?;
+                let plan = store.plan_cleanup(&options)?;
+                crate::location::close_writer(store)?;
+                Ok(operator::cleanup_plan(&plan))
+            })?
+        }
     };
     spinner.finish_and_clear();
-    let doc = plan_json(&plan);
-    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
-        let bytes: u64 = plan.candidates.iter().map(|p| p.size_bytes).sum();
+        let (candidates, unknown) = (items(&doc["candidates"]), items(&doc["unknown"]));
         writeln!(
             w,
-            "cleanup plan {} (made {}, files older than {}): {} file(s), {bytes} bytes to delete; {} unknown file(s)",
-            plan.id,
-            utc(plan.created_at_ms),
-            duration(plan.age_threshold_ms),
-            plan.candidates.len(),
-            plan.unknown.len()
+            "cleanup plan {} (made {}, files older than {}): {} file(s), {} bytes to delete; {} unknown file(s)",
+            text(&doc["plan"]),
+            utc(doc["created_at_ms"].as_u64().unwrap_or(0)),
+            duration(doc["age_threshold_ms"].as_u64().unwrap_or(0)),
+            candidates.len(),
+            text(&doc["candidate_bytes"]),
+            unknown.len()
         )?;
         let mut table = Table::new(vec!["PATH", "BYTES", "MODIFIED", "REASON"]);
-        for p in plan.candidates.iter().chain(&plan.unknown) {
-            table.row(vec![p.path.clone(), p.size_bytes.to_string(), utc(p.modified_at_ms), reason_name(p.reason).to_owned()]);
+        for p in candidates.iter().chain(unknown) {
+            table.row(vec![text(&p["path"]), text(&p["size_bytes"]), utc(p["modified_at_ms"].as_u64().unwrap_or(0)), text(&p["reason"])]);
         }
         table.write(w)?;
-        for (reason, n) in &plan.kept {
-            writeln!(w, "kept: {n} file(s) {}", keep_name(*reason).replace('_', " "))?;
+        for (reason, n) in doc["kept"].as_object().into_iter().flatten() {
+            writeln!(w, "kept: {} file(s) {}", text(n), reason.replace('_', " "))?;
         }
-        for path in &plan.unconsidered {
-            writeln!(w, "not considered: {}", escape(path))?;
+        for path in items(&doc["unconsidered"]) {
+            writeln!(w, "not considered: {}", escape(&text(path)))?;
         }
-        writeln!(w, "apply with: manifestdb gc apply --plan {} --execute", plan.id)
+        writeln!(w, "apply with: manifestdb gc apply --plan {} --execute", text(&doc["plan"]))
     })?;
     Ok(Exit::Success)
 }
 
-fn skip_json(reason: &SkipReason) -> (&'static str, Option<String>) {
-    match reason {
-        SkipReason::Missing => ("missing", None),
-        SkipReason::Changed => ("changed", None),
-        SkipReason::NowProtected(keep) => ("now_protected", Some(keep_name(*keep).to_owned())),
-        SkipReason::OwnerChanged => ("owner_changed", None),
-        SkipReason::UnknownNotRequested => ("unknown_not_requested", None),
-        SkipReason::DeleteFailed(message) => ("delete_failed", Some(message.clone())),
-    }
-}
-
 /// `gc apply`: applies a stored plan, re-checking every file.
 pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
     let defaults = ApplyOptions::default();
     let options = ApplyOptions {
         mode: mode(args.execute),
         delete_unknown: args.delete_unknown,
         batch_size: args.batch_size.unwrap_or(defaults.batch_size),
     };
-    let spinner = out.spinner("applying the cleanup plan");
-    let report = store.apply_cleanup(args.plan, &options)?;
-    spinner.finish_and_clear();
-    let doc = json!({
-        "plan": report.plan,
-        "mode": mode_name(report.mode),
-        "deleted": report.deleted,
-        "bytes_deleted": report.bytes_deleted,
-        "skipped": report.skipped.iter().map(|s| {
-            let (reason, detail) = skip_json(&s.reason);
-            json!({ "path": s.path, "reason": reason, "detail": detail })
-        }).collect::<Vec<_>>(),
-        "directories_removed": report.directories_removed,
-        "attempt_records_removed": report.attempt_records_removed.iter().map(attempt_json).collect::<Vec<_>>(),
+    let body = json!({
+        "plan": args.plan, "execute": args.execute, "delete_unknown": args.delete_unknown, "batch_size": options.batch_size,
     });
-    crate::location::close_writer(store)?;
+    let spinner = out.spinner("applying the cleanup plan");
+    let doc = remote::write(location, "/v1/gc/apply", &body, || {
+        let store = location.open_writer()?;
+        let report = store.apply_cleanup(args.plan, &options)?;
+        crate::location::close_writer(store)?;
+        Ok(operator::cleanup_applied(&report))
+    })?;
+    spinner.finish_and_clear();
     out.emit(&doc, |w| {
-        let verb = if report.mode == RunMode::Execute { "deleted" } else { "would delete (dry run; --execute to delete)" };
-        writeln!(w, "plan {}: {verb} {} file(s), {} bytes", report.plan, report.deleted.len(), report.bytes_deleted)?;
-        for s in &report.skipped {
-            let (reason, detail) = skip_json(&s.reason);
-            writeln!(
-                w,
-                "  skipped {}: {}{}",
-                escape(&s.path),
-                reason.replace('_', " "),
-                detail.map(|d| format!(" ({})", escape(&d))).unwrap_or_default()
-            )?;
+        let verb = if doc["mode"] == "execute" { "deleted" } else { "would delete (dry run; --execute to delete)" };
+        writeln!(w, "plan {}: {verb} {} file(s), {} bytes", text(&doc["plan"]), items(&doc["deleted"]).len(), text(&doc["bytes_deleted"]))?;
+        for s in items(&doc["skipped"]) {
+            let detail = s["detail"].as_str().map(|d| format!(" ({})", escape(d))).unwrap_or_default();
+            writeln!(w, "  skipped {}: {}{detail}", escape(&text(&s["path"])), text(&s["reason"]).replace('_', " "))?;
         }
         writeln!(
             w,
             "{} empty directories removed, {} attempt record(s) removed",
-            report.directories_removed,
-            report.attempt_records_removed.len()
+            text(&doc["directories_removed"]),
+            items(&doc["attempt_records_removed"]).len()
         )
     })?;
     Ok(Exit::Success)

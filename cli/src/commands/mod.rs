@@ -19,7 +19,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, GcCommand, RunCommand};
-use crate::exit::{Exit, not_found};
+use crate::exit::Exit;
 use crate::output::{Out, Table};
 
 /// Runs the parsed command line.
@@ -91,16 +91,6 @@ fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Resu
         table.write_body(w)
     })?;
     Ok(Exit::Success)
-}
-
-/// Fails with exit 4, naming the dataset, unless the store knows it (a run was declared or a
-/// generation published).
-pub(crate) fn require_dataset(snapshot: &manifestdb::Snapshot, dataset: &str) -> anyhow::Result<()> {
-    if snapshot.has_dataset(dataset)? {
-        Ok(())
-    } else {
-        Err(not_found(format!("unknown dataset {dataset:?} (no run declared, nothing published)")))
-    }
 }
 
 /// `completions SHELL`: the completion script clap_complete generates from the command line's

@@ -1,15 +1,15 @@
 //! `run declare`, `run show` and `run list`.
 
-use manifestdb::{RunSpec, RunSummary, TaskKey};
+use manifestdb::RunSpec;
 use serde_json::{Value, json};
 
-use super::{parse_json, require_dataset};
+use super::parse_json;
 use crate::args::{DeclareArgs, RunListArgs, RunShowArgs};
-use crate::exit::{Exit, not_found, usage};
+use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, escape, opt, utc};
-use crate::remote::Remote;
+use crate::output::{Out, Table, escape, opt, text, utc};
+use crate::remote::{self, Remote};
 
 fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
     if let Some(path) = &args.from {
@@ -72,37 +72,30 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
 
 /// `run show`.
 pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyhow::Result<Exit> {
-    let store = location.open_reader()?;
-    let snapshot = store.snapshot()?;
-    require_dataset(&snapshot, &args.dataset)?;
-    let Some(info) = snapshot.run(&args.dataset, &args.run)? else {
-        return Err(not_found(format!("unknown run {:?} of dataset {:?}", args.run, args.dataset)));
-    };
-    let mut tasks = Vec::with_capacity(info.tasks.len());
-    for spec in &info.tasks {
-        let key = TaskKey::new(&info.dataset, &info.run, &spec.partition);
-        tasks.push((spec, snapshot.accepted(&key)?, snapshot.attempts(&key)?));
-    }
-    drop(snapshot);
-    let doc = json::run_show(&info, &tasks);
-    crate::location::close_reader(store)?;
+    let query = json!({ "dataset": args.dataset, "run": args.run });
+    let doc = remote::read(location, "/v1/runs/show", &query, |snapshot| json::reads::run_show(snapshot, &args.dataset, &args.run))?;
     out.emit(&doc, |w| {
-        let published = info.published_generation.map_or_else(|| "not published".to_owned(), |g| format!("published as generation {g}"));
+        let published = match doc["published_generation"].as_u64() {
+            Some(g) => format!("published as generation {g}"),
+            None => "not published".to_owned(),
+        };
         writeln!(
             w,
             "run {} of {}: snapshot {}, declared {}, {published}",
-            escape(&info.run),
-            escape(&info.dataset),
-            escape(&info.snapshot),
-            utc(info.declared_at_ms)
+            escape(&text(&doc["run"])),
+            escape(&text(&doc["dataset"])),
+            escape(&text(&doc["snapshot"])),
+            utc(doc["declared_at_ms"].as_u64().unwrap_or(0))
         )?;
-        writeln!(w, "{}", escape(&json::grain_line(info.grain.as_ref())))?;
+        writeln!(w, "{}", escape(&grain_line(&doc["grain"])))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED", "ATTEMPT", "STATUS", "ROWS", "TOTAL", "ACCEPTED", "NOTE"]);
-        for (spec, accepted, attempts) in &tasks {
-            let expected = format!("{} / {}", spec.expected_rows, opt(spec.expected_total));
+        for task in doc["tasks"].as_array().into_iter().flatten() {
+            let partition = text(&task["partition"]);
+            let expected = format!("{} / {}", text(&task["expected_rows"]), text(&task["expected_total"]));
+            let attempts = task["attempts"].as_array().map(Vec::as_slice).unwrap_or_default();
             if attempts.is_empty() {
                 table.row(vec![
-                    spec.partition.clone(),
+                    partition.clone(),
                     expected.clone(),
                     "-".into(),
                     "no attempt".into(),
@@ -113,21 +106,28 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
                 ]);
             }
             for a in attempts {
-                let (status, _) = json::status(&a.status);
-                let note = match &a.status {
-                    manifestdb::AttemptStatus::Validated(manifestdb::Verdict::Invalid(failures)) => {
-                        failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+                let note = match a["status"].as_str() {
+                    Some("invalid") => {
+                        a["failures"].as_array().into_iter().flatten().map(|f| text(&f["message"])).collect::<Vec<_>>().join("; ")
                     }
                     _ => String::new(),
                 };
+                // The figures a publish uses (`Reconciliation::effective`): computed where the
+                // store read the data, reported otherwise; the candidate's before a verdict.
+                let figure = |name: &str| {
+                    let r = &a["reconciliation"];
+                    let basis = if r["basis"].as_str().is_some_and(|b| b.starts_with("read_")) { "computed" } else { "reported" };
+                    let effective = &r[basis][name];
+                    if effective.is_null() { text(&a["candidate"][name]) } else { text(effective) }
+                };
                 table.row(vec![
-                    spec.partition.clone(),
+                    partition.clone(),
                     expected.clone(),
-                    a.key.attempt.to_string(),
-                    status.to_owned(),
-                    opt(a.reconciliation.as_ref().and_then(|r| r.effective().0).or(a.candidate.as_ref().and_then(|c| c.rows))),
-                    opt(a.reconciliation.as_ref().and_then(|r| r.effective().1).or(a.candidate.as_ref().and_then(|c| c.total))),
-                    if *accepted == Some(a.key.attempt) { "*".into() } else { String::new() },
+                    text(&a["attempt"]),
+                    text(&a["status"]),
+                    figure("rows"),
+                    figure("total"),
+                    if task["accepted_attempt"] == a["attempt"] { "*".into() } else { String::new() },
                     note,
                 ]);
             }
@@ -137,48 +137,34 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &RunShowArgs) -> anyho
     Ok(Exit::Success)
 }
 
-/// The state of a listed run: `published`, `complete` (every task has an accepted attempt, so a
-/// publish can go ahead unless a gate refuses) or `open`.
-fn run_state(run: &RunSummary) -> &'static str {
-    if run.published_generation.is_some() {
-        "published"
-    } else if run.accepted_tasks >= run.tasks {
-        "complete"
-    } else {
-        "open"
+/// The grain line of a run document's `grain` ([`json::grain`]), as [`json::grain_line`] words it.
+fn grain_line(grain: &Value) -> String {
+    match (grain["format"].as_str(), grain["keys"].as_array(), grain["measure"].as_str()) {
+        (Some(format), Some(keys), Some(measure)) => format!(
+            "grain: {format} files, one row per ({}), measure {measure} at scale {}: validation reads the data",
+            keys.iter().map(text).collect::<Vec<_>>().join(", "),
+            text(&grain["scale"])
+        ),
+        _ => json::grain_line(None),
     }
 }
 
 /// `run list`.
 pub fn list(location: &LocationArgs, out: &mut Out, args: &RunListArgs) -> anyhow::Result<Exit> {
-    let store = location.open_reader()?;
-    let snapshot = store.snapshot()?;
-    require_dataset(&snapshot, &args.dataset)?;
-    let runs = snapshot.runs(&args.dataset)?;
-    drop(snapshot);
-    let doc = json!({
-        "dataset": args.dataset,
-        "runs": runs.iter().map(|r| json!({
-            "run": r.run,
-            "snapshot": r.snapshot,
-            "declared_at_ms": r.declared_at_ms,
-            "state": run_state(r),
-            "tasks": r.tasks,
-            "accepted_tasks": r.accepted_tasks,
-            "published_generation": r.published_generation,
-        })).collect::<Vec<_>>(),
-    });
+    let doc =
+        remote::read(location, "/v1/runs", &json!({ "dataset": args.dataset }), |snapshot| json::reads::run_list(snapshot, &args.dataset))?;
+    let runs = doc["runs"].as_array().map(Vec::as_slice).unwrap_or_default();
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["RUN", "SNAPSHOT", "DECLARED", "STATE", "TASKS", "ACCEPTED", "GENERATION"]);
-        for r in &runs {
+        for r in runs {
             table.row(vec![
-                r.run.clone(),
-                r.snapshot.clone(),
-                utc(r.declared_at_ms),
-                run_state(r).to_owned(),
-                r.tasks.to_string(),
-                r.accepted_tasks.to_string(),
-                opt(r.published_generation),
+                text(&r["run"]),
+                text(&r["snapshot"]),
+                utc(r["declared_at_ms"].as_u64().unwrap_or(0)),
+                text(&r["state"]),
+                text(&r["tasks"]),
+                text(&r["accepted_tasks"]),
+                text(&r["published_generation"]),
             ]);
         }
         table.write(w)?;

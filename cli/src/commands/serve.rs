@@ -56,6 +56,8 @@ pub struct ServeArgs {
 /// `serve`: exit 0 after a signal ended it.
 pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow::Result<Exit> {
     let path = location.store_path()?;
+    // The server holds the only handle (so `verify --integrity` can have it alone) and gives it
+    // back when it stops.
     let store = Arc::new(location.open_writer()?);
     let mut options = match args.listen {
         Some(addr) => ServerOptions::tcp(addr),
@@ -66,7 +68,7 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     options.body_limit_bytes = args.body_limit;
     options.request_timeout = args.request_timeout;
     options.idle_timeout = args.idle_timeout;
-    let server = Server::start(Arc::clone(&store), &options).context("starting the server")?;
+    let server = Server::start(store, &options).context("starting the server")?;
     let address = server.address().to_string();
     let doc = json!({ "listening": address, "store": path });
     // One line either way, so a supervisor can read it before the first request.
@@ -78,7 +80,7 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     if let Listen::Tcp(addr) = server.address() {
         tracing::info!(%addr, "serving over TCP");
     }
-    server.run_until_signalled().context("serving")?;
+    let store = server.run_until_signalled().context("serving")?;
     let store = Arc::try_unwrap(store).map_err(|_| anyhow::anyhow!("the server still holds the store after shutting down"))?;
     crate::location::close_writer(store)?;
     Ok(Exit::Success)

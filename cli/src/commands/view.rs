@@ -1,14 +1,15 @@
 //! `view`: where a dataset's published view is and what it holds; `view sync`: bring views up
 //! to date with the store.
 
-use anyhow::Context;
-use manifestdb::{ViewManifest, ViewStatus};
+use manifestdb::ViewStatus;
 use serde_json::{Value, json};
 
 use crate::args::{ViewArgs, ViewCommand};
 use crate::exit::{Exit, not_found, usage};
+use crate::json::{operator, reads};
 use crate::location::LocationArgs;
-use crate::output::{Out, Table};
+use crate::output::{Out, Table, text};
+use crate::remote;
 
 /// `view DATASET` (read-only) or `view sync [DATASET]` (writer).
 pub fn view(location: &LocationArgs, out: &mut Out, args: &ViewArgs) -> anyhow::Result<Exit> {
@@ -20,112 +21,82 @@ pub fn view(location: &LocationArgs, out: &mut Out, args: &ViewArgs) -> anyhow::
 }
 
 fn show(location: &LocationArgs, out: &mut Out, dataset: &str) -> anyhow::Result<Exit> {
-    let store = location.open_reader()?;
-    let snapshot = store.snapshot()?;
-    super::require_dataset(&snapshot, dataset)?;
-    let root = match (&location.views, snapshot.views()?) {
-        (Some(given), _) => std::path::absolute(given).with_context(|| format!("resolving {}", given.display()))?,
-        (None, Some(recorded)) => recorded.root,
-        (None, None) => return Err(not_found("the store publishes no views (open it once with --views DIR)")),
-    };
-    let store_generation = snapshot.current(dataset)?.map(|g| g.number);
-    drop(snapshot);
-    crate::location::close_reader(store)?;
-    let current = root.join(dataset).join("current");
-    let target = std::fs::read_link(&current).ok();
-    let path = target.as_ref().map(|t| root.join(dataset).join(t));
-    let view_generation = target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
-    let Some(path) = path else {
-        return Err(not_found(format!(
-            "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
-            current.display(),
-            store_generation.map_or("none".to_owned(), |g| g.to_string())
-        )));
-    };
-    let manifest = ViewManifest::read(path.join("_manifest.json"))?;
-    let lagging = view_generation != store_generation;
-    let doc = json!({
-        "dataset": dataset,
-        "view_root": root,
-        "current": current,
-        "path": path,
-        "view_generation": view_generation,
-        "store_generation": store_generation,
-        "lagging": lagging,
-        "manifest": serde_json::to_value(&manifest)?,
-    });
+    // Through a server, the store's recorded view root (on the server's host) is used.
+    let doc = remote::read(location, "/v1/views", &json!({ "dataset": dataset }), |snapshot| {
+        operator::view(snapshot, dataset, location.views.as_deref())
+    })?;
+    let manifest = &doc["manifest"];
     out.emit(&doc, |w| {
-        writeln!(w, "{}", current.display())?;
+        writeln!(w, "{}", text(&doc["current"]))?;
         writeln!(
             w,
             "-> {} (generation {} of run {}, snapshot {}){}",
-            path.display(),
-            manifest.generation,
-            manifest.run,
-            manifest.snapshot,
-            if lagging {
-                format!("; LAGGING: the store's current generation is {} (run `manifestdb view sync`)", store_generation.unwrap_or(0))
+            text(&doc["path"]),
+            text(&manifest["generation"]),
+            text(&manifest["run"]),
+            text(&manifest["snapshot"]),
+            if doc["lagging"] == true {
+                format!(
+                    "; LAGGING: the store's current generation is {} (run `manifestdb view sync`)",
+                    doc["store_generation"].as_u64().unwrap_or(0)
+                )
             } else {
                 String::new()
             }
         )?;
         let mut table = Table::new(vec!["PARTITION", "ATTEMPT", "ROWS", "TOTAL", "FILES", "DIGEST"]);
-        for p in &manifest.partitions {
+        for p in manifest["partitions"].as_array().into_iter().flatten() {
             table.row(vec![
-                p.partition.clone(),
-                p.attempt.to_string(),
-                p.rows.to_string(),
-                p.total.map_or("-".to_owned(), |t| t.to_string()),
-                p.files.len().to_string(),
-                p.digest.clone(),
+                text(&p["partition"]),
+                text(&p["attempt"]),
+                text(&p["rows"]),
+                text(&p["total"]),
+                p["files"].as_array().map_or(0, Vec::len).to_string(),
+                text(&p["digest"]),
             ]);
         }
         table.write(w)?;
-        let t = &manifest.totals;
+        let t = &manifest["totals"];
         writeln!(
             w,
             "{} partitions, {} files, {} rows, total {}, {} bytes",
-            t.partitions,
-            t.files,
-            t.rows,
-            t.total.map_or("-".to_owned(), |t| t.to_string()),
-            t.bytes
+            text(&t["partitions"]),
+            text(&t["files"]),
+            text(&t["rows"]),
+            text(&t["total"]),
+            text(&t["bytes"])
         )
     })?;
     Ok(Exit::Success)
 }
 
-fn status_json(s: &ViewStatus) -> Value {
-    json!({
-        "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
-        "built": s.built, "swapped": s.swapped, "removed": s.removed,
-    })
-}
-
 fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow::Result<Exit> {
-    let store = location.open_writer()?;
-    if let Some(dataset) = dataset {
-        super::require_dataset(&store.snapshot()?, dataset)?;
-    }
-    if store.view_root().is_none() {
-        return Err(not_found("the store publishes no views (pass --views DIR once to set its view root)"));
-    }
-    let synced: Vec<ViewStatus> = match dataset {
-        Some(dataset) => store.sync_view(dataset)?.into_iter().collect(),
-        None => store.sync_views()?,
-    };
-    crate::location::close_writer(store)?;
-    let doc = json!({ "synced": synced.iter().map(status_json).collect::<Vec<_>>() });
+    let doc = remote::write(location, "/v1/views/sync", &json!({ "dataset": dataset }), || {
+        let store = location.open_writer()?;
+        if let Some(dataset) = dataset {
+            reads::require_dataset(&store.snapshot()?, dataset).map_err(crate::location::document_error)?;
+        }
+        if store.view_root().is_none() {
+            return Err(not_found("the store publishes no views (pass --views DIR once to set its view root)"));
+        }
+        let synced: Vec<ViewStatus> = match dataset {
+            Some(dataset) => store.sync_view(dataset)?.into_iter().collect(),
+            None => store.sync_views()?,
+        };
+        crate::location::close_writer(store)?;
+        Ok(operator::views_synced(&synced))
+    })?;
     out.emit(&doc, |w| {
         let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REMOVED", "CURRENT"]);
-        for s in &synced {
+        for s in doc["synced"].as_array().into_iter().flatten() {
+            let removed: Vec<u64> = s["removed"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
             table.row(vec![
-                s.dataset.clone(),
-                s.generation.to_string(),
-                s.built.to_string(),
-                s.swapped.to_string(),
-                format!("{:?}", s.removed),
-                s.path.display().to_string(),
+                text(&s["dataset"]),
+                text(&s["generation"]),
+                text(&s["built"]),
+                text(&s["swapped"]),
+                format!("{removed:?}"),
+                text(&s["path"]),
             ]);
         }
         table.write(w)

@@ -8,6 +8,7 @@ mod maintain;
 mod operator;
 mod readonly;
 mod refusals;
+mod remote;
 mod serve;
 mod support;
 mod syncs;

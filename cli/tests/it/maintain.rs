@@ -235,3 +235,11 @@ fn a_wrong_staging_root_and_an_unbounded_lease_are_refused() {
     let doc = env.json(&["gc", "abandon"]).code(0).json();
     assert_eq!(doc["attempt_lifetime_max_ms"], 3_600_000, "a refused or dry-run verb never raises the lease");
 }
+
+crate::support::through_a_server!(
+    verify_reports_a_missing_file_with_exit_7,
+    rollback_makes_an_earlier_generation_current_or_is_refused,
+    gc_plans_first_and_deletes_only_on_execute,
+    a_lost_file_is_refused_by_name_and_invalidation_lets_the_retry_publish,
+    attempt_abandon_fences_one_attempt_at_once,
+);

@@ -483,3 +483,9 @@ fn the_man_page_documents_every_verb_and_a_verb_has_its_own_page() {
         assert!(out.status.success() && text.contains("SUBCOMMANDS"), "{text}");
     }
 }
+
+crate::support::through_a_server!(
+    run_list_shows_each_run_with_its_state,
+    table_cells_escape_control_characters_and_cut_long_names_while_json_stays_exact,
+    every_verb_naming_something_unknown_exits_4_and_names_it,
+);

@@ -319,12 +319,13 @@ fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at
     // busy (--wait 0s); found through the store directory's socket, it succeeds.
     let begun = env.json(&["--wait", "0s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU]).code(0).json();
     assert_eq!(begun["attempt"], 1);
-    // A read-only verb reads the file beside the server and sees the server's commit.
+    // A reading verb asks the server too, and sees its commit; so does an operator verb.
     assert_eq!(env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["tasks"][0]["attempts"][0]["attempt"], 1);
+    assert_eq!(env.json(&["--wait", "0s", "gc", "abandon"]).code(0).json()["mode"], "dry_run");
     // A verb that needs the file itself fails busy at once, saying why.
-    let gc = env.json(&["gc", "abandon"]);
-    gc.code(6);
-    assert!(gc.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", gc.stderr);
+    let init = env.json(&["init"]);
+    init.code(6);
+    assert!(init.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", init.stderr);
     // An error answer is the same exit code and message as without a server.
     let unknown = env.json(&["attempt", "begin", "-d", "daily", "-r", "r1", "-p", "p=none"]);
     unknown.code(4);

@@ -146,6 +146,77 @@ fn a_failed_write_of_the_result_leaves_no_success_document_behind() {
     assert_eq!(again["outcome"], "already_published");
 }
 
+/// Runs `manifestdb --dir DIR batch` on `input` under strace (`-y`: descriptors with their
+/// paths), tracing `syscalls`, with `inject` if any; gives the run and the trace's lines.
+fn batch_under_strace(env: &Env, syscalls: &str, inject: Option<&str>, input: &str) -> (Run, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-y"]).arg(format!("-etrace={syscalls}")).arg("-o").arg(&trace);
+    if let Some(inject) = inject {
+        cmd.arg(format!("-einject={inject}"));
+    }
+    let mut child = cmd
+        .arg(BIN)
+        .arg("--dir")
+        .arg(env.dir())
+        .arg("batch")
+        .env_remove("MANIFESTDB_DIR")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    let run = Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    };
+    (run, std::fs::read_to_string(&trace).unwrap())
+}
+
+/// The path strace `-y` prints for a call's first descriptor: `fsync(5</tmp/.../staging/x>)`.
+fn traced_path(line: &str) -> &str {
+    line.split_once('<').and_then(|(_, rest)| rest.split_once('>')).map(|(path, _)| path).unwrap_or(line)
+}
+
+#[test]
+fn a_batch_of_many_begins_makes_them_durable_with_one_file_system_sync() {
+    if !strace_available() {
+        return;
+    }
+    let env = Env::new();
+    // 40 new partitions: above the batch size from which one `syncfs` of the staging file
+    // system replaces the 80 directory fsyncs (each partition's directory and its attempt's).
+    let partitions: Vec<String> = (0..40).map(|i| format!("p={i:03}")).collect();
+    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    env.declare("r1", "s1", &tasks);
+    let input: String = partitions
+        .iter()
+        .map(|p| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string() + "\n")
+        .collect();
+    let (run, trace) = batch_under_strace(&env, "fsync,syncfs", None, &input);
+    run.code(0);
+    assert_eq!(run.stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 40, "{}", run.stdout);
+    let syncfs: Vec<&str> = trace.lines().filter(|l| l.contains("syncfs(")).collect();
+    assert_eq!(syncfs.len(), 1, "one file system sync for the batch: {syncfs:?}");
+    assert!(traced_path(syncfs[0]).ends_with("/staging") && syncfs[0].contains("= 0"), "of the staging root: {syncfs:?}");
+    let staging_fsyncs: Vec<&str> = trace.lines().filter(|l| l.contains("fsync(") && traced_path(l).contains("/staging")).collect();
+    assert!(staging_fsyncs.is_empty(), "no directory fsync besides it: {staging_fsyncs:?}");
+
+    // If that one sync fails, no begin of the batch is acknowledged (their directories may
+    // not be durable); the attempts are committed and their leases run out, as when a single
+    // begin's directory sync fails.
+    let (run, _) = batch_under_strace(&env, "syncfs", Some("syncfs:error=EIO"), &input);
+    run.code(3);
+    let lines: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 40);
+    assert!(lines.iter().all(|l| l["ok"] == false && l["error"]["kind"] == "fault"), "{}", run.stdout);
+    assert!(lines[0]["error"]["message"].as_str().is_some_and(|m| m.contains("file system")), "{}", run.stdout);
+}
+
 #[test]
 fn a_batch_of_begins_syncs_each_staging_directory_once() {
     if crate::support::redb_only("counts the fsyncs of a redb store's batch") {

@@ -1,0 +1,260 @@
+//! The operator verbs' documents (abandon, invalidate, rollback, `gc`, views, verify): the
+//! shapes `manifestdb --json` prints and the server's operator routes answer, built from the
+//! library's outcomes.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::generation;
+use super::reads::{DocumentError, require_dataset, unversioned};
+use crate::model::AttemptKey;
+use crate::{
+    AbandonOutcome, ApplyReport, CleanupPlan, CleanupReason, ExpireReport, IntegrityCheck, InvalidateOutcome, KeepReason, PlannedPath,
+    RollbackOutcome, RollbackRefusal, RunMode, SkipReason, Snapshot, VerifyReport, ViewManifest, ViewStatus,
+};
+
+/// `{"dataset", "run", "partition", "attempt"}`.
+pub fn attempt_key(key: &AttemptKey) -> Value {
+    json!({ "dataset": key.task.dataset, "run": key.task.run, "partition": key.task.partition, "attempt": key.attempt })
+}
+
+/// `attempt abandon`: `{"dataset", "run", "partition", "attempt", "outcome":
+/// "abandoned"|"already_abandoned", "abandoned_at_ms"}`.
+pub fn abandoned(key: &AttemptKey, outcome: &AbandonOutcome) -> Value {
+    let (name, at) = match outcome {
+        AbandonOutcome::Abandoned { abandoned_at_ms } => ("abandoned", *abandoned_at_ms),
+        AbandonOutcome::AlreadyAbandoned { abandoned_at_ms } => ("already_abandoned", *abandoned_at_ms),
+    };
+    let mut doc = attempt_key(key);
+    doc["outcome"] = json!(name);
+    doc["abandoned_at_ms"] = json!(at);
+    doc
+}
+
+/// `attempt invalidate`: `{"dataset", "run", "partition", "attempt", "outcome":
+/// "invalidated"|"already_invalid", "accepted_before", "accepted_after"}`.
+pub fn invalidated(key: &AttemptKey, outcome: &InvalidateOutcome) -> Value {
+    let (name, before, after) = match outcome {
+        InvalidateOutcome::Invalidated { accepted_before, accepted_after } => ("invalidated", *accepted_before, *accepted_after),
+        InvalidateOutcome::AlreadyInvalid => ("already_invalid", None, None),
+    };
+    let mut doc = attempt_key(key);
+    doc["outcome"] = json!(name);
+    doc["accepted_before"] = json!(before);
+    doc["accepted_after"] = json!(after);
+    doc
+}
+
+/// `{"kind": "expired"|"unknown"|"already_current", "message", ...details}`: why a rollback
+/// was refused.
+pub fn rollback_refusal(refusal: &RollbackRefusal) -> Value {
+    let message = refusal.to_string();
+    match refusal {
+        RollbackRefusal::Expired { requested, oldest_retained } => {
+            json!({ "kind": "expired", "message": message, "requested": requested, "oldest_retained": oldest_retained })
+        }
+        RollbackRefusal::Unknown { requested, current } => {
+            json!({ "kind": "unknown", "message": message, "requested": requested, "current": current })
+        }
+        RollbackRefusal::AlreadyCurrent { generation } => {
+            json!({ "kind": "already_current", "message": message, "generation": generation })
+        }
+    }
+}
+
+/// `rollback`: `{"dataset", "to", "outcome": "rolled_back"|"refused", "generation",
+/// "refusal"}`. The tool exits 0 when rolled back, 4 for a refusal of kind `unknown` (a
+/// generation that never existed), 3 for another refusal.
+pub fn rollback(dataset: &str, to: u64, outcome: &RollbackOutcome) -> Value {
+    let (name, generation, refusal) = match outcome {
+        RollbackOutcome::RolledBack(g) => ("rolled_back", generation(g), Value::Null),
+        RollbackOutcome::Refused(r) => ("refused", Value::Null, rollback_refusal(r)),
+    };
+    json!({ "dataset": dataset, "to": to, "outcome": name, "generation": generation, "refusal": refusal })
+}
+
+/// `"dry_run"` or `"execute"`.
+pub fn mode_name(mode: RunMode) -> &'static str {
+    match mode {
+        RunMode::DryRun => "dry_run",
+        RunMode::Execute => "execute",
+    }
+}
+
+/// `gc abandon`: `{"mode", "attempt_lifetime_max_ms", "abandoned": [attempt key]}`.
+pub fn gc_abandoned(mode: RunMode, attempt_lifetime_max_ms: u64, abandoned: &[AttemptKey]) -> Value {
+    json!({
+        "mode": mode_name(mode),
+        "attempt_lifetime_max_ms": attempt_lifetime_max_ms,
+        "abandoned": abandoned.iter().map(attempt_key).collect::<Vec<_>>(),
+    })
+}
+
+/// `gc expire`: `{"dataset", "mode", "current", "oldest_retained", "expired", "versions_removed"}`.
+pub fn expired(report: &ExpireReport) -> Value {
+    json!({
+        "dataset": report.dataset,
+        "mode": mode_name(report.mode),
+        "current": report.current,
+        "oldest_retained": report.oldest_retained,
+        "expired": report.expired,
+        "versions_removed": report.versions_removed,
+    })
+}
+
+/// The name of a cleanup reason.
+pub fn cleanup_reason(reason: CleanupReason) -> &'static str {
+    match reason {
+        CleanupReason::Abandoned => "abandoned",
+        CleanupReason::Invalid => "invalid",
+        CleanupReason::NotRetained => "not_retained",
+        CleanupReason::Unknown => "unknown",
+    }
+}
+
+/// The name of a reason a file is kept.
+pub fn keep_reason(reason: KeepReason) -> &'static str {
+    match reason {
+        KeepReason::Referenced => "referenced",
+        KeepReason::MayBeRunning => "may_be_running",
+        KeepReason::AwaitingValidation => "awaiting_validation",
+        KeepReason::ValidUnpublished => "valid_unpublished",
+        KeepReason::TooYoung => "too_young",
+        KeepReason::FutureModificationTime => "future_modification_time",
+    }
+}
+
+fn planned(p: &PlannedPath) -> Value {
+    json!({
+        "path": p.path,
+        "size_bytes": p.size_bytes,
+        "modified_at_ms": p.modified_at_ms,
+        "reason": cleanup_reason(p.reason),
+        "attempt": p.attempt.as_ref().map(attempt_key),
+    })
+}
+
+/// `gc plan`: `{"plan", "created_at_ms", "age_threshold_ms", "attempt_lifetime_max_ms",
+/// "candidates": [path], "candidate_bytes", "unknown": [path], "kept": {reason: files},
+/// "unconsidered"}`, each path `{"path", "size_bytes", "modified_at_ms", "reason", "attempt"}`.
+pub fn cleanup_plan(plan: &CleanupPlan) -> Value {
+    json!({
+        "plan": plan.id,
+        "created_at_ms": plan.created_at_ms,
+        "age_threshold_ms": plan.age_threshold_ms,
+        "attempt_lifetime_max_ms": plan.attempt_lifetime_max_ms,
+        "candidates": plan.candidates.iter().map(planned).collect::<Vec<_>>(),
+        "candidate_bytes": plan.candidates.iter().map(|p| p.size_bytes).sum::<u64>(),
+        "unknown": plan.unknown.iter().map(planned).collect::<Vec<_>>(),
+        "kept": plan.kept.iter().map(|(reason, n)| (keep_reason(*reason).to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "unconsidered": plan.unconsidered,
+    })
+}
+
+/// The name and detail of why an applied cleanup skipped a file.
+pub fn skip_reason(reason: &SkipReason) -> (&'static str, Option<String>) {
+    match reason {
+        SkipReason::Missing => ("missing", None),
+        SkipReason::Changed => ("changed", None),
+        SkipReason::NowProtected(keep) => ("now_protected", Some(keep_reason(*keep).to_owned())),
+        SkipReason::OwnerChanged => ("owner_changed", None),
+        SkipReason::UnknownNotRequested => ("unknown_not_requested", None),
+        SkipReason::DeleteFailed(message) => ("delete_failed", Some(message.clone())),
+    }
+}
+
+/// `gc apply`: `{"plan", "mode", "deleted", "bytes_deleted", "skipped": [{"path", "reason",
+/// "detail"}], "directories_removed", "attempt_records_removed": [attempt key]}`.
+pub fn cleanup_applied(report: &ApplyReport) -> Value {
+    json!({
+        "plan": report.plan,
+        "mode": mode_name(report.mode),
+        "deleted": report.deleted,
+        "bytes_deleted": report.bytes_deleted,
+        "skipped": report.skipped.iter().map(|s| {
+            let (reason, detail) = skip_reason(&s.reason);
+            json!({ "path": s.path, "reason": reason, "detail": detail })
+        }).collect::<Vec<_>>(),
+        "directories_removed": report.directories_removed,
+        "attempt_records_removed": report.attempt_records_removed.iter().map(attempt_key).collect::<Vec<_>>(),
+    })
+}
+
+/// One synced view: `{"dataset", "generation", "current", "path", "built", "swapped", "removed"}`.
+pub fn view_status(s: &ViewStatus) -> Value {
+    json!({
+        "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
+        "built": s.built, "swapped": s.swapped, "removed": s.removed,
+    })
+}
+
+/// `view sync`: `{"synced": [view status]}`.
+pub fn views_synced(synced: &[ViewStatus]) -> Value {
+    json!({ "synced": synced.iter().map(view_status).collect::<Vec<_>>() })
+}
+
+/// `view DATASET` (`GET /v1/views`): `{"dataset", "view_root", "current", "path",
+/// "view_generation", "store_generation", "lagging", "manifest"}`: where the dataset's current
+/// view is (read from the file system under the view root: `root` if given, else the store's
+/// recorded one) and its `_manifest.json`.
+///
+/// Errors: [`DocumentError::NotFound`] for an unknown dataset, a store without views, or a
+/// dataset without a view yet; a `_manifest.json` that cannot be read is a store error.
+pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>) -> Result<Value, DocumentError> {
+    require_dataset(snapshot, dataset)?;
+    let root: PathBuf = match (root, snapshot.views()?) {
+        (Some(given), _) => {
+            std::path::absolute(given).map_err(|source| crate::Error::Io { context: format!("resolving {}", given.display()), source })?
+        }
+        (None, Some(recorded)) => recorded.root,
+        (None, None) => return Err(DocumentError::NotFound("the store publishes no views (open it once with --views DIR)".into())),
+    };
+    let store_generation = snapshot.current(dataset)?.map(|g| g.number);
+    let current = root.join(dataset).join("current");
+    let target = std::fs::read_link(&current).ok();
+    let view_generation = target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
+    let Some(path) = target.as_ref().map(|t| root.join(dataset).join(t)) else {
+        return Err(DocumentError::NotFound(format!(
+            "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
+            current.display(),
+            store_generation.map_or("none".to_owned(), |g| g.to_string())
+        )));
+    };
+    let manifest = ViewManifest::read(path.join("_manifest.json"))?;
+    let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
+    Ok(json!({
+        "dataset": dataset,
+        "view_root": root,
+        "current": current,
+        "path": path,
+        "view_generation": view_generation,
+        "store_generation": store_generation,
+        "lagging": view_generation != store_generation,
+        "manifest": manifest,
+    }))
+}
+
+/// `{"status": "passed"|"repaired"|"failed"|"skipped", "detail"}`: redb's integrity check.
+pub fn integrity(check: &IntegrityCheck) -> Value {
+    match check {
+        IntegrityCheck::Passed => json!({ "status": "passed", "detail": null }),
+        IntegrityCheck::Repaired => json!({ "status": "repaired", "detail": null }),
+        IntegrityCheck::Failed { message } => json!({ "status": "failed", "detail": message }),
+        IntegrityCheck::Skipped { reason } => json!({ "status": "skipped", "detail": reason }),
+    }
+}
+
+/// `verify`: `{"clean", "integrity", "records": {table: n}, "records_total", "files_checked",
+/// "findings": [{"table", "key", "message"}], "notes"}`.
+pub fn verified(report: &VerifyReport) -> Value {
+    json!({
+        "clean": report.is_clean(),
+        "integrity": integrity(&report.integrity),
+        "records": report.records.iter().map(|(name, n)| (unversioned(name).to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "records_total": report.records_total(),
+        "files_checked": report.files_checked,
+        "findings": report.findings.iter().map(|f| json!({ "table": f.table, "key": f.key, "message": f.message })).collect::<Vec<_>>(),
+        "notes": report.notes,
+    })
+}

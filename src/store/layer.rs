@@ -1,0 +1,185 @@
+//! The storage layers a store runs on, behind one crate-private interface.
+//!
+//! `Store`, `ReadOnlyStore` and `Snapshot` are written once, over [`Layer`] (a writable
+//! store's engine), [`ReadLayer`] (a read-only handle's) and [`ReadTxn`] (one consistent
+//! read). What a layer provides is all the rest of the crate may ask of it:
+//! - [`Layer::write`]: one operation's body in one transaction, committed durably if the body
+//!   says so. The body sees the transaction only as [`Meta`]; a layer that runs transactions
+//!   concurrently may run it again after a serialization failure, so a body keeps no effect
+//!   of an earlier run but its idempotent file work;
+//! - [`Layer::write_grouped`]: the same for a small write that may share its transaction and
+//!   commit with concurrent callers (redb: group commit, `group.rs`; a layer with concurrent
+//!   transactions runs it as [`Layer::write`]). A batch of operations is one such body;
+//! - [`Layer::begin_read`] / [`ReadLayer::begin_read`]: a consistent read, [`ReadTxn`], whose
+//!   reads are [`MetaRead`];
+//! - closing. Opening and creating are the layer's own (`store/mod.rs` for redb); the format
+//!   and staging-identity checks of an open are written once over [`Meta`]
+//!   (`initialize_records`, `configure_views`).
+//!
+//! Poisoning, panic containment, the attempt lease and everything about files stay in the
+//! store, above the layer. Nothing outside this file, `meta_redb.rs`, `tables.rs`,
+//! `group.rs`, the open path in `mod.rs` and verify's file decoding names redb.
+
+use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
+
+use super::contain::{DropContained, Poison};
+use super::group::GroupCommit;
+use super::meta_redb::{RedbMeta, RedbRead};
+use crate::error::{Error, Result};
+use crate::meta::{Meta, MetaRead, TxnEnd};
+
+/// A writable store's storage layer.
+pub(crate) enum Layer {
+    /// A redb file (or a custom redb backend).
+    Redb(RedbLayer),
+    /// A PostgreSQL database (`crate::pg`): concurrent SERIALIZABLE transactions.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgLayer),
+}
+
+/// The redb layer of a writable store: the database and its group-commit queue.
+pub(crate) struct RedbLayer {
+    pub(super) db: DropContained<Database>,
+    /// The queue of grouped writes (see `group.rs`).
+    pub(super) group: GroupCommit,
+}
+
+impl Layer {
+    /// Runs `body` in one transaction of its own and commits it if `body` says so.
+    pub(super) fn write<T>(&self, context: &'static str, body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
+        match self {
+            Layer::Redb(redb) => redb.write(context, body),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                let mut body = body;
+                pg.write(context, |meta, _| body(meta))
+            }
+        }
+    }
+
+    /// Whether a storage failure on a write path must poison the handle. redb: yes (a failed
+    /// fsync cannot be retried and trusted, and redb refuses the handle's later operations
+    /// anyway). PostgreSQL: no: the server owns durability, a failed transaction left nothing
+    /// behind, and the next operation runs on a connection of its own.
+    pub(super) fn poisons_on_failure(&self) -> bool {
+        match self {
+            Layer::Redb(_) => true,
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => false,
+        }
+    }
+
+    /// Runs `body` in a transaction it may share with concurrent grouped calls; returns once
+    /// the commit holding its write is durable (see `group.rs` for redb's guarantees). Poisons
+    /// `poison` when the shared transaction fails.
+    pub(super) fn write_grouped<T>(
+        &self,
+        poison: &Poison,
+        context: &'static str,
+        body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<T> {
+        match self {
+            Layer::Redb(redb) => redb.write_grouped(poison, context, body),
+            // Concurrent transactions instead of a shared one: every call commits its own.
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                let _ = poison;
+                let mut body = body;
+                pg.write(context, |meta, _| body(meta))
+            }
+        }
+    }
+
+    /// A consistent read of the store as of now.
+    pub(super) fn begin_read(&self) -> Result<ReadTxn> {
+        match self {
+            Layer::Redb(redb) => Ok(ReadTxn::Redb(redb.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?)),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => Ok(ReadTxn::Postgres(pg.begin_read()?)),
+        }
+    }
+
+    /// Closes the store, reporting a failure of its last writes or syncs.
+    pub(super) fn close(self) -> Result<()> {
+        match self {
+            Layer::Redb(redb) => redb.db.into_inner().close().map_err(|e| Error::storage("closing the store", e)),
+            // Dropping the pool closes its connections; nothing is pending.
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => {
+                drop(pg);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl RedbLayer {
+    fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
+        let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
+        // The tables the body opened close with its `RedbMeta`, before the commit.
+        let end = body(&mut RedbMeta::new(&txn))?;
+        match end {
+            TxnEnd::Commit(value) => {
+                txn.commit().map_err(|e| Error::storage(context, e))?;
+                Ok(value)
+            }
+            TxnEnd::Abort(value) => {
+                txn.abort().map_err(|e| Error::storage(context, e))?;
+                Ok(value)
+            }
+        }
+    }
+}
+
+/// A read-only handle's storage layer.
+pub(crate) enum ReadLayer {
+    /// A redb file opened read-only (or a custom redb backend).
+    Redb(DropContained<ReadOnlyDatabase>),
+    /// A PostgreSQL database, read through REPEATABLE READ READ ONLY transactions.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgLayer),
+}
+
+impl ReadLayer {
+    /// A consistent read of the store as of now.
+    pub(super) fn begin_read(&self) -> Result<ReadTxn> {
+        match self {
+            ReadLayer::Redb(db) => Ok(ReadTxn::Redb(db.begin_read().map_err(|e| Error::storage("beginning a read", e))?)),
+            #[cfg(feature = "postgres")]
+            ReadLayer::Postgres(pg) => Ok(ReadTxn::Postgres(pg.begin_read()?)),
+        }
+    }
+
+    /// Closes the handle and releases its locks.
+    pub(super) fn close(self) -> Result<()> {
+        match self {
+            ReadLayer::Redb(db) => db.into_inner().close().map_err(|e| Error::storage("closing the store", e)),
+            #[cfg(feature = "postgres")]
+            ReadLayer::Postgres(pg) => {
+                drop(pg);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// One consistent read of the store (a `Snapshot`'s): every read through it comes from one
+/// committed state.
+pub(crate) enum ReadTxn {
+    /// A redb read transaction; each read opens the tables it needs once ([`RedbRead`]).
+    Redb(ReadTransaction),
+    /// A PostgreSQL REPEATABLE READ READ ONLY transaction on a connection of its own.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::pg::PgRead),
+}
+
+impl ReadTxn {
+    /// Runs `body` over this read's [`MetaRead`].
+    pub(super) fn read<T>(&self, body: impl FnOnce(&mut dyn MetaRead) -> Result<T>) -> Result<T> {
+        match self {
+            ReadTxn::Redb(txn) => body(&mut RedbRead::new(txn)),
+            #[cfg(feature = "postgres")]
+            ReadTxn::Postgres(read) => read.read(body),
+        }
+    }
+}
