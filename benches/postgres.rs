@@ -14,6 +14,8 @@
 //! - **Attempt cycles**: begin + finish + validate of one attempt, each thread on its own task of
 //!   one run (the harness's `md_cycles` and `sqlite_cycles`), for the same window per variant.
 //!
+//! Before each timed phase the store's connection pool is warmed for that many clients (each
+//! thread holds a snapshot, one pooled connection, until all do), so connecting is not timed.
 //! Every variant runs once per round, interleaved, so each samples the same moments of a noisy
 //! machine. Ratios printed: 64 and 8 clients against one on PostgreSQL (target: 64 clients at
 //! least 8x one), and PostgreSQL against redb and SQLite at each client count. Nothing about speed
@@ -62,6 +64,30 @@ impl Drop for Database {
     }
 }
 
+/// Warms the store's connection pool for `clients` threads (a no-op on redb): each thread takes a
+/// snapshot (one pooled connection on PostgreSQL) and holds it until all have one, so the timed
+/// phase does not pay for opening connections.
+fn warm(store: &Store, clients: usize) -> Res<()> {
+    let barrier = Barrier::new(clients);
+    std::thread::scope(|scope| -> Res<()> {
+        let handles: Vec<_> = (0..clients)
+            .map(|_| {
+                let barrier = &barrier;
+                scope.spawn(move || -> Res<()> {
+                    let snapshot = store.snapshot();
+                    barrier.wait();
+                    drop(snapshot?);
+                    Ok(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().map_err(|_| "warm-up thread panicked")??;
+        }
+        Ok(())
+    })
+}
+
 /// Publishes each thread makes per round, by client count.
 fn publishes_per_thread(sizes: Sizes, clients: usize) -> usize {
     match (sizes.quick, clients) {
@@ -104,6 +130,7 @@ fn store_publishes(store: &Store, tag: &str, clients: usize, count: usize) -> Re
         }
         Ok(())
     })?;
+    warm(store, clients)?;
     let barrier = Barrier::new(clients + 1);
     let mut start = Instant::now();
     std::thread::scope(|scope| -> Res<()> {
@@ -200,6 +227,7 @@ pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
             add(format!("pg_redb_publishes_per_s_{clients}c"), store_publishes(&redb, &tag, clients, count)?);
             add(format!("pg_sqlite_publishes_per_s_{clients}c"), sqlite_publishes(&sqlite_db, &sqlite_staging, &tag, clients, count)?);
             let run = format!("pgcycles-{clients}-{round}");
+            warm(&pg, clients)?;
             add(format!("pg_attempt_cycles_per_s_{clients}c"), md_cycles(&pg, &run, clients, sizes.measure)?);
             add(format!("pg_redb_attempt_cycles_per_s_{clients}c"), md_cycles(&redb, &run, clients, sizes.measure)?);
             add(

@@ -17,6 +17,7 @@ mod hostile;
 mod inputs;
 mod io_errors;
 mod kill;
+mod pg;
 mod publish;
 mod readers;
 mod redb_panics;

@@ -49,7 +49,12 @@ fn a_healthy_store_verifies_clean_with_every_table_walked_and_files_checked() {
     let mut t = published();
     let report = t.store.verify(&full()).unwrap();
     assert!(report.is_clean(), "{report}");
-    assert_eq!(report.integrity, IntegrityCheck::Passed);
+    if crate::support::on_postgres() {
+        // redb's page check has no counterpart on PostgreSQL (the server owns its pages): said so.
+        assert!(matches!(report.integrity, IntegrityCheck::Skipped { .. }), "{report}");
+    } else {
+        assert_eq!(report.integrity, IntegrityCheck::Passed);
+    }
     assert_eq!(report.records.len(), 12, "every table is walked");
     assert!(report.records_total() >= 12, "{report}");
     assert_eq!(report.files_checked, 2, "one file per published partition");

@@ -134,15 +134,17 @@ fn verify_with_the_integrity_check_runs_through_the_server_that_holds_the_store(
     env.publish_run("r1", "s1", &[(EU, 2, 700)]);
     let serve = Serve::start(&env, &[]);
     let doc = env.json(&["--wait", "0s", "verify", "--integrity", "--checksums"]).code(0).json();
+    // redb's page check has no counterpart on PostgreSQL (the server owns its pages): skipped.
+    let integrity = if crate::support::on_postgres() { "skipped" } else { "passed" };
     assert_eq!(
         (doc["integrity"]["status"].as_str(), doc["clean"].as_bool(), doc["files_checked"].as_u64()),
-        (Some("passed"), Some(true), Some(1))
+        (Some(integrity), Some(true), Some(1))
     );
     // The server serves on after the check had the store alone.
     env.declare("r2", "s2", &[(US, 1, 5)]);
     env.attempt("r2", "s2", US, 1, 5).code(0);
     let human = env.run(&["verify", "--integrity"]).code(0).stdout.clone();
-    assert!(human.starts_with("redb integrity check: passed\n") && human.contains("no findings"), "{human}");
+    assert!(human.starts_with(&format!("redb integrity check: {integrity}")) && human.contains("no findings"), "{human}");
     drop(serve);
 }
 

@@ -143,7 +143,7 @@ impl Serve {
     pub fn start(env: &Env, args: &[&str]) -> Serve {
         let mut cmd = command();
         cmd.args(env.store_args()).arg("--json").arg("serve");
-        if env.db.is_some() {
+        if env.db.is_some() && !args.contains(&"--listen") {
             // A PostgreSQL store has no directory of its own for the socket: name it.
             cmd.arg("--socket").arg(env.dir().join("manifestdb.sock"));
         }

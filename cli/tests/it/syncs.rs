@@ -161,8 +161,7 @@ fn batch_under_strace(env: &Env, syscalls: &str, inject: Option<&str>, input: &s
     }
     let mut child = cmd
         .arg(BIN)
-        .arg("--dir")
-        .arg(env.dir())
+        .args(env.store_args())
         .arg("batch")
         .env_remove("MANIFESTDB_DIR")
         .stdin(std::process::Stdio::piped())
@@ -241,8 +240,7 @@ fn a_batch_of_begins_syncs_each_staging_directory_once() {
         .args(["-f", "-qq", "-y", "-etrace=fsync", "-o"])
         .arg(&trace)
         .arg(BIN)
-        .arg("--dir")
-        .arg(env.dir())
+        .args(env.store_args())
         .arg("batch")
         .env_remove("MANIFESTDB_DIR")
         .stdin(std::process::Stdio::piped())
