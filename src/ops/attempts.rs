@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::{attempt_key, corrupted, unknown_attempt, unknown_run, unknown_task};
 use crate::error::Result;
 use crate::lifecycle::AttemptLease;
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, MetaRead, TxnEnd};
 use crate::model::{AbandonOutcome, AttemptKey, AttemptTicket, Candidate, FinishOutcome, GateFailure, InvalidateOutcome, TaskKey, Verdict};
 use crate::records::AttemptRecord;
 use crate::rules::accept;
@@ -83,20 +83,43 @@ pub(crate) fn heartbeat(meta: &mut dyn Meta, attempt: &AttemptKey, now_ms: u64, 
     }))
 }
 
-/// Records every unfinished attempt whose lease (`lease_ms`) ran out by `now_ms` abandoned
-/// (with `execute`; otherwise nothing is written) and returns them, in key order.
-pub(crate) fn abandon_expired(meta: &mut dyn Meta, lease_ms: u64, now_ms: u64, execute: bool) -> Result<TxnEnd<Vec<AttemptKey>>> {
+/// The unfinished attempts whose lease (`lease_ms`) ran out by `now_ms`, in key order: the
+/// candidates of [`abandon_expired`], found in a read (one pass over the attempts, outside the
+/// writer).
+pub(crate) fn expired(meta: &mut dyn MetaRead, lease_ms: u64, now_ms: u64) -> Result<Vec<AttemptKey>> {
     let expired = meta.attempts_where(&mut |record| {
         attempts::lease_expired(record.candidate.is_some(), record.abandoned_at_ms.is_some(), record.heartbeat_at_ms, lease_ms, now_ms)
     })?;
-    let keys: Vec<AttemptKey> = expired.iter().map(|(attempt, _)| attempt.clone()).collect();
-    if !execute || expired.is_empty() {
-        return Ok(TxnEnd::Abort(keys));
+    Ok(expired.into_iter().map(|(attempt, _)| attempt).collect())
+}
+
+/// Records abandoned at `now_ms` each of `candidates` (found by [`expired`] in an earlier read)
+/// whose lease (`lease_ms`) has still run out, re-checked by key in this transaction: an
+/// attempt that finished, sent a heartbeat or was abandoned since the read is left alone.
+/// Returns the attempts it abandoned, in the candidates' order.
+pub(crate) fn abandon_expired(
+    meta: &mut dyn Meta,
+    candidates: &[AttemptKey],
+    lease_ms: u64,
+    now_ms: u64,
+) -> Result<TxnEnd<Vec<AttemptKey>>> {
+    let mut still = Vec::new();
+    for attempt in candidates {
+        // An attempt removed since the read (cleanup of a dead attempt) is no longer a candidate.
+        let Some(record) = meta.attempt(attempt)? else { continue };
+        if attempts::lease_expired(record.candidate.is_some(), record.abandoned_at_ms.is_some(), record.heartbeat_at_ms, lease_ms, now_ms) {
+            still.push((attempt.clone(), record));
+        }
     }
-    for (attempt, mut record) in expired {
+    if still.is_empty() {
+        return Ok(TxnEnd::Abort(Vec::new()));
+    }
+    let mut keys = Vec::with_capacity(still.len());
+    for (attempt, mut record) in still {
         record.abandoned_at_ms = Some(now_ms);
         meta.put_attempt(&attempt, &record)?;
         tracing::info!(attempt = %attempt, heartbeat_at_ms = record.heartbeat_at_ms, "attempt abandoned: lease ran out");
+        keys.push(attempt);
     }
     Ok(TxnEnd::Commit(keys))
 }

@@ -421,6 +421,33 @@ mod tests {
     }
 
     #[test]
+    fn heartbeats_share_the_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let db_path = dir.path().join("store.redb");
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        declare(&store, &["a", "b", "c"]);
+        let tickets: Vec<_> = ["a", "b", "c"].iter().map(|p| store.begin_attempt(&task(p)).unwrap()).collect();
+        hold(&store);
+        let leases = std::thread::scope(|scope| {
+            let handles: Vec<_> = tickets.iter().map(|t| scope.spawn(|| store.heartbeat(&t.key))).collect();
+            // Each heartbeat joins the forming batch (a heartbeat with a write transaction of
+            // its own would never join it, and this would fail after its deadline).
+            wait_for_members(&store, handles.len());
+            release(&store);
+            handles.into_iter().map(|h| h.join().unwrap()).collect::<Vec<_>>()
+        });
+        drop(store);
+        let store = Store::open(&db_path, dir.path().join("staging")).unwrap();
+        let snapshot = store.snapshot().unwrap();
+        for (ticket, lease) in tickets.iter().zip(leases) {
+            let lease = lease.unwrap();
+            assert!(lease.heartbeat_at_ms >= ticket.started_at_ms, "{lease:?}");
+            let info = snapshot.attempt(&ticket.key).unwrap().unwrap();
+            assert_eq!(info.heartbeat_at_ms, lease.heartbeat_at_ms, "the renewed lease of {} is durable", ticket.key);
+        }
+    }
+
+    #[test]
     fn members_see_earlier_members_writes_of_their_batch() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging")).unwrap();

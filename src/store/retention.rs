@@ -57,7 +57,7 @@ impl Store {
     pub fn heartbeat(&self, attempt: &AttemptKey) -> Result<AttemptLease> {
         check_attempt_key(attempt)?;
         let lease_ms = self.attempt_lifetime_max_ms;
-        self.write("renewing an attempt's lease", |meta| {
+        self.write_grouped("renewing an attempt's lease", |meta| {
             let now = meta.now_ms();
             ops::attempts::heartbeat(meta, attempt, now, lease_ms)
         })
@@ -74,9 +74,18 @@ impl Store {
     /// Storage and corruption errors.
     pub fn abandon_expired_attempts(&self, mode: RunMode) -> Result<Vec<AttemptKey>> {
         let lifetime_ms = self.attempt_lifetime_max_ms;
+        // The candidates come from a read, outside the writer (one pass decoding every attempt);
+        // the write re-checks each by key, at its own clock.
+        let candidates = self.snapshot()?.read("finding expired attempts", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::expired(meta, lifetime_ms, now)
+        })?;
+        if mode != RunMode::Execute || candidates.is_empty() {
+            return Ok(candidates);
+        }
         self.write("abandoning expired attempts", |meta| {
             let now = meta.now_ms();
-            ops::attempts::abandon_expired(meta, lifetime_ms, now, mode == RunMode::Execute)
+            ops::attempts::abandon_expired(meta, &candidates, lifetime_ms, now)
         })
     }
 
@@ -148,5 +157,63 @@ impl Store {
             let now = meta.now_ms();
             ops::lifecycle::expire(meta, dataset, policy, mode, now, &mut remove_views)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Abandonment finds its candidates in a read and re-checks each by key in the write.
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::model::{RunSpec, TaskKey, TaskSpec};
+    use crate::store::StoreOptions;
+
+    #[test]
+    fn an_attempt_renewed_after_the_read_is_not_abandoned() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = StoreOptions { attempt_lifetime_max: Some(Duration::from_millis(200)), ..StoreOptions::default() };
+        let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options).unwrap();
+        let spec = RunSpec {
+            dataset: "ds".into(),
+            run: "r1".into(),
+            snapshot: "snap".into(),
+            tasks: ["a", "b"].iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
+            grain: None,
+        };
+        store.declare_run(&spec).unwrap();
+        let silent = store.begin_attempt(&TaskKey::new("ds", "r1", "a")).unwrap();
+        let renewed = store.begin_attempt(&TaskKey::new("ds", "r1", "b")).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let lease_ms = store.attempt_lifetime_max_ms();
+        let candidates = store.snapshot().unwrap().read("test", |meta| {
+            let now = meta.now_ms();
+            ops::attempts::expired(meta, lease_ms, now)
+        });
+        assert_eq!(candidates.unwrap(), vec![silent.key.clone(), renewed.key.clone()], "both leases ran out");
+        // Between the read and the write, one of them sends a heartbeat.
+        store.heartbeat(&renewed.key).unwrap();
+        let abandoned = store
+            .write("abandoning expired attempts", |meta| {
+                let now = meta.now_ms();
+                ops::attempts::abandon_expired(meta, &[silent.key.clone(), renewed.key.clone()], lease_ms, now)
+            })
+            .unwrap();
+        assert_eq!(abandoned, vec![silent.key.clone()], "the renewed attempt is re-checked and left alone");
+        let snapshot = store.snapshot().unwrap();
+        assert!(snapshot.attempt(&silent.key).unwrap().unwrap().abandoned_at_ms.is_some());
+        assert_eq!(snapshot.attempt(&renewed.key).unwrap().unwrap().abandoned_at_ms, None);
+        // The public call agrees: nothing left to abandon until the renewed lease runs out.
+        assert!(store.abandon_expired_attempts(RunMode::Execute).unwrap().is_empty());
+        // A candidate that no longer exists is skipped, not an error.
+        let gone = TaskKey::new("ds", "r1", "a").attempt(9);
+        let none = store
+            .write("abandoning", |meta| {
+                let now = meta.now_ms();
+                ops::attempts::abandon_expired(meta, std::slice::from_ref(&gone), lease_ms, now)
+            })
+            .unwrap();
+        assert!(none.is_empty());
     }
 }

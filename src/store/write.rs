@@ -99,9 +99,11 @@ impl Store {
     /// caller (a batch) checked the staging root's marker just before, once for all its begins.
     pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, root_checked: bool) -> Result<PreparedBegin> {
         check_task_key(task)?;
-        snapshot.read("reading the task to begin", |meta| {
-            read_run(meta, &task.dataset, &task.run)?;
-            read_task(meta, task).map(drop)
+        // The task's existence is all this read establishes (the write reads run and task again,
+        // in its own transaction); the run is read only to name what is missing.
+        snapshot.read("reading the task to begin", |meta| match meta.task(task)? {
+            Some(_) => Ok(()),
+            None => read_run(meta, &task.dataset, &task.run).and_then(|_| read_task(meta, task)).map(drop),
         })?;
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
         // Nothing is created under a root that is not this store's (its marker checked).
