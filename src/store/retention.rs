@@ -65,6 +65,9 @@ impl Store {
 
     /// Records every unfinished attempt whose lease ran out (no finish and no heartbeat for
     /// longer than the attempt lifetime) as abandoned, in one transaction, and returns them.
+    /// The candidates are found in a read (every attempt decoded, outside the writer); the
+    /// write re-reads each by key and abandons it only if its lease has still run out by the
+    /// write's clock, so an attempt that finished or sent a heartbeat meanwhile is left alone.
     /// From then on the attempt cannot finish ([`Error::AttemptAbandoned`]) and cleanup may
     /// delete its files once they are older than the age threshold. In a dry run (the
     /// default of [`RunMode`]) nothing is recorded and the attempts that would be abandoned
