@@ -7,6 +7,16 @@
 //! harness makes a fresh database there for the run and drops it afterwards. Alone:
 //! `cargo bench --bench throughput -- --postgres-only [--quick]`.
 //!
+//! A second server across a network link, as a coordinator on another host than the database
+//! sees it: `MANIFESTDB_BENCH_POSTGRES_REMOTE` names its admin URL (`scripts/pg-netns start`: a
+//! server in a network namespace behind a veth pair that delays every packet, 1 ms each way by
+//! default). Every PostgreSQL variant then runs on it too, in the same rounds, and its figures
+//! carry the prefix `pg_remote_` where the loopback server's carry `pg_`. For each server the
+//! section also prints the round trip it measured under (`{pg,pg_remote}_round_trip_ms`: the
+//! median of 50 `SELECT 1` on one connection, per round) and the server's own count of
+//! rollbacks per commit in the run's database (`..._rollbacks_per_commit`: each rerun after a
+//! serialization failure is one rollback).
+//!
 //! - **Publishes**: each client thread publishes one-task runs of its own dataset (a scheduler
 //!   per dataset, the scale-out case). The runs are prepared first (declared, one attempt begun,
 //!   finished and validated), untimed; then every thread starts at one barrier and publishes its
@@ -17,7 +27,7 @@
 //! Before each timed phase the store's connection pool is warmed for that many clients (each
 //! thread holds a snapshot, one pooled connection, until all do), so connecting is not timed.
 //! Every variant runs once per round, interleaved, so each samples the same moments of a noisy
-//! machine. Ratios printed: 64 and 8 clients against one on PostgreSQL (target: 64 clients at
+//! machine. Ratios printed, for each server: 64 and 8 clients against one (target: 64 clients at
 //! least 8x one), and PostgreSQL against redb and SQLite at each client count. Nothing about speed
 //! is asserted.
 
@@ -36,7 +46,17 @@ const CLIENTS: [usize; 3] = [1, 8, 64];
 
 /// The admin URL of the PostgreSQL server to measure on, if one is configured.
 pub fn server_url() -> Option<String> {
-    ["MANIFESTDB_BENCH_POSTGRES", "MANIFESTDB_TEST_POSTGRES"].iter().find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+    env_url(&["MANIFESTDB_BENCH_POSTGRES", "MANIFESTDB_TEST_POSTGRES"])
+}
+
+/// The admin URL of the server across a network link (`scripts/pg-netns url`), if one is
+/// configured: `MANIFESTDB_BENCH_POSTGRES_REMOTE`.
+fn remote_url() -> Option<String> {
+    env_url(&["MANIFESTDB_BENCH_POSTGRES_REMOTE"])
+}
+
+fn env_url(names: &[&str]) -> Option<String> {
+    names.iter().find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
 }
 
 /// A database made for this run, dropped at the end.
@@ -195,18 +215,66 @@ fn sqlite_publishes(db: &Path, staging: &Path, tag: &str, clients: usize, count:
     Ok(((clients * count) as u64, start.elapsed()))
 }
 
+/// A PostgreSQL server the section measures on: a fresh database there and a store on it.
+struct Server {
+    /// The figures' prefix: `pg` (the loopback server) or `pg_remote`.
+    prefix: &'static str,
+    /// How the output names it.
+    label: &'static str,
+    admin: String,
+    store: Store,
+    /// Round trips of `SELECT 1` on one connection, 50 per round.
+    round_trips: Vec<Duration>,
+    // Dropped after `store`, whose connections are into it.
+    database: Database,
+}
+
+impl Server {
+    fn open(prefix: &'static str, label: &'static str, admin: String, staging: &Path) -> Res<Server> {
+        let database = Database::create(&admin)?;
+        println!("PostgreSQL section: the {label} server, a fresh database of {admin}");
+        let store = Store::open(&database.url, staging)?;
+        Ok(Server { prefix, label, admin, store, round_trips: Vec::new(), database })
+    }
+
+    /// Times 50 `SELECT 1` on one connection (opened first, untimed).
+    fn time_round_trips(&mut self) -> Res<()> {
+        let mut client = postgres::Client::connect(&self.database.url, postgres::NoTls)?;
+        client.simple_query("SELECT 1")?;
+        for _ in 0..50 {
+            let start = Instant::now();
+            client.simple_query("SELECT 1")?;
+            self.round_trips.push(start.elapsed());
+        }
+        Ok(())
+    }
+}
+
+/// Transactions committed and rolled back in database `name` so far (the server's statistics: a
+/// transaction run again after a serialization failure is one rollback).
+fn transactions(admin: &str, name: &str) -> Res<(i64, i64)> {
+    let mut client = postgres::Client::connect(admin, postgres::NoTls)?;
+    let row = client.query_one("SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1", &[&name])?;
+    Ok((row.get(0), row.get(1)))
+}
+
 /// The PostgreSQL section: see the module's documentation.
 pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
-    let Some(admin) = server_url() else {
+    let mut servers = Vec::new();
+    if let Some(admin) = server_url() {
+        servers.push(Server::open("pg", "loopback", admin, &dir.join("pg-staging"))?);
+    }
+    if let Some(admin) = remote_url() {
+        servers.push(Server::open("pg_remote", "remote", admin, &dir.join("pg-remote-staging"))?);
+    }
+    if servers.is_empty() {
         println!(
             "PostgreSQL section SKIPPED: no server (start one with scripts/pg-server start and export \
-             MANIFESTDB_TEST_POSTGRES=\"$(scripts/pg-server url)\")"
+             MANIFESTDB_TEST_POSTGRES=\"$(scripts/pg-server url)\"; for the remote figures, scripts/pg-netns start and \
+             MANIFESTDB_BENCH_POSTGRES_REMOTE=\"$(scripts/pg-netns url)\")"
         );
         return Ok(());
-    };
-    let database = Database::create(&admin)?;
-    println!("PostgreSQL section on a fresh database of {admin}");
-    let pg = Store::open(&database.url, dir.join("pg-staging"))?;
+    }
     let redb = Store::open(dir.join("pg-beside.redb"), dir.join("pg-beside-staging"))?;
     let sqlite_db = dir.join("pg-beside.sqlite");
     let sqlite_staging = dir.join("pg-beside-sqlite-staging");
@@ -220,15 +288,22 @@ pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
     let rounds = if sizes.quick { 2 } else { sizes.rounds };
     for round in 0..rounds {
         println!("PostgreSQL section, round {} of {rounds}", round + 1);
+        for server in &mut servers {
+            server.time_round_trips()?;
+        }
         for clients in CLIENTS {
             let count = publishes_per_thread(sizes, clients);
             let tag = format!("r{round}");
-            add(format!("pg_publishes_per_s_{clients}c"), store_publishes(&pg, &tag, clients, count)?);
+            for server in &servers {
+                add(format!("{}_publishes_per_s_{clients}c", server.prefix), store_publishes(&server.store, &tag, clients, count)?);
+            }
             add(format!("pg_redb_publishes_per_s_{clients}c"), store_publishes(&redb, &tag, clients, count)?);
             add(format!("pg_sqlite_publishes_per_s_{clients}c"), sqlite_publishes(&sqlite_db, &sqlite_staging, &tag, clients, count)?);
             let run = format!("pgcycles-{clients}-{round}");
-            warm(&pg, clients)?;
-            add(format!("pg_attempt_cycles_per_s_{clients}c"), md_cycles(&pg, &run, clients, sizes.measure)?);
+            for server in &servers {
+                warm(&server.store, clients)?;
+                add(format!("{}_attempt_cycles_per_s_{clients}c", server.prefix), md_cycles(&server.store, &run, clients, sizes.measure)?);
+            }
             add(format!("pg_redb_attempt_cycles_per_s_{clients}c"), md_cycles(&redb, &run, clients, sizes.measure)?);
             add(
                 format!("pg_sqlite_attempt_cycles_per_s_{clients}c"),
@@ -240,21 +315,35 @@ pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         let unit = if key.contains("publishes") { "publishes/s (one-task runs, a dataset per client)" } else { "cycles/s (3 writes each)" };
         report.put(key, per_second(*count, *elapsed), unit);
     }
-    for what in ["publishes", "attempt_cycles"] {
-        for clients in [8, 64] {
-            report.ratio(&format!("pg_{what}_{clients}c_vs_1c"), &format!("pg_{what}_per_s_{clients}c"), &format!("pg_{what}_per_s_1c"));
+    for server in servers {
+        let Server { prefix: pg, label, admin, store, mut round_trips, database } = server;
+        round_trips.sort();
+        let median_ms = round_trips.get(round_trips.len() / 2).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
+        report.put(&format!("{pg}_round_trip_ms"), median_ms, "ms (median of 50 SELECT 1 per round, one connection)");
+        for what in ["publishes", "attempt_cycles"] {
+            for clients in [8, 64] {
+                report.ratio(
+                    &format!("{pg}_{what}_{clients}c_vs_1c"),
+                    &format!("{pg}_{what}_per_s_{clients}c"),
+                    &format!("{pg}_{what}_per_s_1c"),
+                );
+            }
+            for clients in CLIENTS {
+                let pg_key = format!("{pg}_{what}_per_s_{clients}c");
+                report.ratio(&format!("{pg}_{what}_vs_redb_{clients}c"), &pg_key, &format!("pg_redb_{what}_per_s_{clients}c"));
+                report.ratio(&format!("{pg}_{what}_vs_sqlite_{clients}c"), &pg_key, &format!("pg_sqlite_{what}_per_s_{clients}c"));
+            }
         }
-        for clients in CLIENTS {
-            let pg_key = format!("pg_{what}_per_s_{clients}c");
-            report.ratio(&format!("pg_{what}_vs_redb_{clients}c"), &pg_key, &format!("pg_redb_{what}_per_s_{clients}c"));
-            report.ratio(&format!("pg_{what}_vs_sqlite_{clients}c"), &pg_key, &format!("pg_sqlite_{what}_per_s_{clients}c"));
-        }
+        println!(
+            "PostgreSQL ({label}, round trip {median_ms:.2} ms): 64 clients publish at {:.2}x one client (target >= 8x); attempt cycles {:.2}x",
+            report.get(&format!("{pg}_publishes_64c_vs_1c")),
+            report.get(&format!("{pg}_attempt_cycles_64c_vs_1c"))
+        );
+        // With the store's connections closed, their backends have reported their statistics.
+        drop(store);
+        std::thread::sleep(Duration::from_millis(500));
+        let (commits, rollbacks) = transactions(&admin, &database.name)?;
+        report.put(&format!("{pg}_rollbacks_per_commit"), rollbacks as f64 / commits.max(1) as f64, "(server statistics, whole section)");
     }
-    println!(
-        "PostgreSQL: 64 clients publish at {:.2}x one client (target >= 8x); attempt cycles {:.2}x",
-        report.get("pg_publishes_64c_vs_1c"),
-        report.get("pg_attempt_cycles_64c_vs_1c")
-    );
-    drop(pg);
     Ok(())
 }
