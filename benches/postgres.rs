@@ -7,6 +7,16 @@
 //! harness makes a fresh database there for the run and drops it afterwards. Alone:
 //! `cargo bench --bench throughput -- --postgres-only [--quick]`.
 //!
+//! A second server across a network link, as a coordinator on another host than the database
+//! sees it: `MANIFESTDB_BENCH_POSTGRES_REMOTE` names its admin URL (`scripts/pg-netns start`: a
+//! server in a network namespace behind a veth pair that delays every packet, 1 ms each way by
+//! default). Every PostgreSQL variant then runs on it too, in the same rounds, and its figures
+//! carry the prefix `pg_remote_` where the loopback server's carry `pg_`. For each server the
+//! section also prints the round trip it measured under (`{pg,pg_remote}_round_trip_ms`: the
+//! median of 50 `SELECT 1` on one connection, per round) and how many times an operation ran
+//! again after a serialization failure, per publish and per attempt cycle at each client count
+//! (`{pg,pg_remote}_reruns_per_{publish,cycle}_{1,8,64}c`, from the layer's debug events).
+//!
 //! - **Publishes**: each client thread publishes one-task runs of its own dataset (a scheduler
 //!   per dataset, the scale-out case). The runs are prepared first (declared, one attempt begun,
 //!   finished and validated), untimed; then every thread starts at one barrier and publishes its
@@ -17,7 +27,7 @@
 //! Before each timed phase the store's connection pool is warmed for that many clients (each
 //! thread holds a snapshot, one pooled connection, until all do), so connecting is not timed.
 //! Every variant runs once per round, interleaved, so each samples the same moments of a noisy
-//! machine. Ratios printed: 64 and 8 clients against one on PostgreSQL (target: 64 clients at
+//! machine. Ratios printed, for each server: 64 and 8 clients against one (target: 64 clients at
 //! least 8x one), and PostgreSQL against redb and SQLite at each client count. Nothing about speed
 //! is asserted.
 
@@ -36,7 +46,75 @@ const CLIENTS: [usize; 3] = [1, 8, 64];
 
 /// The admin URL of the PostgreSQL server to measure on, if one is configured.
 pub fn server_url() -> Option<String> {
-    ["MANIFESTDB_BENCH_POSTGRES", "MANIFESTDB_TEST_POSTGRES"].iter().find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+    env_url(&["MANIFESTDB_BENCH_POSTGRES", "MANIFESTDB_TEST_POSTGRES"])
+}
+
+/// The admin URL of the server across a network link (`scripts/pg-netns url`), if one is
+/// configured: `MANIFESTDB_BENCH_POSTGRES_REMOTE`.
+fn remote_url() -> Option<String> {
+    env_url(&["MANIFESTDB_BENCH_POSTGRES_REMOTE"])
+}
+
+fn env_url(names: &[&str]) -> Option<String> {
+    names.iter().find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+}
+
+/// Reruns of PostgreSQL operations in this process so far: the layer's debug event for each
+/// operation run again after a serialization failure (SQLSTATE 40001), a deadlock or a pointer
+/// that moved under it, counted by [`RerunCounter`].
+static RERUNS: AtomicU64 = AtomicU64::new(0);
+
+/// A `tracing` subscriber that only counts the PostgreSQL layer's rerun events. The section runs
+/// one variant at a time, so the count taken around a variant is that variant's.
+struct RerunCounter;
+
+impl tracing::Subscriber for RerunCounter {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.is_event() && metadata.target().starts_with("manifestdb::pg") && *metadata.level() == tracing::Level::DEBUG
+    }
+
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" && format!("{value:?}").starts_with("serialization conflict") {
+                    self.0 = true;
+                }
+            }
+        }
+        let mut message = Message(false);
+        event.record(&mut message);
+        if message.0 {
+            RERUNS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn enter(&self, _: &tracing::span::Id) {}
+
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// What one timed variant did: operations, wall time, and reruns among them.
+#[derive(Default)]
+struct Timed {
+    count: u64,
+    elapsed: Duration,
+    reruns: u64,
+}
+
+/// Runs `timed` (which returns operations and wall time) and counts the reruns during it.
+fn counting_reruns(timed: impl FnOnce() -> Res<(u64, Duration)>) -> Res<Timed> {
+    let before = RERUNS.load(Ordering::Relaxed);
+    let (count, elapsed) = timed()?;
+    Ok(Timed { count, elapsed, reruns: RERUNS.load(Ordering::Relaxed) - before })
 }
 
 /// A database made for this run, dropped at the end.
@@ -101,8 +179,8 @@ fn publishes_per_thread(sizes: Sizes, clients: usize) -> usize {
 }
 
 /// Prepares `count` one-task runs of dataset `pub-{client}` per client thread, then publishes
-/// them from `clients` threads at once; returns (publishes, wall time).
-fn store_publishes(store: &Store, tag: &str, clients: usize, count: usize) -> Res<(u64, Duration)> {
+/// them from `clients` threads at once; returns the publishes, their wall time and their reruns.
+fn store_publishes(store: &Store, tag: &str, clients: usize, count: usize) -> Res<Timed> {
     let dataset = |c: usize| format!("pub-{clients}c-{c}");
     let run = |i: usize| format!("{tag}-{i}");
     // Untimed: prepare every run (16 threads; PostgreSQL takes them concurrently).
@@ -131,33 +209,46 @@ fn store_publishes(store: &Store, tag: &str, clients: usize, count: usize) -> Re
         Ok(())
     })?;
     warm(store, clients)?;
+    counting_reruns(|| {
+        let elapsed = released_together(clients, |c, release| {
+            release();
+            for i in 0..count {
+                crate::md_publish(store, &dataset(c), &run(i))?;
+            }
+            Ok(())
+        })?;
+        Ok((total as u64, elapsed))
+    })
+}
+
+/// Runs `work(c)` on threads `c` in `0..clients`; each calls `release` once its untimed setup is
+/// done, and all go on together. Returns the wall time from that release until the last is done.
+fn released_together(clients: usize, work: impl Fn(usize, &dyn Fn()) -> Res<()> + Sync) -> Res<Duration> {
     let barrier = Barrier::new(clients + 1);
     let mut start = Instant::now();
     std::thread::scope(|scope| -> Res<()> {
         let handles: Vec<_> = (0..clients)
             .map(|c| {
-                let (barrier, dataset, run) = (&barrier, &dataset, &run);
+                let (barrier, work) = (&barrier, &work);
                 scope.spawn(move || -> Res<()> {
-                    barrier.wait();
-                    for i in 0..count {
-                        crate::md_publish(store, &dataset(c), &run(i))?;
-                    }
-                    Ok(())
+                    work(c, &|| {
+                        barrier.wait();
+                    })
                 })
             })
             .collect();
         barrier.wait();
         start = Instant::now();
         for handle in handles {
-            handle.join().map_err(|_| "publish thread panicked")??;
+            handle.join().map_err(|_| "client thread panicked")??;
         }
         Ok(())
     })?;
-    Ok((total as u64, start.elapsed()))
+    Ok(start.elapsed())
 }
 
 /// The same on the SQLite mirror: each thread with its own connection.
-fn sqlite_publishes(db: &Path, staging: &Path, tag: &str, clients: usize, count: usize) -> Res<(u64, Duration)> {
+fn sqlite_publishes(db: &Path, staging: &Path, tag: &str, clients: usize, count: usize) -> Res<Timed> {
     let dataset = |c: usize| format!("pub-{clients}c-{c}");
     let run = |i: usize| format!("{tag}-{i}");
     let mut conn = sqlite_open(db)?;
@@ -168,93 +259,148 @@ fn sqlite_publishes(db: &Path, staging: &Path, tag: &str, clients: usize, count:
         }
     }
     drop(conn);
-    let barrier = Barrier::new(clients + 1);
-    let mut start = Instant::now();
-    std::thread::scope(|scope| -> Res<()> {
-        let handles: Vec<_> = (0..clients)
-            .map(|c| {
-                let (barrier, dataset, run) = (&barrier, &dataset, &run);
-                scope.spawn(move || -> Res<()> {
-                    let conn = sqlite_open(db);
-                    barrier.wait();
-                    let mut conn = conn?;
-                    for i in 0..count {
-                        sqlite_publish(&mut conn, &dataset(c), &run(i))?;
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        barrier.wait();
-        start = Instant::now();
-        for handle in handles {
-            handle.join().map_err(|_| "sqlite publish thread panicked")??;
+    let elapsed = released_together(clients, |c, release| {
+        let conn = sqlite_open(db);
+        release();
+        let mut conn = conn?;
+        for i in 0..count {
+            sqlite_publish(&mut conn, &dataset(c), &run(i))?;
         }
         Ok(())
     })?;
-    Ok(((clients * count) as u64, start.elapsed()))
+    Ok(Timed { count: (clients * count) as u64, elapsed, reruns: 0 })
+}
+
+/// A PostgreSQL server the section measures on: a fresh database there and a store on it.
+struct Server {
+    /// The figures' prefix: `pg` (the loopback server) or `pg_remote`.
+    prefix: &'static str,
+    /// How the output names it.
+    label: &'static str,
+    store: Store,
+    /// Round trips of `SELECT 1` on one connection, 50 per round.
+    round_trips: Vec<Duration>,
+    // Dropped after `store`, whose connections are into it.
+    database: Database,
+}
+
+impl Server {
+    fn open(prefix: &'static str, label: &'static str, admin: String, staging: &Path) -> Res<Server> {
+        let database = Database::create(&admin)?;
+        println!("PostgreSQL section: the {label} server, a fresh database of {admin}");
+        let store = Store::open(&database.url, staging)?;
+        Ok(Server { prefix, label, store, round_trips: Vec::new(), database })
+    }
+
+    /// Times 50 `SELECT 1` on one connection (opened first, untimed).
+    fn time_round_trips(&mut self) -> Res<()> {
+        let mut client = postgres::Client::connect(&self.database.url, postgres::NoTls)?;
+        client.simple_query("SELECT 1")?;
+        for _ in 0..50 {
+            let start = Instant::now();
+            client.simple_query("SELECT 1")?;
+            self.round_trips.push(start.elapsed());
+        }
+        Ok(())
+    }
 }
 
 /// The PostgreSQL section: see the module's documentation.
 pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
-    let Some(admin) = server_url() else {
+    let mut servers = Vec::new();
+    if let Some(admin) = server_url() {
+        servers.push(Server::open("pg", "loopback", admin, &dir.join("pg-staging"))?);
+    }
+    if let Some(admin) = remote_url() {
+        servers.push(Server::open("pg_remote", "remote", admin, &dir.join("pg-remote-staging"))?);
+    }
+    if servers.is_empty() {
         println!(
             "PostgreSQL section SKIPPED: no server (start one with scripts/pg-server start and export \
-             MANIFESTDB_TEST_POSTGRES=\"$(scripts/pg-server url)\")"
+             MANIFESTDB_TEST_POSTGRES=\"$(scripts/pg-server url)\"; for the remote figures, scripts/pg-netns start and \
+             MANIFESTDB_BENCH_POSTGRES_REMOTE=\"$(scripts/pg-netns url)\")"
         );
         return Ok(());
-    };
-    let database = Database::create(&admin)?;
-    println!("PostgreSQL section on a fresh database of {admin}");
-    let pg = Store::open(&database.url, dir.join("pg-staging"))?;
+    }
     let redb = Store::open(dir.join("pg-beside.redb"), dir.join("pg-beside-staging"))?;
     let sqlite_db = dir.join("pg-beside.sqlite");
     let sqlite_staging = dir.join("pg-beside-sqlite-staging");
-    type Tally = std::collections::BTreeMap<String, (u64, Duration)>;
+    // Counts the reruns (see `RERUNS`); a subscriber set before (none is, in this harness) wins.
+    let _ = tracing::subscriber::set_global_default(RerunCounter);
+    type Tally = std::collections::BTreeMap<String, Timed>;
     let mut tally: Tally = Tally::new();
-    let mut add = |key: String, (count, elapsed): (u64, Duration)| {
+    let mut add = |key: String, timed: Timed| {
         let entry = tally.entry(key).or_default();
-        entry.0 += count;
-        entry.1 += elapsed;
+        entry.count += timed.count;
+        entry.elapsed += timed.elapsed;
+        entry.reruns += timed.reruns;
     };
     let rounds = if sizes.quick { 2 } else { sizes.rounds };
     for round in 0..rounds {
         println!("PostgreSQL section, round {} of {rounds}", round + 1);
+        for server in &mut servers {
+            server.time_round_trips()?;
+        }
         for clients in CLIENTS {
             let count = publishes_per_thread(sizes, clients);
             let tag = format!("r{round}");
-            add(format!("pg_publishes_per_s_{clients}c"), store_publishes(&pg, &tag, clients, count)?);
+            for server in &servers {
+                add(format!("{}_publishes_per_s_{clients}c", server.prefix), store_publishes(&server.store, &tag, clients, count)?);
+            }
             add(format!("pg_redb_publishes_per_s_{clients}c"), store_publishes(&redb, &tag, clients, count)?);
             add(format!("pg_sqlite_publishes_per_s_{clients}c"), sqlite_publishes(&sqlite_db, &sqlite_staging, &tag, clients, count)?);
             let run = format!("pgcycles-{clients}-{round}");
-            warm(&pg, clients)?;
-            add(format!("pg_attempt_cycles_per_s_{clients}c"), md_cycles(&pg, &run, clients, sizes.measure)?);
-            add(format!("pg_redb_attempt_cycles_per_s_{clients}c"), md_cycles(&redb, &run, clients, sizes.measure)?);
+            for server in &servers {
+                warm(&server.store, clients)?;
+                let timed = counting_reruns(|| md_cycles(&server.store, &run, clients, sizes.measure))?;
+                add(format!("{}_attempt_cycles_per_s_{clients}c", server.prefix), timed);
+            }
+            add(format!("pg_redb_attempt_cycles_per_s_{clients}c"), counting_reruns(|| md_cycles(&redb, &run, clients, sizes.measure))?);
             add(
                 format!("pg_sqlite_attempt_cycles_per_s_{clients}c"),
-                sqlite_cycles(&sqlite_db, &sqlite_staging, &run, clients, sizes.measure)?,
+                counting_reruns(|| sqlite_cycles(&sqlite_db, &sqlite_staging, &run, clients, sizes.measure))?,
             );
         }
     }
-    for (key, (count, elapsed)) in &tally {
+    for (key, timed) in &tally {
         let unit = if key.contains("publishes") { "publishes/s (one-task runs, a dataset per client)" } else { "cycles/s (3 writes each)" };
-        report.put(key, per_second(*count, *elapsed), unit);
+        report.put(key, per_second(timed.count, timed.elapsed), unit);
     }
-    for what in ["publishes", "attempt_cycles"] {
-        for clients in [8, 64] {
-            report.ratio(&format!("pg_{what}_{clients}c_vs_1c"), &format!("pg_{what}_per_s_{clients}c"), &format!("pg_{what}_per_s_1c"));
-        }
+    // Reruns per operation, PostgreSQL's only (redb and SQLite have none of this layer's).
+    for server in &servers {
         for clients in CLIENTS {
-            let pg_key = format!("pg_{what}_per_s_{clients}c");
-            report.ratio(&format!("pg_{what}_vs_redb_{clients}c"), &pg_key, &format!("pg_redb_{what}_per_s_{clients}c"));
-            report.ratio(&format!("pg_{what}_vs_sqlite_{clients}c"), &pg_key, &format!("pg_sqlite_{what}_per_s_{clients}c"));
+            for (what, per) in [("publishes", "publish"), ("attempt_cycles", "cycle")] {
+                if let Some(timed) = tally.get(&format!("{}_{what}_per_s_{clients}c", server.prefix)) {
+                    let key = format!("{}_reruns_per_{per}_{clients}c", server.prefix);
+                    report.put(&key, timed.reruns as f64 / timed.count.max(1) as f64, "(serialization failures run again)");
+                }
+            }
         }
     }
-    println!(
-        "PostgreSQL: 64 clients publish at {:.2}x one client (target >= 8x); attempt cycles {:.2}x",
-        report.get("pg_publishes_64c_vs_1c"),
-        report.get("pg_attempt_cycles_64c_vs_1c")
-    );
-    drop(pg);
+    for server in servers {
+        let Server { prefix: pg, label, mut round_trips, .. } = server;
+        round_trips.sort();
+        let median_ms = round_trips.get(round_trips.len() / 2).map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
+        report.put(&format!("{pg}_round_trip_ms"), median_ms, "ms (median of 50 SELECT 1 per round, one connection)");
+        for what in ["publishes", "attempt_cycles"] {
+            for clients in [8, 64] {
+                report.ratio(
+                    &format!("{pg}_{what}_{clients}c_vs_1c"),
+                    &format!("{pg}_{what}_per_s_{clients}c"),
+                    &format!("{pg}_{what}_per_s_1c"),
+                );
+            }
+            for clients in CLIENTS {
+                let pg_key = format!("{pg}_{what}_per_s_{clients}c");
+                report.ratio(&format!("{pg}_{what}_vs_redb_{clients}c"), &pg_key, &format!("pg_redb_{what}_per_s_{clients}c"));
+                report.ratio(&format!("{pg}_{what}_vs_sqlite_{clients}c"), &pg_key, &format!("pg_sqlite_{what}_per_s_{clients}c"));
+            }
+        }
+        println!(
+            "PostgreSQL ({label}, round trip {median_ms:.2} ms): 64 clients publish at {:.2}x one client (target >= 8x); attempt cycles {:.2}x",
+            report.get(&format!("{pg}_publishes_64c_vs_1c")),
+            report.get(&format!("{pg}_attempt_cycles_64c_vs_1c"))
+        );
+    }
     Ok(())
 }
