@@ -1149,7 +1149,10 @@ fn main() -> Res<()> {
     report.ratio("redb_single_writer_vs_redb", "redb_single_writer_commit_per_s", "redb_commit_per_s");
     report.ratio("publish_vs_fsync", "publish_1task_per_s", "fsync_4k_per_s");
     report.ratio("publish_vs_sqlite", "publish_1task_per_s", "sqlite_publish_1task_per_s");
+    report.ratio("attempts_vs_sqlite_1t", "attempt_cycles_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
     report.ratio("attempts_vs_sqlite_8t", "attempt_cycles_per_s_8t", "sqlite_attempt_cycles_per_s_8t");
+    // CPU per cycle at one thread against SQLite's (issue 15's target: at most 1).
+    report.ratio("attempt_cpu_vs_sqlite_1t", "attempt_cycles_cpu_us_per_cycle_1t", "sqlite_attempt_cycles_cpu_us_per_cycle_1t");
     report.ratio("group_commit_speedup_8t", "attempt_cycles_per_s_8t", "attempt_cycles_per_s_1t");
     report.ratio("group_commit_speedup_64t", "attempt_cycles_per_s_64t", "attempt_cycles_per_s_1t");
     report.ratio("per_task_100k_vs_1k", "publish_us_per_task_t100k", "publish_us_per_task_t1k");
