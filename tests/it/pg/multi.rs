@@ -180,3 +180,56 @@ fn a_reader_process_never_sees_a_mixed_generation() {
     assert!(reads > 0 && generations >= 2, "the reader read while generations changed: {summary}");
     env.assert_verifies_clean();
 }
+
+/// Leases and fencing across coordinators: two handles on one database and staging root, each
+/// with its own connections (two coordinators; on two hosts they would share only these). An
+/// attempt whose lease ran out, abandoned through B, can neither finish nor renew its lease
+/// through A; cleanup planned and applied through B deletes the abandoned attempt's output and
+/// never the output of an attempt that A keeps alive with heartbeats, although both outputs
+/// are dated an hour back; the live attempt then finishes and validates through A.
+#[test]
+fn an_attempt_abandoned_through_one_coordinator_is_fenced_on_another_and_cleanup_spares_a_live_one() {
+    use manifestdb::{ApplyOptions, CleanupOptions, Error, FileCheck, RunMode, Store, StoreOptions};
+
+    use crate::support::{PgDatabase, candidate, postgres_admin, run_spec, write_rows};
+
+    let Some(admin) = postgres_admin() else { return };
+    // Made here rather than by `PgEnv::new`, whose first open records the default lease.
+    let env = PgEnv { staging: tempfile::tempdir().expect("tempdir"), db: PgDatabase::create(&admin) };
+    // Long enough that a heartbeat delayed by a loaded server still renews it in time.
+    let lease = Duration::from_secs(3);
+    let options = StoreOptions { attempt_lifetime_max: Some(lease), ..StoreOptions::default() };
+    let a = Store::open_with_options(env.url(), env.staging_root(), &options).expect("coordinator A");
+    let b = Store::open_with_options(env.url(), env.staging_root(), &options).expect("coordinator B");
+    assert_eq!(b.attempt_lifetime_max_ms(), 3000);
+    a.declare_run(&run_spec("ds", "r1", "snap@1", &[("p=1", 2, 10), ("p=2", 2, 10)])).expect("declare");
+    let silent = a.begin_attempt(&TaskKey::new("ds", "r1", "p=1")).expect("begin");
+    let live = a.begin_attempt(&TaskKey::new("ds", "r1", "p=2")).expect("begin");
+    let silent_file = write_rows(&silent.staging_dir, 2, 10);
+    let live_file = write_rows(&live.staging_dir, 2, 10);
+    let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for path in [silent.staging_dir.join(&silent_file.path), live.staging_dir.join(&live_file.path)] {
+        std::fs::File::options().write(true).open(&path).and_then(|f| f.set_modified(an_hour_ago)).expect("backdate");
+    }
+    // A renews `live` past the lease; `silent` sends nothing.
+    let until = Instant::now() + lease + Duration::from_secs(1);
+    while Instant::now() < until {
+        a.heartbeat(&live.key).expect("heartbeat through A");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(b.abandon_expired_attempts(RunMode::Execute).expect("abandon through B"), vec![silent.key.clone()]);
+    // The fence B recorded holds on A.
+    let finished = a.finish_attempt(&silent.key, &candidate("snap@1", 2, 10, silent_file.clone()));
+    assert!(matches!(finished, Err(Error::AttemptAbandoned { .. })), "finish through A: {finished:?}");
+    let renewed = a.heartbeat(&silent.key);
+    assert!(matches!(renewed, Err(Error::AttemptAbandoned { .. })), "heartbeat through A: {renewed:?}");
+    // Cleanup through B, while A keeps the live attempt's lease.
+    a.heartbeat(&live.key).expect("heartbeat through A");
+    let plan = b.plan_cleanup(&CleanupOptions { age_threshold: Duration::from_secs(4), force_short_threshold: false }).expect("plan");
+    let report = b.apply_cleanup(plan.id, &ApplyOptions { mode: RunMode::Execute, ..ApplyOptions::default() }).expect("apply");
+    assert!(!silent.staging_dir.join(&silent_file.path).exists(), "the abandoned attempt's output is deleted: {report:?}");
+    assert!(live.staging_dir.join(&live_file.path).exists(), "the live attempt's output stays: {report:?}");
+    a.finish_attempt(&live.key, &candidate("snap@1", 2, 10, live_file)).expect("finish through A");
+    assert!(a.validate_attempt(&live.key, FileCheck::SizeAndChecksum).expect("validate through A").is_valid());
+    env.assert_verifies_clean();
+}
