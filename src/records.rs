@@ -11,7 +11,7 @@ use crate::grain::{Grain, Reconciliation};
 use crate::lifecycle::{CleanupReason, KeepReason, PlannedPath, SkipReason};
 use crate::model::{
     AttemptKey, AttemptStatus, Candidate, Effect, EffectClaim, EffectKey, EffectStatus, FileEntry, Generation, GenerationKind,
-    NondeterminismOverride, Verdict,
+    NondeterminismOverride, PartitionEntry, Verdict,
 };
 use crate::schema::{self, Def};
 
@@ -172,6 +172,27 @@ pub(crate) struct PartitionVersionRecord {
 }
 impl Checked for PartitionVersionRecord {
     const TABLE: Def = schema::VERSIONS;
+}
+
+impl PartitionVersionRecord {
+    /// The partition entry this version holds (of `partition`, current since
+    /// `since_generation`), or `None` for a removed partition. Both storage layers read
+    /// manifests through it.
+    pub(crate) fn into_entry(self, partition: &str, since_generation: u64) -> Option<PartitionEntry> {
+        self.entry.map(|e| PartitionEntry {
+            partition: partition.to_owned(),
+            since_generation,
+            run: e.run,
+            attempt: e.attempt,
+            snapshot: e.snapshot,
+            rows: e.rows,
+            total: e.total,
+            digest: e.digest,
+            staging_rel: e.staging_rel,
+            staging_dir: None,
+            files: e.files,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

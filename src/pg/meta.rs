@@ -76,23 +76,6 @@ fn corrupted(def: Def, key: &[u8], message: impl Into<String>) -> Error {
     crate::ops::corrupted(def, key, message)
 }
 
-/// The partition entry a version record holds, or `None` for a removed partition.
-fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRecord) -> Option<PartitionEntry> {
-    record.entry.map(|e| PartitionEntry {
-        partition: partition.to_owned(),
-        since_generation,
-        run: e.run,
-        attempt: e.attempt,
-        snapshot: e.snapshot,
-        rows: e.rows,
-        total: e.total,
-        digest: e.digest,
-        staging_rel: e.staging_rel,
-        staging_dir: None,
-        files: e.files,
-    })
-}
-
 /// A generation number as PostgreSQL's bigint. Generation numbers count publishes from 1;
 /// one above `i64::MAX` is damage, never a number the store handed out.
 fn as_bigint(def: Def, key: &[u8], number: u64) -> Result<i64> {
@@ -470,7 +453,7 @@ impl MetaRead for PgMeta<'_> {
                 let since = schema::trailing_u64(&found)
                     .filter(|_| found.len() == start.len())
                     .ok_or_else(|| corrupted(VERSIONS, &found, "malformed version key"))?;
-                Ok(entry_from(partition, since, record))
+                Ok(record.into_entry(partition, since))
             }
         }
     }
@@ -765,7 +748,7 @@ fn partitions_at(meta: &mut PgMeta<'_>, dataset: &str, generation: u64) -> Resul
         if found_partition != partition || since > generation {
             return Err(corrupted(VERSIONS, &found, format!("version found for partition {partition:?} is not one of its own")));
         }
-        if let Some(entry) = entry_from(partition, since, record) {
+        if let Some(entry) = record.into_entry(partition, since) {
             out.push(entry);
         }
     }

@@ -141,23 +141,6 @@ fn batch_key(plan: u64, batch: u32) -> Vec<u8> {
     out
 }
 
-/// The partition entry a version record holds, or `None` for a removed partition.
-fn entry_from(partition: &str, since_generation: u64, record: PartitionVersionRecord) -> Option<PartitionEntry> {
-    record.entry.map(|e| PartitionEntry {
-        partition: partition.to_owned(),
-        since_generation,
-        run: e.run,
-        attempt: e.attempt,
-        snapshot: e.snapshot,
-        rows: e.rows,
-        total: e.total,
-        digest: e.digest,
-        staging_rel: e.staging_rel,
-        staging_dir: None,
-        files: e.files,
-    })
-}
-
 /// The version of `partition` visible in generation `generation`: the entry with the largest
 /// generation number not above it. One reverse range lookup.
 fn partition_at(versions: &impl Readable, dataset: &str, partition: &str, generation: u64) -> Result<Option<PartitionEntry>> {
@@ -168,7 +151,7 @@ fn partition_at(versions: &impl Readable, dataset: &str, partition: &str, genera
         Some((version_key, record)) => {
             let since =
                 schema::trailing_u64(&version_key).ok_or_else(|| tables::corrupted(VERSIONS, &version_key, "malformed version key"))?;
-            Ok(entry_from(partition, since, record))
+            Ok(record.into_entry(partition, since))
         }
     }
 }
