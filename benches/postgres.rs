@@ -14,7 +14,8 @@
 //! carry the prefix `pg_remote_` where the loopback server's carry `pg_`. For each server the
 //! section also prints the round trip it measured under (`{pg,pg_remote}_round_trip_ms`: the
 //! median of 50 `SELECT 1` on one connection, per round) and how many times an operation ran
-//! again after a serialization failure, per publish and per attempt cycle at each client count
+//! again after a conflict (a deadlock; a serialization failure under the first, SERIALIZABLE
+//! design), per publish and per attempt cycle at each client count
 //! (`{pg,pg_remote}_reruns_per_{publish,cycle}_{1,8,64}c`, from the layer's debug events).
 //!
 //! - **Publishes**: each client thread publishes one-task runs of its own dataset (a scheduler
@@ -60,7 +61,7 @@ fn env_url(names: &[&str]) -> Option<String> {
 }
 
 /// Reruns of PostgreSQL operations in this process so far: the layer's debug event for each
-/// operation run again after a serialization failure (SQLSTATE 40001), a deadlock or a pointer
+/// operation run again after a deadlock (SQLSTATE 40P01), a serialization failure (40001) or a pointer
 /// that moved under it, counted by [`RerunCounter`].
 static RERUNS: AtomicU64 = AtomicU64::new(0);
 
@@ -85,7 +86,7 @@ impl tracing::Subscriber for RerunCounter {
         struct Message(bool);
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-                if field.name() == "message" && format!("{value:?}").starts_with("serialization conflict") {
+                if field.name() == "message" && format!("{value:?}").starts_with("conflict: running the operation again") {
                     self.0 = true;
                 }
             }
@@ -372,7 +373,11 @@ pub fn figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
             for (what, per) in [("publishes", "publish"), ("attempt_cycles", "cycle")] {
                 if let Some(timed) = tally.get(&format!("{}_{what}_per_s_{clients}c", server.prefix)) {
                     let key = format!("{}_reruns_per_{per}_{clients}c", server.prefix);
-                    report.put(&key, timed.reruns as f64 / timed.count.max(1) as f64, "(serialization failures run again)");
+                    report.put(
+                        &key,
+                        timed.reruns as f64 / timed.count.max(1) as f64,
+                        "(operations run again after a deadlock, serialization failure or moved pointer)",
+                    );
                 }
             }
         }

@@ -9,8 +9,10 @@
 //! transaction) and only reads and writes: it decides nothing.
 //!
 //! The layer's invariants, which operations rely on:
-//! - every read of one transaction sees one committed state plus this transaction's own
-//!   writes, and the writes of a transaction become visible together or not at all;
+//! - every read of one transaction sees what a serial execution of the committed transactions
+//!   would show it (redb: one committed state plus its own writes, under the single writer;
+//!   PostgreSQL: the latest committed value of records it holds locked, `pg::locks`), and the
+//!   writes of a transaction become visible together or not at all;
 //! - a read never turns damage into absence: a record that does not decode, fails its checks
 //!   or is stored under a malformed key is `Error::Corrupted`;
 //! - [`Meta::move_pointer`] is the only write of a dataset's pointer, and it is a
@@ -142,13 +144,45 @@ pub(crate) trait MetaRead {
     fn each_frame(&mut self, table: Def, visit: &mut dyn FnMut(&[u8], &[u8])) -> Result<()>;
 }
 
+/// What an operation's transaction reads and writes, declared through [`Meta::lock`] before its
+/// first read. Each scope names the narrowest part of the store that holds everything the
+/// operation touches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Scope<'a> {
+    /// One task's own records (the task, its attempts, its accepted entry) to read and write,
+    /// and its run's record to read: begin, heartbeat, finish, verdicts, abandon, invalidate.
+    Task(&'a TaskKey),
+    /// One side effect's record to read and write, its run's record to read, and, for an
+    /// effect of a partition, its task's record to read: record, claim, mark.
+    Effect(&'a EffectKey),
+    /// One run's record and its tasks' records to read and write: declare.
+    Run(&'a str, &'a str),
+    /// One run's records below it (tasks, attempts, accepted entries, effects) to read and
+    /// write, and its dataset's pointer, generations, versions and digests: publish.
+    Publish(&'a str, &'a str),
+    /// Everything of one dataset (its pointer, generations, versions, digests, runs, tasks,
+    /// attempts and effects) to read and write: rollback, expire.
+    Dataset(&'a str),
+    /// Everything: cleanup's records, and store-wide scans.
+    Store,
+}
+
 /// The reads and writes of one transaction of the store's metadata, by key.
 ///
 /// Every method may fail with a storage or corruption error; after one, the operation returns
 /// it and the transaction is not committed. A layer that runs transactions concurrently may
-/// run an operation's body more than once (a retry after a serialization failure), so a body
+/// run an operation's body more than once (a retry after a deadlock), so a body
 /// only reads and writes through this and keeps no effect of an earlier run.
 pub(crate) trait Meta: MetaRead {
+    /// Declares, before the operation's first read, what the rest of its transaction reads and
+    /// writes ([`Scope`]). A layer that runs transactions one at a time (redb's single writer)
+    /// has nothing to do. A layer that runs them concurrently (PostgreSQL) takes, at once, the
+    /// locks the scope needs, in the one order every operation takes them, so operations that
+    /// touch disjoint parts of the store run side by side and conflicting ones wait for each
+    /// other instead of failing. A scope is a statement of intent, never a permission: a read
+    /// or write outside it is still correct (the layer then locks what it touches as it goes,
+    /// see `pg::locks`), only slower.
+    fn lock(&mut self, scope: Scope<'_>) -> Result<()>;
     /// Stores the store's format record.
     fn put_store_format(&mut self, record: &MetaRecord) -> Result<()>;
     /// Stores the store's view root and mode.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use super::{attempt_key, corrupted, unknown_attempt, unknown_run, unknown_task};
 use crate::error::Result;
 use crate::lifecycle::AttemptLease;
-use crate::meta::{Meta, MetaRead, TxnEnd};
+use crate::meta::{Meta, MetaRead, Scope, TxnEnd};
 use crate::model::{AbandonOutcome, AttemptKey, AttemptTicket, Candidate, FinishOutcome, GateFailure, InvalidateOutcome, TaskKey, Verdict};
 use crate::records::AttemptRecord;
 use crate::rules::accept;
@@ -23,6 +23,7 @@ pub(crate) fn begin(
     now_ms: u64,
     make_dir: impl FnOnce(u32, &str) -> Result<PathBuf>,
 ) -> Result<TxnEnd<AttemptTicket>> {
+    meta.lock(Scope::Task(task))?;
     let run = meta.run(&task.dataset, &task.run)?.ok_or_else(|| unknown_run(&task.dataset, &task.run))?;
     let mut record = meta.task(task)?.ok_or_else(|| unknown_task(task))?;
     let (attempt, next_attempt) = attempts::begin(task, run.published_generation, record.next_attempt)?;
@@ -51,6 +52,7 @@ pub(crate) fn begin(
 
 /// Records a finished attempt's candidate; the identical candidate again writes nothing.
 pub(crate) fn finish(meta: &mut dyn Meta, attempt: &AttemptKey, candidate: &Candidate) -> Result<TxnEnd<FinishOutcome>> {
+    meta.lock(Scope::Task(&attempt.task))?;
     let task = &attempt.task;
     let run = meta.run(&task.dataset, &task.run)?.ok_or_else(|| unknown_run(&task.dataset, &task.run))?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
@@ -67,6 +69,7 @@ pub(crate) fn finish(meta: &mut dyn Meta, attempt: &AttemptKey, candidate: &Cand
 
 /// Renews a running attempt's lease at `now_ms`; `lease_ms` is the store's attempt lease.
 pub(crate) fn heartbeat(meta: &mut dyn Meta, attempt: &AttemptKey, now_ms: u64, lease_ms: u64) -> Result<TxnEnd<AttemptLease>> {
+    meta.lock(Scope::Task(&attempt.task))?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
     // The run is read only for an attempt not abandoned: the abandonment answers first.
     let task = &attempt.task;
@@ -105,6 +108,7 @@ pub(crate) fn abandon_expired(
 ) -> Result<TxnEnd<Vec<AttemptKey>>> {
     let mut still = Vec::new();
     for attempt in candidates {
+        meta.lock(Scope::Task(&attempt.task))?;
         // An attempt removed since the read (cleanup of a dead attempt) is no longer a candidate.
         let Some(record) = meta.attempt(attempt)? else { continue };
         if attempts::lease_expired(record.candidate.is_some(), record.abandoned_at_ms.is_some(), record.heartbeat_at_ms, lease_ms, now_ms) {
@@ -126,6 +130,7 @@ pub(crate) fn abandon_expired(
 
 /// Records one unfinished attempt abandoned at `now_ms`; again, it writes nothing.
 pub(crate) fn abandon(meta: &mut dyn Meta, attempt: &AttemptKey, now_ms: u64) -> Result<TxnEnd<AbandonOutcome>> {
+    meta.lock(Scope::Task(&attempt.task))?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
     match attempts::abandon(attempt, record.abandoned_at_ms, record.candidate.is_some())? {
         Abandon::AlreadyAbandoned(abandoned_at_ms) => Ok(TxnEnd::Abort(AbandonOutcome::AlreadyAbandoned { abandoned_at_ms })),
@@ -149,6 +154,7 @@ pub(crate) fn invalidate(
     now_ms: u64,
 ) -> Result<TxnEnd<InvalidateOutcome>> {
     let task = &attempt.task;
+    meta.lock(Scope::Task(task))?;
     let run = meta.run(&task.dataset, &task.run)?.ok_or_else(|| unknown_run(&task.dataset, &task.run))?;
     attempts::refuse_if_published(task, run.published_generation)?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;

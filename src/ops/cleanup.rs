@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use super::corrupted;
 use crate::error::Result;
 use crate::lifecycle::PlannedPath;
-use crate::meta::{Meta, MetaRead, TxnEnd};
+use crate::meta::{Meta, MetaRead, Scope, TxnEnd};
 use crate::model::{AttemptKey, TaskKey};
 use crate::records::{CleanupBatchRecord, CleanupPlanRecord};
 use crate::rules::cleanup::{self, AttemptFact, AttemptState, Facts};
@@ -119,6 +119,7 @@ fn referenced_since(meta: &mut dyn MetaRead, attempt: &AttemptKey, staging_rel: 
 /// Stores `record` as the next cleanup plan and drops plans older than the newest `kept`
 /// (with their batch records). Returns the plan's id.
 pub(crate) fn store_plan(meta: &mut dyn Meta, record: &CleanupPlanRecord, kept: u64) -> Result<TxnEnd<u64>> {
+    meta.lock(Scope::Store)?;
     let id = match meta.last_cleanup_plan()? {
         None => 1,
         Some(last) => last.checked_add(1).ok_or_else(|| corrupted(CLEANUP_PLANS, &last.to_be_bytes(), "plan id overflows"))?,
@@ -132,6 +133,7 @@ pub(crate) fn store_plan(meta: &mut dyn Meta, record: &CleanupPlanRecord, kept: 
 
 /// Records one applied batch of plan `plan`.
 pub(crate) fn record_batch(meta: &mut dyn Meta, plan: u64, batch: u32, record: &CleanupBatchRecord) -> Result<TxnEnd<()>> {
+    meta.lock(Scope::Store)?;
     meta.put_cleanup_batch(plan, batch, record)?;
     Ok(TxnEnd::Commit(()))
 }
@@ -146,6 +148,7 @@ pub(crate) fn remove_dead_attempts(
     batch: u32,
     now_ms: u64,
 ) -> Result<TxnEnd<Vec<AttemptKey>>> {
+    meta.lock(Scope::Store)?;
     let mut removed = Vec::new();
     for attempt in doomed {
         // Re-checked inside the transaction: the state is read again and must still be one

@@ -1,7 +1,7 @@
 //! Declaring a run.
 
 use crate::error::{Error, Result};
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, Scope, TxnEnd};
 use crate::model::{DeclareOutcome, RunSpec, TaskKey};
 use crate::records::{RunRecord, TaskRecord};
 use crate::rules::declare;
@@ -10,6 +10,7 @@ use crate::rules::declare;
 /// [`Error::RunConflict`] naming the first difference. The tasks of an existing run are read
 /// one by one, up to the first difference.
 pub(crate) fn declare_run(meta: &mut dyn Meta, spec: &RunSpec, now_ms: u64) -> Result<TxnEnd<DeclareOutcome>> {
+    meta.lock(Scope::Run(&spec.dataset, &spec.run))?;
     if let Some(existing) = meta.run(&spec.dataset, &spec.run)? {
         let conflict = |detail: String| Error::RunConflict { dataset: spec.dataset.clone(), run: spec.run.clone(), detail };
         let declared = declare::Declared { snapshot: &existing.snapshot, grain: existing.grain.as_ref(), task_count: existing.task_count };

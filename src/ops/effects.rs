@@ -2,7 +2,7 @@
 
 use super::{corrupted, unknown_run, unknown_task};
 use crate::error::{Error, Result};
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, Scope, TxnEnd};
 use crate::model::{ClaimOutcome, EffectKey, MarkOutcome, RecordedEffect, TaskKey};
 use crate::records::{EffectRecord, effect_from};
 use crate::rules::effects::{self, ClaimDecision, MarkDecision};
@@ -24,6 +24,7 @@ fn not_ready(effect: &EffectKey) -> Error {
 /// Records an effect under its natural key at `now_ms`; an effect already recorded under it
 /// is returned unchanged.
 pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], now_ms: u64) -> Result<TxnEnd<RecordedEffect>> {
+    meta.lock(Scope::Effect(effect))?;
     let run = meta.run(&effect.dataset, &effect.run)?.ok_or_else(|| unknown_run(&effect.dataset, &effect.run))?;
     if let Some(partition) = &effect.partition {
         let task = TaskKey::new(&effect.dataset, &effect.run, partition);
@@ -44,6 +45,7 @@ pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], no
 
 /// Claims an effect for `claimant` for `lease_ms` at `now_ms`.
 pub(crate) fn claim(meta: &mut dyn Meta, effect: &EffectKey, claimant: &str, lease_ms: u64, now_ms: u64) -> Result<TxnEnd<ClaimOutcome>> {
+    meta.lock(Scope::Effect(effect))?;
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match effects::claim(&record.status, record.claim.as_ref(), claimant, now_ms) {
         ClaimDecision::NotReady => Err(not_ready(effect)),
@@ -59,6 +61,7 @@ pub(crate) fn claim(meta: &mut dyn Meta, effect: &EffectKey, claimant: &str, lea
 
 /// Marks an effect emitted at `now_ms` for `claimant` (`None`: an emitter that does not claim).
 pub(crate) fn mark(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>, now_ms: u64) -> Result<TxnEnd<MarkOutcome>> {
+    meta.lock(Scope::Effect(effect))?;
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match (effects::mark(&record.status, record.claim.as_ref(), claimant, now_ms), effects::emitted(&record.status, now_ms)) {
         (MarkDecision::NotReady, _) => Err(not_ready(effect)),

@@ -4,7 +4,7 @@
 use super::corrupted;
 use crate::error::Result;
 use crate::lifecycle::{ExpireReport, RetentionPolicy, RollbackOutcome, RunMode};
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, Scope, TxnEnd};
 use crate::model::GenerationKind;
 use crate::records::{DigestRecord, GenerationRecord, PartitionVersionRecord, generation_from};
 use crate::rules::retention;
@@ -22,6 +22,7 @@ pub(crate) fn rollback(
     reason: &str,
     now_ms: u64,
 ) -> Result<TxnEnd<RollbackOutcome>> {
+    meta.lock(Scope::Dataset(dataset))?;
     let refused = |refusal| Ok(TxnEnd::Abort(RollbackOutcome::Refused(refusal)));
     let current = match retention::rollback_target(meta.pointer(dataset)?, to) {
         Ok(current) => current,
@@ -85,6 +86,7 @@ pub(crate) fn expire(
     now_ms: u64,
     remove_views: &mut dyn FnMut(&[u64]) -> Result<Vec<u64>>,
 ) -> Result<TxnEnd<ExpireReport>> {
+    meta.lock(Scope::Dataset(dataset))?;
     let current = meta.pointer(dataset)?.unwrap_or(0);
     let list = meta.generation_times(dataset)?;
     if list.last().map_or(0, |(n, _)| *n) != current {

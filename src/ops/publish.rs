@@ -2,7 +2,7 @@
 
 use super::{corrupted, run_key, task_key, unknown_run};
 use crate::error::{Error, Result};
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, Scope, TxnEnd};
 use crate::model::{GenerationKind, PublishOutcome, TaskKey, TaskSpec, Verdict};
 use crate::records::{DigestRecord, GenerationRecord, PartitionEntryRecord, PartitionVersionRecord, attempt_status, generation_from};
 use crate::rules::publish::{self, Accepted, PublishedDigest, TaskState};
@@ -20,6 +20,7 @@ pub(crate) fn publish(
     now_ms: u64,
     mut observe: impl FnMut(&Accepted) -> Result<Vec<FileObservation>>,
 ) -> Result<TxnEnd<PublishOutcome>> {
+    meta.lock(Scope::Publish(dataset, run))?;
     let mut run_record = meta.run(dataset, run)?.ok_or_else(|| unknown_run(dataset, run))?;
     if let Some(number) = run_record.published_generation {
         let record = match meta.generation(dataset, number)? {

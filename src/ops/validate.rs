@@ -3,7 +3,7 @@
 use super::{attempt_key, corrupted, unknown_attempt, unknown_run};
 use crate::error::Result;
 use crate::grain::Reconciliation;
-use crate::meta::{Meta, TxnEnd};
+use crate::meta::{Meta, Scope, TxnEnd};
 use crate::model::{AttemptKey, Candidate, Verdict};
 use crate::rules::accept;
 use crate::rules::attempts::{self, StoreVerdict};
@@ -21,6 +21,7 @@ pub(crate) fn store_verdict(
     reconciliation: &Reconciliation,
 ) -> Result<TxnEnd<Verdict>> {
     let task = &attempt.task;
+    meta.lock(Scope::Task(task))?;
     let mut record = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
     match attempts::store_verdict(record.verdict.as_ref(), record.candidate.as_ref(), candidate) {
         StoreVerdict::Stands(stored) => return Ok(TxnEnd::Abort(stored.clone())),

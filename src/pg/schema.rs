@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::schema::{ALL_TABLES, POINTERS};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 2;
 
 /// The key of the advisory lock that serialises migrations: "mfstdb01" as a big-endian
 /// number. Transaction-level, so a crashed opener never leaves it held.
@@ -40,7 +40,7 @@ struct Migration {
 }
 
 /// Every migration, in version order. A new version appends one; none is ever changed.
-const MIGRATIONS: &[Migration] = &[Migration { version: 1, sql: version_1 }];
+const MIGRATIONS: &[Migration] = &[Migration { version: 1, sql: version_1 }, Migration { version: 2, sql: version_2 }];
 
 /// Version 1: a table per record table, and the pointer with its generation column.
 fn version_1() -> String {
@@ -57,6 +57,15 @@ fn version_1() -> String {
         }
     }
     sql
+}
+
+/// Version 2: the tables are unchanged; what changed is how transactions exclude each other.
+/// Version 1's builds ran SERIALIZABLE and took no advisory locks, so one of them writing
+/// beside a build that relies on the locks (`locks.rs`) would not be excluded by them: the
+/// version says so, and a version-1 build refuses to open the database once it is migrated
+/// (stop every process of the older build before the first open of a newer one).
+fn version_2() -> String {
+    "COMMENT ON SCHEMA manifestdb IS 'manifestdb store; read-write transactions take the advisory locks of schema version 2';\n".to_owned()
 }
 
 /// What [`migrate`] did.

@@ -467,6 +467,11 @@ impl<X: RawTables> MetaRead for X {
 }
 
 impl Meta for RedbMeta<'_> {
+    fn lock(&mut self, _scope: crate::meta::Scope<'_>) -> Result<()> {
+        // redb's single writer: no other write transaction runs while this one does.
+        Ok(())
+    }
+
     fn put_store_format(&mut self, record: &MetaRecord) -> Result<()> {
         put(self.table_mut(META)?, META_FORMAT_KEY, record)
     }
