@@ -6,6 +6,7 @@
 //! its merits wrote nothing and gets its error; the batch commits the others. A storage
 //! failure fails the whole batch, as it fails a single call.
 
+use super::begin_dirs::BeginDirs;
 use super::write::{self, PreparedBegin, PreparedValidation};
 use super::{Store, TxnEnd, files};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
@@ -56,13 +57,19 @@ impl Store {
             // The staging root's marker is checked once for all the batch's begins (if that check
             // fails, each begin checks again and fails with its own error).
             let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
-            let root = if begins > 0 { self.checked_staging_root().ok() } else { None };
-            let root_checked = root.is_some();
-            let file_system = root
+            let mut dirs = if begins > 0 {
+                self.checked_staging_root().ok().and_then(|handle| BeginDirs::new(&self.staging_root, handle).ok())
+            } else {
+                None
+            };
+            let file_system = dirs
+                .as_ref()
                 .filter(|_| begins >= FILE_SYSTEM_SYNC_BEGINS_MIN)
+                .and_then(|dirs| dirs.root_handle().ok())
                 .and_then(|handle| files::FileSystemSync::new(&self.staging_root, handle).ok());
             let snapshot = self.snapshot()?;
-            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, root_checked)).collect();
+            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, dirs.as_mut())).collect();
+            drop(dirs);
             drop(snapshot);
             let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
             let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
@@ -101,14 +108,14 @@ impl Store {
                 let result = match (op, outcome) {
                     (Prepared::Settled(result), _) => result,
                     (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket))))
-                        if file_system.as_ref().is_some_and(|fs| fs.covers(&ticket.staging_dir, &begin.created)) =>
+                        if file_system.as_ref().is_some_and(|fs| fs.covers(begin.devices())) =>
                     {
                         covered.push(results.len());
                         Ok(BatchOutcome::Begin(ticket))
                     }
                     // After the commit, before the ticket is handed out, as a single begin.
                     (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket)))) => {
-                        files::sync_created_dirs(&ticket.staging_dir, &begin.created, &mut synced).map(|_| BatchOutcome::Begin(ticket))
+                        files::sync_created_dirs(&ticket.staging_dir, begin.created(), &mut synced).map(|_| BatchOutcome::Begin(ticket))
                     }
                     (_, Some(result)) => result,
                     (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),
@@ -136,10 +143,10 @@ impl Store {
     }
 
     /// The checks and file work of one operation, before the transaction.
-    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp, root_checked: bool) -> Prepared {
+    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp, dirs: Option<&mut BeginDirs>) -> Prepared {
         let prepared = match op {
             BatchOp::Begin { dataset, run, partition } => {
-                self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition), root_checked).map(Prepared::Begin)
+                self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition), dirs).map(Prepared::Begin)
             }
             BatchOp::Finish { dataset, run, partition, attempt, candidate } => {
                 let key = BatchOp::attempt(dataset, run, partition, *attempt);

@@ -71,71 +71,6 @@ pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
     }
 }
 
-/// Creates the attempt's staging directory `root/rel`, refusing to pass through a symlink.
-/// The leaf is created fresh or must be an empty directory (left by a begin that crashed
-/// before it committed, so no worker ever had it).
-pub(crate) fn create_staging_dir(root: &Path, rel: &str, created: &mut Vec<PathBuf>) -> Result<PathBuf> {
-    let (parent_rel, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
-    let parent = if parent_rel.is_empty() { root.to_path_buf() } else { prepare_staging_parent(root, parent_rel, created)? };
-    match create_attempt_dir(&parent, leaf, rel)? {
-        Some(dir) => Ok(dir),
-        None => Err(Error::io(
-            format!("creating staging directory {}", parent.join(leaf).display()),
-            io::Error::new(io::ErrorKind::NotFound, "its parent directory vanished while it was being created"),
-        )),
-    }
-}
-
-/// Creates (or checks) the directories `root/parent_rel`, refusing to pass through a symlink
-/// or a non-directory. Idempotent, so it can run before the begin transaction, outside the
-/// single writer's critical section.
-pub(crate) fn prepare_staging_parent(root: &Path, parent_rel: &str, created: &mut Vec<PathBuf>) -> Result<PathBuf> {
-    let mut dir = root.to_path_buf();
-    for component in parent_rel.split('/') {
-        dir.push(component);
-        match fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                return Err(Error::invalid("staging path", parent_rel, format!("{} is a symlink; refusing to follow it", dir.display())));
-            }
-            Ok(meta) if !meta.is_dir() => {
-                return Err(Error::invalid("staging path", parent_rel, format!("{} exists and is not a directory", dir.display())));
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&dir) {
-                // Another attempt of a sibling task may create the same directory in between.
-                Ok(()) => created.push(dir.clone()),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(format!("creating staging directory {}", dir.display()), e)),
-            },
-            Err(e) => return Err(Error::io(format!("inspecting {}", dir.display()), e)),
-        }
-    }
-    Ok(dir)
-}
-
-/// Creates an attempt's own directory `parent/leaf` with one `mkdir`. An existing leaf must be
-/// an empty real directory. `Ok(None)` if the parent is gone (a concurrent cleanup removed it
-/// as empty): the caller prepares the parent again.
-pub(crate) fn create_attempt_dir(parent: &Path, leaf: &str, rel: &str) -> Result<Option<PathBuf>> {
-    let dir = parent.join(leaf);
-    match fs::create_dir(&dir) {
-        Ok(()) => Ok(Some(dir)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            let meta = fs::symlink_metadata(&dir).map_err(|e| Error::io(format!("inspecting {}", dir.display()), e))?;
-            if meta.file_type().is_symlink() || !meta.is_dir() {
-                return Err(Error::invalid("staging path", rel, format!("{} exists and is not a directory", dir.display())));
-            }
-            let mut entries = fs::read_dir(&dir).map_err(|e| Error::io(format!("listing {}", dir.display()), e))?;
-            if entries.next().is_some() {
-                return Err(Error::invalid("staging path", rel, format!("{} already holds files of an unknown writer", dir.display())));
-            }
-            Ok(Some(dir))
-        }
-        Err(e) => Err(Error::io(format!("creating staging directory {}", dir.display()), e)),
-    }
-}
-
 /// Observes a reported file under a staging directory without following symlinks (through
 /// directory handles, see `handles::observe_file`). For `verify`, which reports an I/O error
 /// as a finding; validation and publish use `handles::observe_file` and treat one as an error.
@@ -294,13 +229,10 @@ impl FileSystemSync {
     }
 
     /// Whether every directory a begin needs durable ([`sync_created_dirs`]'s) lies on the
-    /// root's file system, so [`FileSystemSync::sync`] makes it durable.
-    pub(crate) fn covers(&self, leaf: &Path, created: &[PathBuf]) -> bool {
-        begin_dirs(leaf, created).into_iter().all(|dir| {
-            rustix::fs::lstat(dir).is_ok_and(|st| {
-                st.st_dev == self.device && rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
-            })
-        })
+    /// root's file system, so [`FileSystemSync::sync`] makes it durable: `devices` as the
+    /// begin's directories recorded them (see `begin_dirs`).
+    pub(crate) fn covers(&self, devices: super::begin_dirs::Devices) -> bool {
+        devices == super::begin_dirs::Devices::One(self.device)
     }
 
     /// `syncfs` of the root's file system, through the store's one sync seam.

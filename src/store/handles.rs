@@ -147,6 +147,16 @@ pub(crate) fn unlink_at(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {
     Ok(rustix::fs::unlinkat(parent, name, AtFlags::empty())?)
 }
 
+/// Creates the directory `name` inside `parent` (mode `0777` before the umask, as
+/// `std::fs::create_dir`). The kernel never follows a symlink named `name`: an existing entry
+/// of any kind is `EEXIST`.
+pub(crate) fn mkdir_at(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {
+    if !is_plain_component(name) {
+        return Err(bad_component(name));
+    }
+    Ok(rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(0o777))?)
+}
+
 /// Removes the empty directory `name` of `parent`; the kernel refuses a non-empty one and a
 /// symlink.
 pub(crate) fn rmdir_at(parent: BorrowedFd<'_>, name: &str) -> io::Result<()> {

@@ -7,6 +7,7 @@
 
 mod attempts;
 mod batch;
+mod begin_dirs;
 mod cleanup;
 mod contain;
 mod engine_error;

@@ -3,6 +3,7 @@
 //! Each one reads and checks everything first and writes only once every check passed, so a
 //! refused operation leaves its transaction untouched (and aborts it).
 
+use super::begin_dirs::{BeginDirs, Devices, TaskDir};
 use super::{Store, TxnEnd, files};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
@@ -81,23 +82,24 @@ impl Store {
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
             let snapshot = self.snapshot()?;
-            let mut prepared = self.prepare_begin(&snapshot, task, false)?;
+            let mut prepared = self.prepare_begin(&snapshot, task, None)?;
             drop(snapshot);
             let ticket = self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))?;
             // Outside the write transaction (never inside the single writer's critical section),
             // before the ticket is handed out. A failure here leaves a committed attempt nobody
             // holds; its lease runs out and the task is begun again.
-            files::sync_created_dirs(&ticket.staging_dir, &prepared.created, &mut Default::default())?;
+            files::sync_created_dirs(&ticket.staging_dir, prepared.created(), &mut Default::default())?;
             Ok(ticket)
         })
     }
 
     /// What a begin does before its write: the task's directory does not depend on the attempt
     /// number, so it is made (and checked for symlinks) before the write, outside the single
-    /// writer's critical section; inside it there is one `mkdir`. A read first (of `snapshot`),
-    /// so that no directory is made for a task that does not exist. `root_checked`: the
-    /// caller (a batch) checked the staging root's marker just before, once for all its begins.
-    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, root_checked: bool) -> Result<PreparedBegin> {
+    /// writer's critical section; inside it there is one `mkdirat` (see `begin_dirs`). A read
+    /// first (of `snapshot`), so that no directory is made for a task that does not exist.
+    /// `dirs`: a batch's way into the staging tree, whose root's marker it checked once for all
+    /// its begins; without it the root is opened and its marker checked here.
+    pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, dirs: Option<&mut BeginDirs>) -> Result<PreparedBegin> {
         check_task_key(task)?;
         // The task's existence is all this read establishes (the write reads run and task again,
         // in its own transaction); the run is read only to name what is missing.
@@ -107,28 +109,26 @@ impl Store {
         })?;
         let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
         // Nothing is created under a root that is not this store's (its marker checked).
-        if !root_checked {
-            drop(self.checked_staging_root()?);
-        }
-        let mut created = Vec::new();
-        let parent = files::prepare_staging_parent(&self.staging_root, &parent_rel, &mut created)?;
-        Ok(PreparedBegin { task: task.clone(), parent, created })
+        let mut own;
+        let dirs = match dirs {
+            Some(dirs) => dirs,
+            None => {
+                own = BeginDirs::new(&self.staging_root, self.checked_staging_root()?)?;
+                &mut own
+            }
+        };
+        Ok(PreparedBegin { task: task.clone(), dir: dirs.prepare(&parent_rel)? })
     }
 
     /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
-    /// number and makes the attempt's directory. The caller syncs `prepared.created` after the
-    /// commit.
+    /// number and makes the attempt's directory. The caller syncs `prepared.created()` after
+    /// the commit.
     pub(super) fn begin_body(&self, meta: &mut dyn Meta, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
-        let PreparedBegin { task, parent, created } = prepared;
+        let PreparedBegin { task, dir } = prepared;
         let now = meta.now_ms();
-        ops::attempts::begin(meta, task, now, |attempt, staging_rel| {
-            // The directory is made before the commit: if the commit fails, the number is not
-            // taken and the next begin reuses the (empty, never handed out) directory.
-            match files::create_attempt_dir(parent, &ids::attempt_dir_name(attempt), staging_rel)? {
-                Some(dir) => Ok(dir),
-                None => files::create_staging_dir(&self.staging_root, staging_rel, created),
-            }
-        })
+        // The directory is made before the commit: if the commit fails, the number is not taken
+        // and the next begin reuses the (empty, never handed out) directory.
+        ops::attempts::begin(meta, task, now, |attempt, staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt), staging_rel))
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -545,9 +545,19 @@ fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[Fil
 pub(super) struct PreparedBegin {
     task: TaskKey,
     /// The task's directory (the attempt's parent), made and checked before the write.
-    parent: std::path::PathBuf,
+    dir: TaskDir,
+}
+
+impl PreparedBegin {
     /// Every directory created for this begin, to sync after the commit.
-    pub(super) created: Vec<std::path::PathBuf>,
+    pub(super) fn created(&self) -> &[std::path::PathBuf] {
+        self.dir.created()
+    }
+
+    /// The devices of the directories this begin needs durable.
+    pub(super) fn devices(&self) -> Devices {
+        self.dir.devices()
+    }
 }
 
 pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Result<()> {

@@ -8,7 +8,9 @@
 //! - a failed write of the result to stdout leaves no success document to be flushed later;
 //! - a small batch of begins syncs each staging directory once; a large one makes them all
 //!   durable with one `syncfs` of the staging root's file system, and a failed one hands out no
-//!   ticket.
+//!   ticket;
+//! - a batch's begins make every directory with `mkdirat` in a directory handle, reaching their
+//!   run's directory once.
 
 use std::path::Path;
 use std::process::Command;
@@ -217,6 +219,53 @@ fn a_batch_of_many_begins_makes_them_durable_with_one_file_system_sync() {
     assert_eq!(lines.len(), 40);
     assert!(lines.iter().all(|l| l["ok"] == false && l["error"]["kind"] == "fault"), "{}", run.stdout);
     assert!(lines[0]["error"]["message"].as_str().is_some_and(|m| m.contains("file system")), "{}", run.stdout);
+}
+
+/// Each begin of a batch of new partitions of one run: one `mkdirat` of its task's directory
+/// in the run directory's handle before the write, and in the write one `openat` of that
+/// directory, one `fstat`, one `mkdirat` of the attempt's; the run directory is reached once for
+/// the batch, and nothing below the root is created or inspected by path (no `mkdir`, `statx`
+/// or `newfstatat` of a staging path, each of which resolves the whole path again).
+#[test]
+fn a_batch_of_begins_makes_every_directory_in_a_handle_and_reaches_its_run_directory_once() {
+    if !strace_available() {
+        return;
+    }
+    let env = Env::new();
+    let partitions: Vec<String> = (0..40).map(|i| format!("p={i:03}")).collect();
+    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    env.declare("r1", "s1", &tasks);
+    let input: String = partitions
+        .iter()
+        .map(|p| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string() + "\n")
+        .collect();
+    let (run, trace) = batch_under_strace(&env, "mkdir,mkdirat,openat,open,statx,newfstatat,stat,lstat,fstat", None, &input);
+    run.code(0);
+    assert_eq!(run.stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 40, "{}", run.stdout);
+    let staging = env.staging().display().to_string();
+    let below_root = format!("{staging}/");
+    let lines: Vec<&str> = trace.lines().filter(|l| l.contains(&below_root)).collect();
+    // `PID call(args) = result`: the call's name, and whether its first argument is a path.
+    let call =
+        |line: &str| line.split_whitespace().nth(1).and_then(|c| c.split_once('(')).map(|(name, args)| (name.to_owned(), args.to_owned()));
+    let by_path: Vec<&&str> = lines
+        .iter()
+        .filter(|l| {
+            call(l).is_some_and(|(name, args)| {
+                ["mkdir", "stat", "lstat", "open"].contains(&name.as_str())
+                    || (["statx", "newfstatat", "openat", "mkdirat"].contains(&name.as_str()) && args.starts_with("AT_FDCWD"))
+            })
+        })
+        .collect();
+    assert!(by_path.is_empty(), "nothing below the root by path: {by_path:#?}");
+    let run_dir = format!("<{staging}/daily/r1>");
+    let count = |call: &str, within: &str| lines.iter().filter(|l| l.contains(call) && l.contains(within)).count();
+    assert_eq!(count("mkdirat(", &format!("{run_dir}, \"p=")), 40, "each task's directory made in the run's handle");
+    assert_eq!(count("openat(", &format!("{run_dir}, \"p=")), 40, "and opened from it once, in the write");
+    assert_eq!(count("mkdirat(", "\"@attempt-1\""), 40, "each attempt's directory made in its task's handle");
+    assert_eq!(count("fstat(", "/daily/r1/p="), 40, "the task's directory's device read once");
+    let run_opens = lines.iter().filter(|l| l.contains("openat(") && l.contains(", \"r1\"") && !l.contains("ENOENT")).count();
+    assert_eq!(run_opens, 1, "the run directory is opened once for the batch");
 }
 
 #[test]

@@ -1,0 +1,382 @@
+//! The directories a begin makes: the task's directory (`dataset/run/<partition components>`)
+//! before the write transaction, the attempt's own directory inside it during the write, every
+//! one reached and created through directory handles (see `handles`): each component is opened
+//! relative to its already-opened parent without following a symlink, and each directory is
+//! made with `mkdirat` in the handle that was checked. So a directory swapped for a symlink
+//! makes a begin fail, never create anything outside the root, and the check and the creation
+//! act on the same directory.
+//!
+//! A batch of begins shares one [`BeginDirs`]: the handle of each run directory it reached is
+//! kept (up to [`RUN_DIRS_HELD`] of them), so a begin of a new partition of a run already
+//! reached costs one `mkdirat` before the write and an `openat`, an `fstat` and a `mkdirat` in
+//! it, where a walk by path stats every component of the path (each resolved from `/`) again.
+//!
+//! Invariant: a begin's [`Devices`] names the device of every directory the begin needs durable
+//! (each directory it created, the parent of each, its attempt directory and that one's parent):
+//! a created directory lies on its parent's device, and every parent's device is read from the
+//! handle it was created in. So a sync of that file system makes them all durable
+//! (`files::FileSystemSync::covers`).
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::handles::{self, Kind};
+use crate::error::{Error, Result};
+
+/// The most run directories whose handles one [`BeginDirs`] keeps open; begins of further runs
+/// walk from the root (a batch holds at most this many descriptors for its begins).
+const RUN_DIRS_HELD: usize = 64;
+
+/// An open directory at or below the staging root.
+struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+    device: u64,
+}
+
+/// The devices the directories a begin needs durable lie on, as far as the begin has seen them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Devices {
+    /// None seen yet.
+    None,
+    /// All on this device.
+    One(u64),
+    /// On more than one device (a mount point below the root).
+    Mixed,
+}
+
+impl Devices {
+    fn add(&mut self, device: u64) {
+        *self = match *self {
+            Devices::None => Devices::One(device),
+            Devices::One(d) if d == device => Devices::One(d),
+            _ => Devices::Mixed,
+        };
+    }
+}
+
+/// The begins' way into the staging tree: the root's handle (opened and its marker checked by
+/// the caller) and the run directories reached so far.
+pub(crate) struct BeginDirs {
+    root: Rc<Dir>,
+    runs: HashMap<String, Rc<Dir>>,
+}
+
+impl BeginDirs {
+    /// Begins below the staging root `root`, whose handle `handle` the caller opened (without
+    /// following a symlink) and whose marker it checked.
+    pub(crate) fn new(root: &Path, handle: OwnedFd) -> Result<BeginDirs> {
+        let device = handles::fstat(handle.as_fd()).map_err(|e| Error::io(format!("inspecting {}", root.display()), e))?.device;
+        Ok(BeginDirs { root: Rc::new(Dir { fd: handle, path: root.to_path_buf(), device }), runs: HashMap::new() })
+    }
+
+    /// A second handle on the root's open file (`dup`), for a sync of its file system later.
+    pub(crate) fn root_handle(&self) -> Result<OwnedFd> {
+        self.root.fd.try_clone().map_err(|e| Error::io(format!("duplicating the handle of {}", self.root.path.display()), e))
+    }
+
+    /// Makes (or checks) the task's directory `root/parent_rel` (as `ids::staging_parent_rel`
+    /// gives it: dataset, run, then the partition's components), refusing a symlink or a
+    /// non-directory on the way. Idempotent, so it runs before the write transaction.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a symlink or a non-directory in the path; I/O errors.
+    pub(crate) fn prepare(&mut self, parent_rel: &str) -> Result<TaskDir> {
+        let components: Vec<String> = parent_rel.split('/').map(str::to_owned).collect();
+        if components.len() < 3 {
+            return Err(Error::invalid("staging path", parent_rel, "names no task directory below a dataset and a run"));
+        }
+        let mut task = TaskDir {
+            root: Rc::clone(&self.root),
+            base: Rc::clone(&self.root),
+            below: components,
+            rel: parent_rel.to_owned(),
+            created: Vec::new(),
+            devices: Devices::None,
+        };
+        let key = format!("{}/{}", task.below[0], task.below[1]);
+        let held = match self.runs.get(&key) {
+            Some(run_dir) => Some(Rc::clone(run_dir)),
+            None if self.runs.len() < RUN_DIRS_HELD => {
+                let dataset_dir = task.ensure_dir(&self.root, 0)?;
+                let run_dir = Rc::new(task.ensure_dir(&dataset_dir, 1)?);
+                self.runs.insert(key.clone(), Rc::clone(&run_dir));
+                Some(run_dir)
+            }
+            None => None,
+        };
+        if let Some(run_dir) = held {
+            task.base = run_dir;
+            task.below.drain(..2);
+            if task.make()? {
+                return Ok(task);
+            }
+            // The run directory held went away (a cleanup removed it as empty): from the root.
+            self.runs.remove(&key);
+            task.base = Rc::clone(&self.root);
+            task.below = parent_rel.split('/').map(str::to_owned).collect();
+        }
+        if task.make()? { Ok(task) } else { Err(vanished(&self.root.path.join(parent_rel))) }
+    }
+}
+
+/// A task's directory made before the write: the handle it is reached from and the plain
+/// components below that handle, and what its begin created.
+pub(crate) struct TaskDir {
+    root: Rc<Dir>,
+    base: Rc<Dir>,
+    /// The components from `base` down to the task's directory (at least one).
+    below: Vec<String>,
+    /// The task's directory relative to the root.
+    rel: String,
+    /// Every directory created for this begin, to sync after the commit.
+    created: Vec<PathBuf>,
+    devices: Devices,
+}
+
+impl TaskDir {
+    /// Every directory created for this begin (by path, to sync after the commit).
+    pub(crate) fn created(&self) -> &[PathBuf] {
+        &self.created
+    }
+
+    /// The devices of the directories this begin needs durable (see the module's invariant).
+    pub(crate) fn devices(&self) -> Devices {
+        self.devices
+    }
+
+    /// Creates the attempt's own directory `leaf` in the task's directory with one `mkdirat`,
+    /// inside the write transaction. An existing `leaf` must be an empty real directory (left by
+    /// a begin that crashed before it committed, so no worker ever had it). If the task's
+    /// directory was removed since it was made (a concurrent cleanup removed it as empty), it is
+    /// made again from the root, once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a symlink, a non-directory or a non-empty `leaf`; I/O errors.
+    pub(crate) fn create_attempt_dir(&mut self, leaf: &str, staging_rel: &str) -> Result<PathBuf> {
+        if let Some(dir) = self.try_create(leaf, staging_rel)? {
+            return Ok(dir);
+        }
+        self.base = Rc::clone(&self.root);
+        self.below = self.rel.split('/').map(str::to_owned).collect();
+        if self.make()?
+            && let Some(dir) = self.try_create(leaf, staging_rel)?
+        {
+            return Ok(dir);
+        }
+        Err(vanished(&self.root.path.join(&self.rel)))
+    }
+
+    fn try_create(&mut self, leaf: &str, staging_rel: &str) -> Result<Option<PathBuf>> {
+        let mut dir: Option<Dir> = None;
+        for i in 0..self.below.len() {
+            let parent = dir.as_ref().unwrap_or(&self.base);
+            let path = parent.path.join(&self.below[i]);
+            match handles::open_dir_at(parent.fd.as_fd(), &self.below[i]) {
+                Ok(fd) => dir = Some(Dir { fd, path, device: 0 }),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(self.refusal(parent, i, e)),
+            }
+        }
+        let Some(mut dir) = dir else { return Err(vanished(&self.base.path)) };
+        dir.device = handles::fstat(dir.fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", dir.path.display()), e))?.device;
+        self.devices.add(dir.device);
+        let path = dir.path.join(leaf);
+        match handles::mkdir_at(dir.fd.as_fd(), leaf) {
+            Ok(()) => Ok(Some(path)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let inspect = |e| Error::io(format!("inspecting {}", path.display()), e);
+                let stat = handles::stat_at(dir.fd.as_fd(), leaf).map_err(inspect)?;
+                if stat.kind != Kind::Dir {
+                    return Err(Error::invalid("staging path", staging_rel, format!("{} exists and is not a directory", path.display())));
+                }
+                let existing = handles::open_dir_at(dir.fd.as_fd(), leaf).map_err(inspect)?;
+                let empty =
+                    handles::is_empty_except(existing.as_fd(), &[]).map_err(|e| Error::io(format!("listing {}", path.display()), e))?;
+                if !empty {
+                    return Err(Error::invalid(
+                        "staging path",
+                        staging_rel,
+                        format!("{} already holds files of an unknown writer", path.display()),
+                    ));
+                }
+                self.devices.add(stat.device);
+                Ok(Some(path))
+            }
+            Err(e) => Err(Error::io(format!("creating staging directory {}", path.display()), e)),
+        }
+    }
+
+    /// Makes the directories `below` under `base`: each but the last opened (made if missing),
+    /// the last made. `Ok(false)` if `base` itself is gone.
+    fn make(&mut self) -> Result<bool> {
+        let base = Rc::clone(&self.base);
+        let last = self.below.len() - 1;
+        let mut opened: Option<Dir> = None;
+        for i in 0..last {
+            let parent = opened.as_ref().unwrap_or(&base);
+            match self.ensure_dir(parent, i) {
+                Ok(dir) => opened = Some(dir),
+                Err(err) if i == 0 && is_not_found(&err) => return Ok(false),
+                Err(err) => return Err(err),
+            }
+        }
+        let parent = opened.as_ref().unwrap_or(&base);
+        match handles::mkdir_at(parent.fd.as_fd(), &self.below[last]) {
+            Ok(()) => {
+                self.created.push(parent.path.join(&self.below[last]));
+                self.devices.add(parent.device);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let path = parent.path.join(&self.below[last]);
+                match handles::stat_at(parent.fd.as_fd(), &self.below[last]) {
+                    Ok(stat) if stat.kind == Kind::Dir => Ok(true),
+                    Ok(stat) => Err(self.not_a_directory(&path, stat.kind)),
+                    // Removed again in between: the write's open finds it missing and makes it.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+                    Err(e) => Err(Error::io(format!("inspecting {}", path.display()), e)),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound && last == 0 => Ok(false),
+            Err(e) => Err(Error::io(format!("creating staging directory {}", parent.path.join(&self.below[last]).display()), e)),
+        }
+    }
+
+    /// Opens the directory `below[i]` in `parent`, making it if it is missing.
+    fn ensure_dir(&mut self, parent: &Dir, i: usize) -> Result<Dir> {
+        let name = &self.below[i];
+        let path = parent.path.join(name);
+        let fd = match handles::open_dir_at(parent.fd.as_fd(), name) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                match handles::mkdir_at(parent.fd.as_fd(), name) {
+                    Ok(()) => {
+                        self.created.push(path.clone());
+                        self.devices.add(parent.device);
+                    }
+                    // Another begin of a sibling task made it in between.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
+                }
+                handles::open_dir_at(parent.fd.as_fd(), name).map_err(|e| self.refusal(parent, i, e))?
+            }
+            Err(e) => return Err(self.refusal(parent, i, e)),
+        };
+        let device = handles::fstat(fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", path.display()), e))?.device;
+        Ok(Dir { fd, path, device })
+    }
+
+    /// The error for a failed open of `below[i]` in `parent`: a symlink or a non-directory is
+    /// refused by name; anything else is an I/O error.
+    fn refusal(&self, parent: &Dir, i: usize, e: io::Error) -> Error {
+        let path = parent.path.join(&self.below[i]);
+        let refused =
+            [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR].iter().any(|errno| e.raw_os_error() == Some(errno.raw_os_error()));
+        match handles::stat_at(parent.fd.as_fd(), &self.below[i]) {
+            Ok(stat) if refused && stat.kind != Kind::Dir => self.not_a_directory(&path, stat.kind),
+            _ => Error::io(format!("opening staging directory {}", path.display()), e),
+        }
+    }
+
+    fn not_a_directory(&self, path: &Path, kind: Kind) -> Error {
+        let why = if kind == Kind::Symlink { "is a symlink; refusing to follow it" } else { "exists and is not a directory" };
+        Error::invalid("staging path", &self.rel, format!("{} {why}", path.display()))
+    }
+}
+
+fn is_not_found(err: &Error) -> bool {
+    matches!(err, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
+}
+
+fn vanished(dir: &Path) -> Error {
+    Error::io(
+        format!("creating staging directory in {}", dir.display()),
+        io::Error::new(io::ErrorKind::NotFound, "the directory vanished while it was being created"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs(root: &Path) -> BeginDirs {
+        BeginDirs::new(root, handles::open_root(root).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_task_directory_is_made_with_every_missing_ancestor_and_recorded_as_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut begin = dirs(tmp.path());
+        let mut task = begin.prepare("d/r/date=1/region=eu").unwrap();
+        let made: Vec<PathBuf> = ["d", "d/r", "d/r/date=1", "d/r/date=1/region=eu"].iter().map(|p| tmp.path().join(p)).collect();
+        assert_eq!(task.created(), made.as_slice());
+        let dir = task.create_attempt_dir("@attempt-1", "d/r/date=1/region=eu/@attempt-1").unwrap();
+        assert_eq!(dir, tmp.path().join("d/r/date=1/region=eu/@attempt-1"));
+        assert!(dir.is_dir());
+        let device = handles::fstat(handles::open_root(tmp.path()).unwrap().as_fd()).unwrap().device;
+        assert_eq!(task.devices(), Devices::One(device));
+        // A sibling below the same run: only what is new is created.
+        let sibling = begin.prepare("d/r/date=1/region=us").unwrap();
+        assert_eq!(sibling.created(), [tmp.path().join("d/r/date=1/region=us")].as_slice());
+    }
+
+    #[test]
+    fn a_held_run_directory_or_a_task_directory_removed_meanwhile_is_made_again_from_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut begin = dirs(tmp.path());
+        let mut first = begin.prepare("d/r/p=1").unwrap();
+        // A cleanup removes the empty task and run directories while the batch holds the run's.
+        std::fs::remove_dir(tmp.path().join("d/r/p=1")).unwrap();
+        std::fs::remove_dir(tmp.path().join("d/r")).unwrap();
+        let dir = first.create_attempt_dir("@attempt-1", "d/r/p=1/@attempt-1").unwrap();
+        assert!(dir.is_dir(), "the task's directory was made again for the attempt's");
+        assert!(first.created().contains(&tmp.path().join("d/r")), "and recorded for its sync");
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::remove_dir(tmp.path().join("d/r/p=1")).unwrap();
+        std::fs::remove_dir(tmp.path().join("d/r")).unwrap();
+        let second = begin.prepare("d/r/p=2").unwrap();
+        assert!(tmp.path().join("d/r/p=2").is_dir(), "the held run directory was gone: made from the root");
+        assert!(second.created().contains(&tmp.path().join("d/r")));
+    }
+
+    #[test]
+    fn a_symlink_or_a_file_on_the_way_is_refused_and_nothing_is_made_through_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/r")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("d/r/p=1")).unwrap();
+        std::fs::write(tmp.path().join("d/r/p=2"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("d/link")).unwrap();
+        let mut begin = dirs(tmp.path());
+        for (rel, why) in [("d/r/p=1", "symlink"), ("d/r/p=2", "not a directory"), ("d/link/p=1", "symlink"), ("d/r/p=1/x", "symlink")] {
+            let err = begin.prepare(rel).err().unwrap_or_else(|| panic!("{rel} was prepared"));
+            assert!(matches!(err, Error::InvalidInput { .. }) && err.to_string().contains(why), "{rel}: {err}");
+        }
+        // Swapped for a symlink after it was made, before the write: the write refuses it.
+        let mut task = begin.prepare("d/r/p=3").unwrap();
+        std::fs::remove_dir(tmp.path().join("d/r/p=3")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), tmp.path().join("d/r/p=3")).unwrap();
+        let err = task.create_attempt_dir("@attempt-1", "d/r/p=3/@attempt-1").unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was created outside the root");
+    }
+
+    #[test]
+    fn an_existing_attempt_directory_is_taken_only_when_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut begin = dirs(tmp.path());
+        std::fs::create_dir_all(tmp.path().join("d/r/p/@attempt-1")).unwrap();
+        std::fs::create_dir_all(tmp.path().join("d/r/p/@attempt-2")).unwrap();
+        std::fs::write(tmp.path().join("d/r/p/@attempt-2/part.csv"), b"x").unwrap();
+        let mut task = begin.prepare("d/r/p").unwrap();
+        assert!(task.created().is_empty());
+        assert!(task.create_attempt_dir("@attempt-1", "d/r/p/@attempt-1").is_ok(), "an empty leftover is reused");
+        let err = task.create_attempt_dir("@attempt-2", "d/r/p/@attempt-2").unwrap_err();
+        assert!(err.to_string().contains("unknown writer"), "{err}");
+    }
+}
