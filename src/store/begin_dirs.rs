@@ -85,7 +85,7 @@ impl BeginDirs {
     /// # Errors
     /// [`Error::InvalidInput`] for a symlink or a non-directory in the path; I/O errors.
     pub(crate) fn prepare(&mut self, parent_rel: &str) -> Result<TaskDir> {
-        let components: Vec<String> = parent_rel.split('/').map(str::to_owned).collect();
+        let components = components(parent_rel);
         if components.len() < 3 {
             return Err(Error::invalid("staging path", parent_rel, "names no task directory below a dataset and a run"));
         }
@@ -116,8 +116,7 @@ impl BeginDirs {
             }
             // The run directory held went away (a cleanup removed it as empty): from the root.
             self.runs.remove(&key);
-            task.base = Rc::clone(&self.root);
-            task.below = parent_rel.split('/').map(str::to_owned).collect();
+            task.walk_from_root();
         }
         if task.make()? { Ok(task) } else { Err(vanished(&self.root.path.join(parent_rel))) }
     }
@@ -160,14 +159,19 @@ impl TaskDir {
         if let Some(dir) = self.try_create(leaf, staging_rel)? {
             return Ok(dir);
         }
-        self.base = Rc::clone(&self.root);
-        self.below = self.rel.split('/').map(str::to_owned).collect();
+        self.walk_from_root();
         if self.make()?
             && let Some(dir) = self.try_create(leaf, staging_rel)?
         {
             return Ok(dir);
         }
         Err(vanished(&self.root.path.join(&self.rel)))
+    }
+
+    /// Walks from the root again, through every component of the task's directory.
+    fn walk_from_root(&mut self) {
+        self.base = Rc::clone(&self.root);
+        self.below = components(&self.rel);
     }
 
     fn try_create(&mut self, leaf: &str, staging_rel: &str) -> Result<Option<PathBuf>> {
@@ -287,6 +291,11 @@ impl TaskDir {
         let why = if kind == Kind::Symlink { "is a symlink; refusing to follow it" } else { "exists and is not a directory" };
         Error::invalid("staging path", &self.rel, format!("{} {why}", path.display()))
     }
+}
+
+/// The plain components of a path relative to the root.
+fn components(rel: &str) -> Vec<String> {
+    rel.split('/').map(str::to_owned).collect()
 }
 
 fn is_not_found(err: &Error) -> bool {

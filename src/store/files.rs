@@ -1,10 +1,10 @@
-//! File-system side of the store: staging directories, file observation for validation, and
-//! the syncs that make data, creation, renames and removals durable.
+//! File-system side of the store: file observation for validation, and the syncs that make
+//! data, creation, renames and removals durable (a begin's directories are made in
+//! `begin_dirs`).
 //!
 //! Invariant: nothing here follows a symlink inside the staging root. A path whose component
-//! is a symlink is treated as missing (observation) or refused (staging directory creation,
-//! durability syncs), so a planted link cannot make the store read or create anything outside
-//! the root.
+//! is a symlink is treated as missing (observation) or refused (durability syncs), so a
+//! planted link cannot make the store read anything outside the root.
 //!
 //! Invariant (DOMAIN 11): every fsync the store makes of staging data goes through
 //! [`sync_handle`], once per file or directory per operation, on the handle that was opened

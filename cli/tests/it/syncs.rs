@@ -186,6 +186,17 @@ fn traced_path(line: &str) -> &str {
     line.split_once('<').and_then(|(_, rest)| rest.split_once('>')).map(|(path, _)| path).unwrap_or(line)
 }
 
+/// Declares run `r1` of 40 partitions in `env` and gives a batch's input beginning each one.
+fn forty_new_partition_begins(env: &Env) -> String {
+    let partitions: Vec<String> = (0..40).map(|i| format!("p={i:03}")).collect();
+    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    env.declare("r1", "s1", &tasks);
+    partitions
+        .iter()
+        .map(|p| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string() + "\n")
+        .collect()
+}
+
 #[test]
 fn a_batch_of_many_begins_makes_them_durable_with_one_file_system_sync() {
     if !strace_available() {
@@ -194,13 +205,7 @@ fn a_batch_of_many_begins_makes_them_durable_with_one_file_system_sync() {
     let env = Env::new();
     // 40 new partitions: above the batch size from which one `syncfs` of the staging file
     // system replaces the 80 directory fsyncs (each partition's directory and its attempt's).
-    let partitions: Vec<String> = (0..40).map(|i| format!("p={i:03}")).collect();
-    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
-    env.declare("r1", "s1", &tasks);
-    let input: String = partitions
-        .iter()
-        .map(|p| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string() + "\n")
-        .collect();
+    let input = forty_new_partition_begins(&env);
     let (run, trace) = batch_under_strace(&env, "fsync,syncfs", None, &input);
     run.code(0);
     assert_eq!(run.stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 40, "{}", run.stdout);
@@ -232,13 +237,7 @@ fn a_batch_of_begins_makes_every_directory_in_a_handle_and_reaches_its_run_direc
         return;
     }
     let env = Env::new();
-    let partitions: Vec<String> = (0..40).map(|i| format!("p={i:03}")).collect();
-    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
-    env.declare("r1", "s1", &tasks);
-    let input: String = partitions
-        .iter()
-        .map(|p| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string() + "\n")
-        .collect();
+    let input = forty_new_partition_begins(&env);
     let (run, trace) = batch_under_strace(&env, "mkdir,mkdirat,openat,open,statx,newfstatat,stat,lstat,fstat", None, &input);
     run.code(0);
     assert_eq!(run.stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 40, "{}", run.stdout);
