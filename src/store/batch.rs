@@ -2,9 +2,13 @@
 //!
 //! Each operation is the single call's, written once: its checks and file work come first
 //! (outside the transaction, as the single call does them), its body runs in the shared
-//! transaction, and a begin's directories are synced after the commit. An operation refused on
+//! transaction, and a begin's directories are synced after the commit. In a batch of many
+//! begins, their task directories are made on a thread of their own while the transaction runs
+//! ([`DirMaker`]); each begin's checks still run before its directory is made. An operation refused on
 //! its merits wrote nothing and gets its error; the batch commits the others. A storage
 //! failure fails the whole batch, as it fails a single call.
+
+use std::sync::mpsc;
 
 use super::begin_dirs::BeginDirs;
 use super::write::{self, PreparedBegin, PreparedValidation};
@@ -12,7 +16,7 @@ use super::{Store, TxnEnd, files};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 use crate::error::{Error, Result};
 use crate::meta::Meta;
-use crate::model::{AttemptKey, Candidate, EffectKey};
+use crate::model::{AttemptKey, Candidate, EffectKey, TaskKey};
 
 /// From this many begins on, a batch makes its directories durable with one `syncfs` of the
 /// staging file system instead of an `fsync` of each directory (two per begin of a new
@@ -23,10 +27,20 @@ use crate::model::{AttemptKey, Candidate, EffectKey};
 /// the few fsyncs it would replace cost less than that risk.
 pub(crate) const FILE_SYSTEM_SYNC_BEGINS_MIN: usize = 32;
 
+/// From this many begins on, a batch makes its begins' task directories on a thread of its own
+/// while its transaction runs (see [`DirMaker`]), so each task directory's `mkdirat` (in the run
+/// directory) overlaps the attempt directories' (each in its task directory, under another
+/// directory lock) and the records' writes. Below it, a thread's start costs more than it
+/// overlaps.
+const OVERLAPPED_BEGINS_MIN: usize = 16;
+
 /// An operation once its checks and file work ran, ready for the transaction.
 enum Prepared {
     /// Settled before the transaction: refused, or a verdict already stored.
     Settled(Result<BatchOutcome>),
+    /// A begin whose checks passed and whose task directory (relative to the staging root) the
+    /// batch's [`DirMaker`] is making; it becomes a [`Prepared::Begin`] before it runs.
+    BeginMaking(TaskKey, String),
     Begin(PreparedBegin),
     Finish(AttemptKey, Candidate),
     Validate(PreparedValidation),
@@ -67,39 +81,54 @@ impl Store {
                 .filter(|_| begins >= FILE_SYSTEM_SYNC_BEGINS_MIN)
                 .and_then(|dirs| dirs.root_handle().ok())
                 .and_then(|handle| files::FileSystemSync::new(&self.staging_root, handle).ok());
+            // A batch of many begins makes their task directories on a thread of its own, which
+            // the transaction follows (see `DirMaker`).
+            let overlapped = begins >= OVERLAPPED_BEGINS_MIN && dirs.is_some();
             let snapshot = self.snapshot()?;
-            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, dirs.as_mut())).collect();
-            drop(dirs);
+            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, dirs.as_mut(), overlapped)).collect();
             drop(snapshot);
-            let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
             let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
-            let ran = if pending {
-                self.write_grouped("running a batch", |meta| {
-                    let mut wrote = false;
-                    let mut ran = Vec::with_capacity(prepared.len());
-                    for op in &mut prepared {
-                        let writes_before = crate::meta::writes_on_this_thread();
-                        let result = self.run_op(meta, op);
-                        match result {
-                            Some(Ok(TxnEnd::Commit(outcome))) => {
-                                wrote = true;
-                                ran.push(Some(Ok(outcome)));
+            let ran = std::thread::scope(|scope| {
+                let maker = match dirs.take() {
+                    Some(dirs) if overlapped => Some(DirMaker::start(scope, dirs, &prepared)),
+                    _ => None,
+                };
+                let ran = if pending {
+                    self.write_grouped("running a batch", |meta| {
+                        let mut wrote = false;
+                        let mut ran = Vec::with_capacity(prepared.len());
+                        for i in 0..prepared.len() {
+                            if let Some(maker) = &maker {
+                                maker.take(&mut prepared, i);
                             }
-                            Some(Ok(TxnEnd::Abort(outcome))) => ran.push(Some(Ok(outcome))),
-                            // A storage error dooms the transaction: the batch fails.
-                            Some(Err(err @ Error::Storage { .. })) => return Err(err),
-                            // A refusal after a write would commit half an operation; the
-                            // group commit fails the whole batch for it (see `group.rs`).
-                            Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
-                            Some(Err(err)) => ran.push(Some(Err(err))),
-                            None => ran.push(None),
+                            let writes_before = crate::meta::writes_on_this_thread();
+                            let result = self.run_op(meta, &mut prepared[i]);
+                            match result {
+                                Some(Ok(TxnEnd::Commit(outcome))) => {
+                                    wrote = true;
+                                    ran.push(Some(Ok(outcome)));
+                                }
+                                Some(Ok(TxnEnd::Abort(outcome))) => ran.push(Some(Ok(outcome))),
+                                // A storage error dooms the transaction: the batch fails.
+                                Some(Err(err @ Error::Storage { .. })) => return Err(err),
+                                // A refusal after a write would commit half an operation; the
+                                // group commit fails the whole batch for it (see `group.rs`).
+                                Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
+                                Some(Err(err)) => ran.push(Some(Err(err))),
+                                None => ran.push(None),
+                            }
                         }
-                    }
-                    Ok(if wrote { TxnEnd::Commit(ran) } else { TxnEnd::Abort(ran) })
-                })?
-            } else {
-                prepared.iter().map(|_| None).collect()
-            };
+                        Ok(if wrote { TxnEnd::Commit(ran) } else { TxnEnd::Abort(ran) })
+                    })
+                } else {
+                    Ok(prepared.iter().map(|_| None).collect())
+                };
+                if let Some(maker) = maker {
+                    maker.finish();
+                }
+                ran
+            })?;
+            let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
             // Each directory the batch's begins need durable is synced once for the batch, or
             // all of them by one sync of their file system.
             let mut synced = std::collections::BTreeSet::new();
@@ -142,9 +171,14 @@ impl Store {
         })
     }
 
-    /// The checks and file work of one operation, before the transaction.
-    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp, dirs: Option<&mut BeginDirs>) -> Prepared {
+    /// The checks and file work of one operation, before the transaction; with `overlapped`, a
+    /// begin's checks only (its directories are the [`DirMaker`]'s).
+    fn prepare_op(&self, snapshot: &super::Snapshot, op: &BatchOp, dirs: Option<&mut BeginDirs>, overlapped: bool) -> Prepared {
         let prepared = match op {
+            BatchOp::Begin { dataset, run, partition } if overlapped => {
+                let task = BatchOp::task(dataset, run, partition);
+                write::check_begin(snapshot, &task).map(|parent_rel| Prepared::BeginMaking(task, parent_rel))
+            }
             BatchOp::Begin { dataset, run, partition } => {
                 self.prepare_begin(snapshot, &BatchOp::task(dataset, run, partition), dirs).map(Prepared::Begin)
             }
@@ -183,6 +217,8 @@ impl Store {
     fn run_op(&self, meta: &mut dyn Meta, op: &mut Prepared) -> Option<Result<TxnEnd<BatchOutcome>>> {
         let ran = match op {
             Prepared::Settled(_) => return None,
+            // Taken from the `DirMaker` before it runs.
+            Prepared::BeginMaking(..) => Err(Error::Poisoned { cause: "a batch's begin ran before its directory was made".to_owned() }),
             Prepared::Begin(begin) => self.begin_body(meta, begin).map(|end| end.map(BatchOutcome::Begin)),
             Prepared::Finish(key, candidate) => write::finish_body(meta, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
             Prepared::Validate(prepared) => write::store_prepared_body(meta, prepared).map(|end| end.map(BatchOutcome::Validate)),
@@ -195,5 +231,63 @@ impl Store {
             }
         };
         Some(ran)
+    }
+}
+
+/// A batch's task directories, made on a thread of its own in the batch's order while its
+/// transaction runs: the transaction takes each begin's directory (or the error that refused
+/// it) before it runs that begin. Task directories are made in their run's directory, the
+/// attempts' in the task directories, so the two threads' `mkdirat`s take different directory
+/// locks and overlap on a second core. Every check that decides whether anything is made ran
+/// before (`write::check_begin`), and the transaction waits for a directory only as long as
+/// the `mkdirat`s ahead of it take.
+struct DirMaker<'scope> {
+    made: mpsc::Receiver<(usize, Result<PreparedBegin>)>,
+    thread: std::thread::ScopedJoinHandle<'scope, ()>,
+}
+
+impl<'scope> DirMaker<'scope> {
+    /// Starts making the directories of every [`Prepared::BeginMaking`] in `prepared`.
+    fn start<'env>(scope: &'scope std::thread::Scope<'scope, 'env>, mut dirs: BeginDirs, prepared: &[Prepared]) -> DirMaker<'scope> {
+        let todo: Vec<(usize, TaskKey, String)> = prepared
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| match op {
+                Prepared::BeginMaking(task, parent_rel) => Some((i, task.clone(), parent_rel.clone())),
+                _ => None,
+            })
+            .collect();
+        let (send, made) = mpsc::channel();
+        let thread = scope.spawn(move || {
+            for (i, task, parent_rel) in todo {
+                // The transaction stopped taking them (it failed): nothing more is made.
+                if send.send((i, PreparedBegin::make(task, &parent_rel, &mut dirs))).is_err() {
+                    break;
+                }
+            }
+        });
+        DirMaker { made, thread }
+    }
+
+    /// Makes `prepared[i]` ready to run if it is a begin still being made: waits for it.
+    fn take(&self, prepared: &mut [Prepared], i: usize) {
+        while matches!(prepared[i], Prepared::BeginMaking(..)) {
+            match self.made.recv() {
+                Ok((j, made)) => prepared[j] = made.map_or_else(|err| Prepared::Settled(Err(err)), Prepared::Begin),
+                // The thread stopped early, which only its panic does (`finish` raises it).
+                Err(_) => {
+                    prepared[i] =
+                        Prepared::Settled(Err(Error::Poisoned { cause: "the thread making a batch's directories stopped".to_owned() }))
+                }
+            }
+        }
+    }
+
+    /// Waits for the thread to stop; its panic is the batch's (contained as any other).
+    fn finish(self) {
+        drop(self.made);
+        if let Err(payload) = self.thread.join() {
+            std::panic::resume_unwind(payload);
+        }
     }
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use super::handles::{self, Kind};
 use crate::error::{Error, Result};
@@ -61,8 +61,8 @@ impl Devices {
 /// The begins' way into the staging tree: the root's handle (opened and its marker checked by
 /// the caller) and the run directories reached so far.
 pub(crate) struct BeginDirs {
-    root: Rc<Dir>,
-    runs: HashMap<String, Rc<Dir>>,
+    root: Arc<Dir>,
+    runs: HashMap<String, Arc<Dir>>,
 }
 
 impl BeginDirs {
@@ -70,7 +70,7 @@ impl BeginDirs {
     /// following a symlink) and whose marker it checked.
     pub(crate) fn new(root: &Path, handle: OwnedFd) -> Result<BeginDirs> {
         let device = handles::fstat(handle.as_fd()).map_err(|e| Error::io(format!("inspecting {}", root.display()), e))?.device;
-        Ok(BeginDirs { root: Rc::new(Dir { fd: handle, path: root.to_path_buf(), device }), runs: HashMap::new() })
+        Ok(BeginDirs { root: Arc::new(Dir { fd: handle, path: root.to_path_buf(), device }), runs: HashMap::new() })
     }
 
     /// A second handle on the root's open file (`dup`), for a sync of its file system later.
@@ -90,8 +90,8 @@ impl BeginDirs {
             return Err(Error::invalid("staging path", parent_rel, "names no task directory below a dataset and a run"));
         }
         let mut task = TaskDir {
-            root: Rc::clone(&self.root),
-            base: Rc::clone(&self.root),
+            root: Arc::clone(&self.root),
+            base: Arc::clone(&self.root),
             below: components,
             rel: parent_rel.to_owned(),
             created: Vec::new(),
@@ -99,11 +99,11 @@ impl BeginDirs {
         };
         let key = format!("{}/{}", task.below[0], task.below[1]);
         let held = match self.runs.get(&key) {
-            Some(run_dir) => Some(Rc::clone(run_dir)),
+            Some(run_dir) => Some(Arc::clone(run_dir)),
             None if self.runs.len() < RUN_DIRS_HELD => {
                 let dataset_dir = task.ensure_dir(&self.root, 0)?;
-                let run_dir = Rc::new(task.ensure_dir(&dataset_dir, 1)?);
-                self.runs.insert(key.clone(), Rc::clone(&run_dir));
+                let run_dir = Arc::new(task.ensure_dir(&dataset_dir, 1)?);
+                self.runs.insert(key.clone(), Arc::clone(&run_dir));
                 Some(run_dir)
             }
             None => None,
@@ -125,8 +125,8 @@ impl BeginDirs {
 /// A task's directory made before the write: the handle it is reached from and the plain
 /// components below that handle, and what its begin created.
 pub(crate) struct TaskDir {
-    root: Rc<Dir>,
-    base: Rc<Dir>,
+    root: Arc<Dir>,
+    base: Arc<Dir>,
     /// The components from `base` down to the task's directory (at least one).
     below: Vec<String>,
     /// The task's directory relative to the root.
@@ -170,7 +170,7 @@ impl TaskDir {
 
     /// Walks from the root again, through every component of the task's directory.
     fn walk_from_root(&mut self) {
-        self.base = Rc::clone(&self.root);
+        self.base = Arc::clone(&self.root);
         self.below = components(&self.rel);
     }
 
@@ -218,7 +218,7 @@ impl TaskDir {
     /// Makes the directories `below` under `base`: each but the last opened (made if missing),
     /// the last made. `Ok(false)` if `base` itself is gone.
     fn make(&mut self) -> Result<bool> {
-        let base = Rc::clone(&self.base);
+        let base = Arc::clone(&self.base);
         let last = self.below.len() - 1;
         let mut opened: Option<Dir> = None;
         for i in 0..last {

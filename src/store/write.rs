@@ -100,14 +100,7 @@ impl Store {
     /// `dirs`: a batch's way into the staging tree, whose root's marker it checked once for all
     /// its begins; without it the root is opened and its marker checked here.
     pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, dirs: Option<&mut BeginDirs>) -> Result<PreparedBegin> {
-        check_task_key(task)?;
-        // The task's existence is all this read establishes (the write reads run and task again,
-        // in its own transaction); the run is read only to name what is missing.
-        snapshot.read("reading the task to begin", |meta| match meta.task(task)? {
-            Some(_) => Ok(()),
-            None => read_run(meta, &task.dataset, &task.run).and_then(|_| read_task(meta, task)).map(drop),
-        })?;
-        let parent_rel = ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)?;
+        let parent_rel = check_begin(snapshot, task)?;
         // Nothing is created under a root that is not this store's (its marker checked).
         let mut own;
         let dirs = match dirs {
@@ -117,7 +110,7 @@ impl Store {
                 &mut own
             }
         };
-        Ok(PreparedBegin { task: task.clone(), dir: dirs.prepare(&parent_rel)? })
+        PreparedBegin::make(task.clone(), &parent_rel, dirs)
     }
 
     /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
@@ -549,6 +542,12 @@ pub(super) struct PreparedBegin {
 }
 
 impl PreparedBegin {
+    /// The file work of [`Store::prepare_begin`] once [`check_begin`] passed: makes the task's
+    /// directory `parent_rel` through `dirs`.
+    pub(super) fn make(task: TaskKey, parent_rel: &str, dirs: &mut BeginDirs) -> Result<PreparedBegin> {
+        Ok(PreparedBegin { task, dir: dirs.prepare(parent_rel)? })
+    }
+
     /// Every directory created for this begin, to sync after the commit.
     pub(super) fn created(&self) -> &[std::path::PathBuf] {
         self.dir.created()
@@ -558,6 +557,18 @@ impl PreparedBegin {
     pub(super) fn devices(&self) -> Devices {
         self.dir.devices()
     }
+}
+
+/// The checks of a begin before any file work: the task's key, its existence in `snapshot`
+/// (the write reads run and task again, in its own transaction; the run is read only to name
+/// what is missing). Returns the task's directory relative to the staging root.
+pub(super) fn check_begin(snapshot: &super::Snapshot, task: &TaskKey) -> Result<String> {
+    check_task_key(task)?;
+    snapshot.read("reading the task to begin", |meta| match meta.task(task)? {
+        Some(_) => Ok(()),
+        None => read_run(meta, &task.dataset, &task.run).and_then(|_| read_task(meta, task)).map(drop),
+    })?;
+    ids::staging_parent_rel(&task.dataset, &task.run, &task.partition)
 }
 
 pub(super) fn check_finish(attempt: &AttemptKey, candidate: &Candidate) -> Result<()> {

@@ -71,6 +71,71 @@ fn a_batch_runs_every_operation_with_its_own_outcome_and_a_refused_one_fails_alo
 }
 
 #[test]
+fn a_batch_of_many_begins_gives_each_its_own_outcome_while_its_directories_are_made_beside_the_write() {
+    // 40 begins: enough for their task directories to be made on a thread of their own while
+    // the transaction runs. The outcomes are the ones a batch of few begins gives.
+    let t = TestStore::new();
+    let partitions: Vec<String> = (0..40).map(|i| format!("p{i:02}")).collect();
+    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    t.store.declare_run(&run_spec("units", "r1", "s1", &tasks)).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let run_dir = t.staging().join("units/r1");
+    std::fs::create_dir_all(&run_dir).unwrap();
+    std::os::unix::fs::symlink(outside.path(), run_dir.join("p07")).unwrap();
+    std::fs::write(run_dir.join("p08"), b"not a directory").unwrap();
+    let mut ops: Vec<BatchOp> = partitions.iter().map(|p| begin(p)).collect();
+    ops.insert(3, begin("nope"));
+    ops.insert(20, begin("p03"));
+    ops.insert(
+        30,
+        BatchOp::Finish {
+            dataset: "units".into(),
+            run: "r1".into(),
+            partition: "p01".into(),
+            attempt: 9,
+            candidate: candidate("s1", 1, 1, write_rows(outside.path(), 1, 1)),
+        },
+    );
+    let results = t.store.run_batch(&ops).unwrap();
+    assert_eq!(results.len(), 43);
+    let mut tickets = Vec::new();
+    for (op, result) in ops.iter().zip(&results) {
+        match (op, result) {
+            (BatchOp::Begin { partition, .. }, Err(Error::UnknownTask { .. })) if partition == "nope" => {}
+            (BatchOp::Begin { partition, .. }, Err(err @ Error::InvalidInput { .. })) if partition == "p07" => {
+                assert!(err.to_string().contains("symlink"), "{err}")
+            }
+            (BatchOp::Begin { partition, .. }, Err(err @ Error::InvalidInput { .. })) if partition == "p08" => {
+                assert!(err.to_string().contains("not a directory"), "{err}")
+            }
+            (BatchOp::Finish { .. }, Err(Error::UnknownAttempt { .. })) => {}
+            (BatchOp::Begin { partition, .. }, Ok(BatchOutcome::Begin(ticket)))
+                if !["nope", "p07", "p08"].contains(&partition.as_str()) =>
+            {
+                assert_eq!(&ticket.key.task.partition, partition);
+                assert!(ticket.staging_dir.is_dir() && ticket.staging_dir.starts_with(&run_dir), "{}", ticket.staging_dir.display());
+                tickets.push(ticket.clone());
+            }
+            other => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    // Two begins of p03 in one batch: consecutive numbers, the second in the order given.
+    let p03: Vec<u32> = tickets.iter().filter(|t| t.key.task.partition == "p03").map(|t| t.key.attempt).collect();
+    assert_eq!(p03, [1, 2]);
+    assert_eq!(tickets.len(), 39, "40 begins of new partitions, two refused, and a second of p03");
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 1, "nothing but the test's own file outside the root");
+    // Every begin acknowledged is durable, and nothing of the refused ones was written.
+    let t = t.reopen();
+    let snapshot = t.store.snapshot().unwrap();
+    for ticket in &tickets {
+        assert!(snapshot.attempt(&ticket.key).unwrap().is_some(), "{:?}", ticket.key);
+    }
+    for refused in ["p07", "p08"] {
+        assert!(snapshot.attempts(&TaskKey::new("units", "r1", refused)).unwrap().is_empty(), "{refused}");
+    }
+}
+
+#[test]
 fn effects_in_a_batch_are_claimed_once_and_marked_by_the_claimant() {
     let t = TestStore::new();
     t.store.declare_run(&run_spec("units", "r1", "s1", &[("p", 1, 1)])).unwrap();

@@ -10,7 +10,7 @@
 //!   durable with one `syncfs` of the staging root's file system, and a failed one hands out no
 //!   ticket;
 //! - a batch's begins make every directory with `mkdirat` in a directory handle, reaching their
-//!   run's directory once.
+//!   run's directory once, the task directories on a thread beside the write's.
 
 use std::path::Path;
 use std::process::Command;
@@ -265,6 +265,14 @@ fn a_batch_of_begins_makes_every_directory_in_a_handle_and_reaches_its_run_direc
     assert_eq!(count("fstat(", "/daily/r1/p="), 40, "the task's directory's device read once");
     let run_opens = lines.iter().filter(|l| l.contains("openat(") && l.contains(", \"r1\"") && !l.contains("ENOENT")).count();
     assert_eq!(run_opens, 1, "the run directory is opened once for the batch");
+    // The task directories are made on a thread of their own, beside the write's thread that
+    // makes the attempts' directories (`-f` prints each call's thread id first).
+    let threads = |within: &str| -> std::collections::BTreeSet<&str> {
+        lines.iter().filter(|l| l.contains("mkdirat(") && l.contains(within)).filter_map(|l| l.split_whitespace().next()).collect()
+    };
+    let (makers, writers) = (threads(&format!("{run_dir}, \"p=")), threads("\"@attempt-1\""));
+    assert_eq!((makers.len(), writers.len()), (1, 1), "one thread each: {makers:?} {writers:?}");
+    assert!(makers.is_disjoint(&writers), "the task directories are made beside the write: {makers:?} {writers:?}");
 }
 
 #[test]
