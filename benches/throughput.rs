@@ -126,6 +126,11 @@ impl Report {
         let value = self.get(numerator) / self.get(denominator);
         self.put(key, value, "(ratio)");
     }
+
+    fn difference(&mut self, key: &str, minuend: &str, subtrahend: &str) {
+        let value = self.get(minuend) - self.get(subtrahend);
+        self.put(key, value, "(difference)");
+    }
 }
 
 fn per_second(count: u64, elapsed: Duration) -> f64 {
@@ -168,6 +173,8 @@ impl RawFile {
 }
 
 const REDB_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("bench");
+/// The second table of a bare commit that writes two (the instruction count's per-table cost).
+const REDB_TABLE_2: TableDefinition<u64, &[u8]> = TableDefinition::new("bench2");
 
 /// (b) One small value inserted and committed (Immediate durability, redb's default), in
 /// redb's default mode (`ExclusiveWriter`: one-phase commit) or in the mode manifestdb opens
@@ -176,17 +183,28 @@ const REDB_TABLE: TableDefinition<u64, &[u8]> = TableDefinition::new("bench");
 struct BareRedb {
     db: Database,
     n: u64,
+    /// Whether each commit also inserts into a second table.
+    two_tables: bool,
 }
 
 impl BareRedb {
     fn open(path: &Path, mode: ConcurrencyMode) -> Res<BareRedb> {
-        Ok(BareRedb { db: Builder::new().set_concurrency_mode(mode).create(path)?, n: 0 })
+        Ok(BareRedb { db: Builder::new().set_concurrency_mode(mode).create(path)?, n: 0, two_tables: false })
+    }
+
+    /// Each commit inserts one value into each of two tables.
+    fn with_two_tables(mut self) -> BareRedb {
+        self.two_tables = true;
+        self
     }
 
     fn op(&mut self) -> Res<Duration> {
         let start = Instant::now();
         let txn = self.db.begin_write()?;
         txn.open_table(REDB_TABLE)?.insert(self.n, [7u8; 64].as_slice())?;
+        if self.two_tables {
+            txn.open_table(REDB_TABLE_2)?.insert(self.n, [7u8; 64].as_slice())?;
+        }
         txn.commit()?;
         self.n += 1;
         Ok(start.elapsed())
@@ -542,6 +560,8 @@ fn sqlite_publish(conn: &mut Connection, dataset: &str, run: &str) -> Res<Durati
 struct BareSqlite {
     conn: Connection,
     n: i64,
+    /// Whether each commit also inserts into a second table (in one transaction).
+    two_tables: bool,
 }
 
 impl BareSqlite {
@@ -549,13 +569,28 @@ impl BareSqlite {
         let conn = Connection::open(path)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch("CREATE TABLE bench (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")?;
-        Ok(BareSqlite { conn, n: 0 })
+        conn.execute_batch(
+            "CREATE TABLE bench (k INTEGER PRIMARY KEY, v BLOB NOT NULL); CREATE TABLE bench2 (k INTEGER PRIMARY KEY, v BLOB NOT NULL)",
+        )?;
+        Ok(BareSqlite { conn, n: 0, two_tables: false })
+    }
+
+    /// Each commit inserts one row into each of two tables.
+    fn with_two_tables(mut self) -> BareSqlite {
+        self.two_tables = true;
+        self
     }
 
     fn op(&mut self) -> Res<Duration> {
         let start = Instant::now();
-        self.conn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![self.n, [7u8; 64].as_slice()])?;
+        if self.two_tables {
+            let txn = self.conn.transaction()?;
+            txn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![self.n, [7u8; 64].as_slice()])?;
+            txn.prepare_cached("INSERT INTO bench2 VALUES (?1, ?2)")?.execute(params![self.n, [7u8; 64].as_slice()])?;
+            txn.commit()?;
+        } else {
+            self.conn.prepare_cached("INSERT INTO bench VALUES (?1, ?2)")?.execute(params![self.n, [7u8; 64].as_slice()])?;
+        }
         self.n += 1;
         Ok(start.elapsed())
     }
