@@ -79,7 +79,7 @@ pub struct StoreOptions {
     /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
     /// grain keys, in bytes (the allocated key arena and hash table). Past it the set is sorted
     /// and spilled to a private directory under the staging root, and the runs are merged at
-    /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
+    /// the end (see the book, `docs/src/library.md`). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
     /// Publish views: after every publish and rollback commit, the dataset's current
     /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
@@ -136,6 +136,20 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+    }
+}
+
+/// Refuses a PostgreSQL URL in a build without the PostgreSQL layer, which would otherwise
+/// take it for the path of a store file.
+#[cfg(not(feature = "postgres"))]
+fn refuse_postgres_url(location: &Path) -> Result<()> {
+    match location.to_str() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Err(Error::invalid(
+            "store location",
+            url,
+            "this build of manifestdb has no PostgreSQL layer; enable the crate's `postgres` feature",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -330,6 +344,8 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         #[cfg(feature = "postgres")]
@@ -823,6 +839,8 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
