@@ -109,7 +109,23 @@ impl Default for StoreOptions {
 ///
 /// One process at a time may hold a `Store` on a file; other processes may open it read-only
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
-/// behind an `Arc`.
+/// behind an `Arc`. Each call is one transaction; the crate's front page walks through the
+/// whole protocol.
+///
+/// ```
+/// use manifestdb::{Error, RunSpec, Store, TaskKey, TaskSpec};
+///
+/// # fn main() -> Result<(), Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// let ticket = store.begin_attempt(&TaskKey::new("daily", "r1", "region=eu"))?;
+/// assert!(ticket.staging_dir.starts_with(store.staging_root()));
+/// // A second writer on the same file is refused while this handle lives.
+/// assert!(matches!(Store::open(dir.path().join("store.redb"), dir.path().join("staging")), Err(Error::AlreadyOpen { .. })));
+/// # Ok(())
+/// # }
+/// ```
 pub struct Store {
     /// The storage layer: the engine's database and its transactions (see `layer.rs`).
     layer: Layer,
@@ -802,6 +818,20 @@ fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
 
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
+///
+/// ```
+/// use manifestdb::{ReadOnlyStore, Store};
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let writer = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// // Beside the writer (in this process or another): one snapshot per consistent read.
+/// let reader = ReadOnlyStore::open(dir.path().join("store.redb"))?;
+/// assert_eq!(reader.snapshot()?.current("daily")?, None); // nothing published yet
+/// # drop(writer);
+/// # Ok(())
+/// # }
+/// ```
 pub struct ReadOnlyStore {
     /// The storage layer (see `layer.rs`).
     layer: ReadLayer,
