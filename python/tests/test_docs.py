@@ -27,3 +27,13 @@ def test_the_fifteen_line_example_runs(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code.group(1)], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("generation 1 [") and "part.csv" in done.stdout, done.stdout
+
+
+def test_the_readme_example_runs(tmp_path: Path) -> None:
+    text = (DOCS.parent / "README.md").read_text()
+    section = text[text.index("## From Python") :]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    (tmp_path / "jobs").mkdir()
+    done = subprocess.run([sys.executable, "-c", code.group(1)], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
