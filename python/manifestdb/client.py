@@ -130,13 +130,19 @@ class Client(_Operations):
         deadline = time.monotonic() + self._retry_for
         while True:
             conn = self._connection()
+            reused = getattr(conn, "_manifestdb_answered", False)
             try:
                 conn.request(method, path, body=payload, headers=headers)
                 response = conn.getresponse()
                 status, raw = response.status, response.read()
+                conn._manifestdb_answered = True  # type: ignore[attr-defined]
                 break
             except (OSError, http.client.HTTPException) as e:
                 self._drop()
+                if reused and isinstance(e, (ConnectionError, http.client.RemoteDisconnected)):
+                    # A kept-alive connection the server closed while idle (its idle time-out):
+                    # the request goes again on a fresh connection.
+                    continue
                 if time.monotonic() >= deadline:
                     raise errors.Fault(f"server request to {self.target}: {method} {path}: {e}") from e
                 time.sleep(0.05)

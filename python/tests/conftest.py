@@ -49,7 +49,7 @@ def store(paths: tuple[Path, Path]) -> Iterator[manifestdb.Store]:
 class Server:
     """A `manifestdb serve` process on a Unix socket."""
 
-    def __init__(self, db: Path, staging: Path, socket: Path, token_file: Path | None = None) -> None:
+    def __init__(self, db: Path, staging: Path, socket: Path, token_file: Path | None = None, extra: tuple[str, ...] = ()) -> None:
         binary = manifestdb_binary()
         if binary is None:
             reason = "no manifestdb binary: build it (cargo build -p manifestdb-cli) or set MANIFESTDB_BIN"
@@ -59,6 +59,7 @@ class Server:
         args = [str(binary), "--store", str(db), "--staging", str(staging), "serve", "--json", "--socket", str(socket)]
         if token_file is not None:
             args += ["--token-file", str(token_file)]
+        args += list(extra)
         self.socket = socket
         self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert self.process.stdout is not None

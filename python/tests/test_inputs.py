@@ -127,3 +127,20 @@ def test_a_wrong_token_is_unauthorized(paths: tuple[Path, Path], tmp_path: Path)
         srv.stop()
     with pytest.raises(m.Fault, match="server request"):
         m.Client(str(srv.socket)).datasets()  # nobody listens any more
+
+
+def test_a_connection_the_server_closed_while_idle_is_reopened(paths: tuple[Path, Path], tmp_path: Path) -> None:
+    import time
+
+    from conftest import Server
+
+    m.Store.open(*paths).close()
+    srv = Server(paths[0], paths[1], tmp_path / "s.sock", extra=("--idle-timeout", "300ms"))
+    try:
+        client = m.Client(str(srv.socket))
+        client.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec("p=1", 0)]))
+        time.sleep(1.0)  # the server closes the kept-alive connection meanwhile
+        assert [r.run for r in client.runs("d")] == ["r"]
+        assert client.begin_attempt(m.TaskKey("d", "r", "p=1")).key.attempt == 1
+    finally:
+        srv.stop()
