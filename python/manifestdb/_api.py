@@ -68,6 +68,10 @@ Document = Mapping[str, Any]
 class _Operations:
     """Every operation of the store, over one call to the served API."""
 
+    #: Whether ``POST attempts/validate-pending`` is answered (the native module's routes);
+    #: without it ``validate_pending`` validates each pending attempt in a call of its own.
+    _validate_pending_route = True
+
     def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Document:
         raise NotImplementedError
 
@@ -361,10 +365,44 @@ class _Operations:
             return []
         return [AttemptSummary._of(a, dataset, run) for a in d["attempts"]]
 
-    def unvalidated_attempts(self, dataset: str, run: str) -> list[AttemptKey]:
-        """The run's attempts that finished but are not validated yet: what a coordinator
-        validates after a worker lost its answer."""
-        return [a.key for a in self.run_attempts(dataset, run) if a.status == "finished"]
+    def pending_attempts(self, dataset: str, run: str) -> list[AttemptKey]:
+        """The run's attempts that finished and await validation (a candidate recorded, no
+        verdict yet), in (partition, attempt) order: what a coordinator validates after a
+        worker lost its answer. Raises :class:`NotFound` for an unknown run."""
+        _check("dataset", dataset, str)
+        _check("run", run, str)
+        d = self._call("GET", "attempts", {"dataset": dataset, "run": run})
+        keys = [AttemptSummary._of(a, dataset, run).key for a in d["attempts"] if a["status"] == "finished"]
+        return sorted(keys, key=lambda k: (k.partition, k.attempt))
+
+    def validate_pending(
+        self, dataset: str, run: str, check: FileCheck = FileCheck.SIZE
+    ) -> list[tuple[AttemptKey, Verdict | errors.Error]]:
+        """Validates every pending attempt of the run (:meth:`pending_attempts`), one result
+        per attempt in (partition, attempt) order: its verdict, or the error that stopped its
+        validation (not raised: an attempt fails alone)."""
+        _check("dataset", dataset, str)
+        _check("run", run, str)
+        _check("check", check, FileCheck)
+        if not self._validate_pending_route:
+            # The same, one attempt at a time: each attempt is validated alone either way.
+            results: list[tuple[AttemptKey, Verdict | errors.Error]] = []
+            for key in self.pending_attempts(dataset, run):
+                try:
+                    results.append((key, self.validate_attempt(key, check)))
+                except errors.Error as failure:
+                    results.append((key, failure))
+            return results
+        body = {"dataset": dataset, "run": run, "checksums": check is FileCheck.SIZE_AND_CHECKSUM}
+        doc = self._call("POST", "attempts/validate-pending", body)
+        out: list[tuple[AttemptKey, Verdict | errors.Error]] = []
+        for line in doc["results"]:
+            key = AttemptKey._of(line)
+            if "error" in line:
+                out.append((key, errors._error_of_kind(line["error"]["kind"], line["error"]["message"])))
+            else:
+                out.append((key, Verdict._of(line)))
+        return out
 
     def attempt(self, attempt: AttemptKey) -> AttemptInfo | None:
         """Everything the store knows of one attempt, or None."""

@@ -36,12 +36,11 @@ from airflow.sdk import task
 from .integrations import (
     Connect,
     Emit,
-    PublishRefused,
     abandon_running,
-    emit_ready_effects,
+    publish_and_emit,
     run_attempt,
 )
-from .types import EffectKey, FileCheck, Published, AlreadyPublished, RunSpec, TaskKey
+from .types import FileCheck, RunSpec, TaskKey
 
 __all__ = ["declare_run", "partition_task", "publish_run", "abandon_callback"]
 
@@ -121,12 +120,14 @@ def publish_run(
     emit: Emit | None = None,
     claimant: str | None = None,
     lease: timedelta | float = 60.0,
+    check: FileCheck = FileCheck.SIZE,
     task_id: str = "publish_run",
     **task_kwargs: Any,
 ) -> Any:
-    """A task that records the run's ``effects`` (``(name, partition or None, payload)``, under
-    their natural keys), publishes the run (a refusal fails the task with the per-task report:
-    :class:`PublishRefused`), and emits each ready effect through ``emit(effect,
+    """A task that validates the run's pending attempts (a partition try that finished and
+    died before its verdict), records the run's ``effects`` (``(name, partition or None,
+    payload)``, under their natural keys), publishes the run (a refusal fails the task with the
+    per-task report: :class:`PublishRefused`), and emits each ready effect through ``emit(effect,
     idempotency_key)``, marking it emitted in the same step. The claimant defaults to a name
     stable across the task's retries (``airflow:<dag>:<task>:<run>@<host>``), so a retry renews the
     claim of a try that died between emitting and marking, and emits again: the receiver drops
@@ -138,12 +139,9 @@ def publish_run(
         # A claimant may not contain "/".
         who = claimant or f"airflow:{getattr(ti, 'dag_id', '?')}:{getattr(ti, 'task_id', task_id)}:{run_id}@{socket.gethostname()}"
         with connect() as store:
-            for name, partition, payload in effects:
-                store.record_effect(EffectKey(dataset, run_id, name, partition), payload)
-            outcome = store.publish(dataset, run_id)
-            if not isinstance(outcome, (Published, AlreadyPublished)):
-                raise PublishRefused(str(outcome))
-            emitted = [] if emit is None else emit_ready_effects(store, dataset, run_id, emit, claimant=who, lease=lease)
+            outcome, emitted = publish_and_emit(
+                store, dataset, run_id, effects=effects, emit=emit, claimant=who, lease=lease, check=check
+            )
         return {"generation": outcome.generation.number, "emitted": [e.key.idempotency_key for e in emitted]}
 
     publish.__name__ = task_id

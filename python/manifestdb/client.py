@@ -62,6 +62,10 @@ class Client(_Operations):
     which is what a retried task is anyway.
     """
 
+    # `manifestdb serve` has no validate-pending route yet: `validate_pending` lists the pending
+    # attempts and validates each (the same results; each attempt is validated alone either way).
+    _validate_pending_route = False
+
     def __init__(
         self,
         target: Union[str, "os.PathLike[str]"],

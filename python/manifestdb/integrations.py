@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Callable, Mapping, Protocol, Union
+from typing import Callable, Mapping, Protocol, Sequence, Union
 
 from . import errors
 from .client import Client
@@ -22,9 +22,12 @@ from .types import (
     AttemptTicket,
     Candidate,
     Claimed,
+    AlreadyPublished,
     Effect,
+    EffectKey,
     FileCheck,
     FileEntry,
+    Published,
     TaskKey,
     Verdict,
 )
@@ -38,6 +41,7 @@ __all__ = [
     "run_attempt",
     "abandon_running",
     "emit_ready_effects",
+    "publish_and_emit",
 ]
 
 Handle = Union[Store, Client]
@@ -170,3 +174,29 @@ def emit_ready_effects(
         store.mark_effect_emitted(effect.key, claimant)
         emitted.append(outcome.effect)
     return emitted
+
+
+def publish_and_emit(
+    store: Handle,
+    dataset: str,
+    run: str,
+    *,
+    effects: Sequence[tuple[str, str | None, Union[str, bytes]]] = (),
+    emit: Emit | None = None,
+    claimant: str,
+    lease: timedelta | float = 60.0,
+    check: FileCheck = FileCheck.SIZE,
+) -> tuple[Published | AlreadyPublished, list[Effect]]:
+    """The coordinator's step: validates the run's pending attempts (finished, never validated:
+    a worker that lost its answer; ``validate_pending``, one call), records ``effects`` (``(name,
+    partition or None, payload)``, under their natural keys), publishes the run (a refusal
+    raises :class:`PublishRefused` with the per-task report) and emits the ready effects
+    (:func:`emit_ready_effects`). Returns the publish's outcome and the effects emitted."""
+    store.validate_pending(dataset, run, check)  # a pending attempt that is invalid just stays unaccepted
+    for name, partition, payload in effects:
+        store.record_effect(EffectKey(dataset, run, name, partition), payload)
+    outcome = store.publish(dataset, run)
+    if not isinstance(outcome, (Published, AlreadyPublished)):
+        raise PublishRefused(str(outcome))
+    emitted = [] if emit is None else emit_ready_effects(store, dataset, run, emit, claimant=claimant, lease=lease)
+    return outcome, emitted

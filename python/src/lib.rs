@@ -351,6 +351,15 @@ struct InvalidateBody {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct PendingBody {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    checksums: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct PublishBody {
     dataset: String,
     run: String,
@@ -526,6 +535,29 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
             Ok(documents::validated(&key, &verdict, accepted, reconciliation.as_ref()))
         }
+        ("POST", "attempts/validate-pending") => {
+            let store = handle.writer(route)?;
+            let b = parse::<PendingBody>(route, body)?;
+            let check = if b.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+            let results = store.validate_pending(&b.dataset, &b.run, check)?;
+            let snapshot = store.snapshot()?;
+            let mut lines = Vec::with_capacity(results.len());
+            for (key, verdict) in results {
+                lines.push(match verdict {
+                    Ok(verdict) => {
+                        let accepted = snapshot.accepted(&key.task)?;
+                        let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+                        documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
+                    }
+                    Err(err) => {
+                        let mut line = operator::attempt_key(&key);
+                        line["error"] = error_document(err.kind(), err.to_string());
+                        line
+                    }
+                });
+            }
+            Ok(json!({ "dataset": b.dataset, "run": b.run, "results": lines }))
+        }
         ("POST", "publish") => {
             let store = handle.writer(route)?;
             let body = parse::<PublishBody>(route, body)?;
@@ -643,6 +675,11 @@ fn write_op(handle: &Handle, route: &str, op: &str, body: Value) -> Doc {
     Ok(documents::batch_result(&run_one(store, &op)?))
 }
 
+/// `{"exit_code", "kind", "message"}`: the error object of an error document.
+fn error_document(kind: ErrorKind, message: String) -> Value {
+    json!({ "exit_code": kind.exit_code(), "kind": kind.name(), "message": message })
+}
+
 /// `POST /v1/batch`: every operation in one commit, one result each, in order.
 fn batch(store: &Store, body: BatchBody) -> Doc {
     if body.ops.len() > BATCH_OPS_MAX {
@@ -656,7 +693,7 @@ fn batch(store: &Store, body: BatchBody) -> Doc {
         .collect();
     let ops: Vec<BatchOp> = parsed.iter().filter_map(|op| op.as_ref().ok().cloned()).collect();
     let mut outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? }.into_iter();
-    let error = |kind: ErrorKind, message: String| json!({ "exit_code": kind.exit_code(), "kind": kind.name(), "message": message });
+    let error = error_document;
     let mut results = Vec::with_capacity(parsed.len());
     let mut all_ok = true;
     for (i, op) in parsed.iter().enumerate() {

@@ -111,10 +111,13 @@ def test_a_worker_that_loses_its_answer_leaves_two_attempts_and_the_publish_hold
     assert (lost.key.attempt, retry.key.attempt) == (1, 2) and lost.staging_dir != retry.staging_dir
     us = attempt(handle, US)
     # The coordinator finds what finished but was never validated, and validates it all.
-    assert sorted(str(k) for k in handle.unvalidated_attempts(DATASET, RUN)) == sorted(str(t.key) for t in (lost, retry, us))
-    for t in (retry, lost, us):  # in any order: the lowest valid attempt is accepted
-        assert handle.validate_attempt(t.key).is_valid()
-    assert handle.unvalidated_attempts(DATASET, RUN) == []
+    assert handle.pending_attempts(DATASET, RUN) == [lost.key, retry.key, us.key]
+    assert handle.validate_attempt(retry.key).is_valid()  # in any order: the lowest valid one is accepted
+    results = handle.validate_pending(DATASET, RUN)
+    assert [(k, v.is_valid()) for k, v in results] == [(lost.key, True), (us.key, True)]  # type: ignore[union-attr]
+    assert handle.pending_attempts(DATASET, RUN) == [] and handle.validate_pending(DATASET, RUN) == []
+    with pytest.raises(m.NotFound):
+        handle.pending_attempts(DATASET, "no-such-run")
     outcome = handle.publish(DATASET, RUN)
     assert isinstance(outcome, m.Published)
     manifest = handle.manifest(DATASET)

@@ -79,3 +79,28 @@ def test_duckdb_reading_the_view_during_publishes_sees_whole_generations(tmp_pat
     assert not failures, failures
     assert seen and set(seen) <= totals, (set(seen) - totals)
     assert status is not None and status.view_generation == status.store_generation == 11 and not status.lagging
+
+
+def test_parquet_written_by_polars_is_validated_and_read_back(paths: tuple[Path, Path]) -> None:
+    """A Parquet grain: validation reads the files polars wrote (rows, total, duplicate keys);
+    the attempt with a repeated key is refused, the next one published, and DuckDB reads it."""
+    grain = m.Grain(m.DataFormat.PARQUET, ["store", "item"], "units")
+    task = m.TaskKey("units_pq", "r1", "region=eu")
+    with m.Store.open(*paths) as store:
+        store.declare_run(m.RunSpec("units_pq", "r1", "snap", [m.TaskSpec("region=eu", 2, 700)], grain))
+        verdicts = []
+        for stores in ([1, 1], [1, 2]):  # the first try repeats a key
+            t = store.begin_attempt(task)
+            frame = pl.DataFrame({"store": stores, "item": [7, 7], "units": [300, 400]})
+            # Snappy, pandas' and pyarrow's default: the core reads no zstd (polars' default).
+            frame.write_parquet(t.staging_dir / "part.parquet", compression="snappy")
+            store.finish_attempt(t.key, m.Candidate("snap", files=[m.describe_file(t.staging_dir, "part.parquet")]))
+            verdicts.append(store.validate_attempt(t.key))
+        assert [f.kind for f in verdicts[0].failures] == ["duplicate_grain_key"]
+        assert verdicts[1].is_valid() and verdicts[1].accepted_attempt == 2
+        assert verdicts[1].reconciliation is not None and verdicts[1].reconciliation.computed_total == 700
+        assert isinstance(store.publish("units_pq", "r1"), m.Published)
+        manifest = store.manifest("units_pq")
+    assert manifest is not None
+    files = [str(p) for p in manifest.paths()]
+    assert duckdb.sql(f"select count(*), sum(units) from read_parquet({files!r})").fetchall() == [(2, 700)]
