@@ -10,7 +10,42 @@
 //! generation on, when nothing older remains for it to hide).
 
 use crate::lifecycle::{RetentionPolicy, RollbackRefusal};
-use crate::model::PartitionEntry;
+use crate::model::{GenerationKind, PartitionEntry};
+
+/// Whether the partitions a read of generation `number` found (`entries`, each newest version
+/// at or below it) agree with the generation's record, which says how many partitions it
+/// replaced; `Err` says how they disagree (the store is damaged: a page of the version table
+/// swapped for another, say, would otherwise read as a generation without partitions).
+///
+/// A publish writes one version entry per task, all visible from its generation on (a later
+/// generation writes at its own number), so exactly `partitions_replaced` entries read back
+/// with `since_generation == number`. A rollback also writes removal markers, which read back
+/// as no entry: at most that many. No entry can be newer than the generation read.
+pub(crate) fn generation_entries_agree(
+    number: u64,
+    kind: &GenerationKind,
+    partitions_replaced: u64,
+    entries: &[PartitionEntry],
+) -> Result<(), String> {
+    if let Some(newer) = entries.iter().find(|e| e.since_generation > number) {
+        return Err(format!(
+            "generation {number} reads partition {:?} from generation {}, which is newer",
+            newer.partition, newer.since_generation
+        ));
+    }
+    let written = entries.iter().filter(|e| e.since_generation == number).count() as u64;
+    let agrees = match kind {
+        GenerationKind::Rollback { .. } => written <= partitions_replaced,
+        GenerationKind::Publish => written == partitions_replaced,
+    };
+    if agrees {
+        Ok(())
+    } else {
+        Err(format!(
+            "generation {number} replaced {partitions_replaced} partition(s) but {written} of the partitions read were written by it"
+        ))
+    }
+}
 
 /// The oldest retained generation, given every stored generation `(number, published_at_ms)`
 /// in ascending order (the last one is the current one). Returns 0 when there is none.
