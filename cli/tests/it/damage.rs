@@ -4,7 +4,8 @@
 //! writing verbs and `verify --integrity`. Every run exits 7 (corrupt) with one error line, or
 //! exits as on the undamaged store with the same output; none panics (exit 101) or aborts, none
 //! says "not found" (4) or "fault" (1) instead. Every copy's verbs stay under 256 MiB of
-//! resident memory (issue 32, item 1: a damaged page number made a read allocate 4 GiB).
+//! resident memory (issue 32, item 1: a damaged page number made a read allocate 4 GiB), and a
+//! verb that fails leaves the store file's bytes as they were (item 2: `store/undo.rs`).
 //!
 //! `cargo test -p manifestdb-cli --test it damage:: -- --nocapture` prints the figures: each
 //! copy's peak resident memory (the largest of its verbs', from `wait4`) and the bytes its
@@ -137,4 +138,6 @@ fn damaged_stores_exit_7_or_answer_as_the_undamaged_store() {
     );
     assert!(wrong.is_empty(), "{} runs neither exited 7 nor answered as the undamaged store:\n{}", wrong.len(), wrong.join("\n"));
     assert!(corrupt > damage.len(), "the damage went unnoticed");
+    // Issue 32, item 2: a verb that refuses a damaged store leaves its bytes as they were.
+    assert_eq!(bytes_changed_total, 0, "refused verbs changed the store file ({refused_changed} of {refused} runs)");
 }
