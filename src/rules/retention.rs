@@ -188,6 +188,21 @@ mod tests {
         assert_eq!(versions_to_remove(&[(1, false), (4, true)], 3), Vec::<u64>::new());
     }
 
+    /// Issue 32, item 3: a generation read without the partitions its record says it replaced
+    /// (two pages of the version table swapped) is refused, not read as an empty generation.
+    #[test]
+    fn a_generations_entries_must_agree_with_its_record() {
+        let rollback = GenerationKind::Rollback { restored: 1, actor: "a".into(), reason: "r".into() };
+        let two = [entry("a", 3), entry("b", 2)];
+        assert_eq!(generation_entries_agree(3, &GenerationKind::Publish, 1, &two), Ok(()));
+        assert!(generation_entries_agree(3, &GenerationKind::Publish, 1, &[]).unwrap_err().contains("replaced 1 partition(s) but 0"));
+        assert!(generation_entries_agree(3, &GenerationKind::Publish, 0, &two).is_err(), "more written than replaced");
+        assert!(generation_entries_agree(2, &GenerationKind::Publish, 1, &two).unwrap_err().contains("newer"));
+        // A rollback's removal markers read back as no entry: fewer is fine, more is not.
+        assert_eq!(generation_entries_agree(3, &rollback, 2, &two), Ok(()));
+        assert!(generation_entries_agree(3, &rollback, 0, &two).is_err());
+    }
+
     fn entry(partition: &str, since: u64) -> PartitionEntry {
         PartitionEntry {
             partition: partition.into(),
