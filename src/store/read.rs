@@ -252,6 +252,34 @@ impl Snapshot {
         })
     }
 
+    /// The attempts of a run that finished and await validation (a candidate recorded, no
+    /// verdict yet), in (partition, attempt) order: what a coordinator validates next
+    /// ([`crate::Store::validate_pending`] validates them all). Running, abandoned and
+    /// validated attempts are not among them.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`] if the run was never declared; [`Error::InvalidInput`] for a bad
+    /// name; storage and corruption errors.
+    pub fn pending_attempts(&self, dataset: &str, run: &str) -> Result<Vec<AttemptKey>> {
+        crate::rules::ids::check_name("dataset", dataset)?;
+        crate::rules::ids::check_name("run id", run)?;
+        self.read("reading the attempts awaiting validation", |meta| {
+            if meta.run(dataset, run)?.is_none() {
+                return Err(Error::UnknownRun { dataset: dataset.to_owned(), run: run.to_owned() });
+            }
+            let mut pending = Vec::new();
+            for (partition, _) in meta.run_tasks(dataset, run)? {
+                let task = TaskKey::new(dataset, run, &partition);
+                for (number, record) in meta.task_attempts(&task)? {
+                    if matches!(attempt_status(&record), crate::model::AttemptStatus::Finished) {
+                        pending.push(task.attempt(number));
+                    }
+                }
+            }
+            Ok(pending)
+        })
+    }
+
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
     /// published).
     ///
