@@ -216,6 +216,7 @@ mod tests {
         "store/group.rs",
         "store/layer.rs",
         "store/engine_error.rs",
+        "store/undo.rs",
         "store/mod.rs",
         "verify.rs",
         "testing.rs",

@@ -232,9 +232,9 @@ pub fn command() -> Command {
     cmd
 }
 
-/// Runs a prepared command to completion.
 /// Runs `cmd` to its end as [`finish`] does, and also returns the child's peak resident memory
 /// in KiB (`ru_maxrss` from `wait4`).
+#[allow(clippy::zombie_processes, reason = "the child is reaped by wait4 below, which clippy does not see")]
 pub fn finish_measured(cmd: &mut Command) -> (Run, u64) {
     use std::io::Read;
     let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("run the manifestdb binary");
