@@ -201,6 +201,23 @@ pub enum Error {
         needed: &'static str,
     },
 
+    /// Something the store did not make stands at the staging path of a task's next attempt
+    /// (a file, a symlink, or a directory holding files): the begin is refused, nothing is
+    /// written, and every later begin of the task is refused the same way until it is moved
+    /// away. manifestdb never skips the number: the entry may be another writer's output, which
+    /// an operator should look at, and attempt numbers stay consecutive.
+    #[error(
+        "the staging directory of the next attempt, {}, is taken: {detail}; it was not made by this store: move it away \
+         (after checking whose it is) and begin again",
+        path.display()
+    )]
+    StagingPathTaken {
+        /// The attempt's staging directory.
+        path: PathBuf,
+        /// What stands there.
+        detail: String,
+    },
+
     /// The side effect is unknown.
     #[error("no side effect {effect:?} recorded for run {run:?} of dataset {dataset:?}, partition {partition:?}")]
     UnknownEffect {
@@ -486,6 +503,7 @@ impl Error {
             | Error::ForeignSnapshot { .. }
             | Error::CandidateConflict { .. }
             | Error::AttemptState { .. }
+            | Error::StagingPathTaken { .. }
             | Error::EffectNotReady { .. }
             | Error::AttemptAbandoned { .. }
             | Error::GenerationExpired { .. }
@@ -496,6 +514,7 @@ impl Error {
                 StorageErrorKind::Busy | StorageErrorKind::Conflict => ErrorKind::Busy,
                 StorageErrorKind::Corrupt | StorageErrorKind::NotAStore => ErrorKind::Corrupt,
                 StorageErrorKind::Io | StorageErrorKind::Other => ErrorKind::Fault,
+                StorageErrorKind::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             },
             Error::Io { .. } | Error::Poisoned { .. } | Error::ViewLagging { .. } | Error::NeedsRecovery { .. } => ErrorKind::Fault,
         }
@@ -526,10 +545,16 @@ pub enum ErrorKind {
     /// A request to the server lacks the right bearer token. Only the server answers with it
     /// ([`Error::kind`] never gives it); the command-line tool exits 1 for it.
     Unauthorized,
+    /// The call may or may not have taken effect: a write whose COMMIT was sent but whose
+    /// outcome could not be learnt (a shared database unreachable for the whole settling
+    /// time). Calling the same operation again settles it (every write is idempotent under its
+    /// natural key; a publish answers with its generation); a scheduler retries exactly these.
+    /// Any other failure of a write left nothing committed.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 7] = [
+    const ALL: [ErrorKind; 8] = [
         ErrorKind::Fault,
         ErrorKind::Usage,
         ErrorKind::NotFound,
@@ -537,6 +562,7 @@ impl ErrorKind {
         ErrorKind::Busy,
         ErrorKind::Corrupt,
         ErrorKind::Unauthorized,
+        ErrorKind::OutcomeUnknown,
     ];
 
     /// The command-line tool's exit code for this kind (the server's error documents carry it
@@ -549,6 +575,7 @@ impl ErrorKind {
             ErrorKind::Conflict => 5,
             ErrorKind::Busy => 6,
             ErrorKind::Corrupt => 7,
+            ErrorKind::OutcomeUnknown => 8,
         }
     }
 
@@ -562,6 +589,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 
@@ -601,6 +629,9 @@ pub enum StorageErrorKind {
     Conflict,
     /// Anything else the engine reported (a misuse or a limit of the engine).
     Other,
+    /// A commit was sent and its outcome could not be learnt: the transaction may or may not
+    /// have committed ([`ErrorKind::OutcomeUnknown`]). The same call again settles it.
+    OutcomeUnknown,
 }
 
 impl StorageError {

@@ -96,7 +96,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
+pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome, validation_after_its_finish};
 pub use error::{Corruption, Error, ErrorKind, Result, StorageError, StorageErrorKind};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{

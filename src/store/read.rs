@@ -123,7 +123,8 @@ impl Snapshot {
             let Some(generation) = generation else {
                 return Ok(None);
             };
-            let mut partitions = meta.partitions_at(dataset, generation.number)?;
+            let mut partitions =
+                crate::ops::generation_partitions(meta, dataset, generation.number, &generation.kind, generation.partitions_replaced)?;
             for entry in &mut partitions {
                 self.locate(entry);
             }
