@@ -398,7 +398,8 @@ pub struct DeclareArgs {
     pub tasks: Vec<TaskSpec>,
     /// The output's grain key columns, comma separated (e.g. store,item). With a grain,
     /// validation reads every file and computes rows, total, duplicate keys and the canonical
-    /// digest itself; `attempt finish` then needs no --rows/--total/--digest.
+    /// digest itself; `attempt finish` then needs no --rows/--total/--digest. Without a grain,
+    /// --trust-reported-figures is required.
     #[arg(long, value_name = "COLUMNS", value_delimiter = ',', requires = "measure")]
     pub grain: Vec<String>,
     /// The grain's measure column, whose sum is each task's expected total (e.g. units).
@@ -410,8 +411,15 @@ pub struct DeclareArgs {
     /// The measure's decimal scale: 2 reads 12.50 as 1250 (cents).
     #[arg(long, value_name = "DIGITS", default_value_t = 0, requires = "grain")]
     pub scale: u32,
-    /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure"])]
+    /// Declare the run without a grain: the rows, totals and digests workers report are
+    /// published as they are, reported and not checked (nothing reads the data; a 0-byte file
+    /// reported as 5 rows validates). Required unless --grain is given; every output showing
+    /// such figures says "reported, not checked".
+    #[arg(long, conflicts_with_all = ["grain", "measure"])]
+    pub trust_reported_figures: bool,
+    /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above; it gives
+    /// "grain" or "trust_reported_figures": true itself.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure", "trust_reported_figures"])]
     pub from: Option<PathBuf>,
 }
 
@@ -744,7 +752,8 @@ fn parse_task(value: &str) -> Result<TaskSpec, String> {
 const DECLARE_JSON: &str = "\
 Input (--from): {\"dataset\", \"run\", \"snapshot\",
                  \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}],
-                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?}}
+                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?},
+                 \"trust_reported_figures\"?: BOOL} (exactly one of grain and trust_reported_figures: true)
 JSON: {\"dataset\", \"run\", \"snapshot\", \"outcome\": \"declared\"|\"already_declared\",
        \"grain\": GRAIN|null, \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}
 GRAIN: {\"format\": \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"}";

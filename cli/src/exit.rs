@@ -153,8 +153,11 @@ fn library_message(err: &manifestdb::Error) -> String {
     use crate::output::{duration, escape, utc};
     use manifestdb::Error as E;
     match err {
+        // The library's words with the time in UTC: the record does not say whether the lease
+        // ran out or an operator abandoned it, and the verb may be a finish, a heartbeat, a
+        // validation or an invalidation.
         E::AttemptAbandoned { dataset, run, partition, attempt, abandoned_at_ms } => format!(
-            "attempt {attempt} of task {}/{}/{} was abandoned at {} (its lease ran out); it cannot finish",
+            "attempt {attempt} of task {}/{}/{} was abandoned at {} (its lease ran out, or it was abandoned explicitly); it cannot finish, renew its lease or be validated",
             escape(dataset),
             escape(run),
             escape(partition),

@@ -123,7 +123,7 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         crate::remote::refuse_if_served(self)?;
-        let existed = store_exists(&path);
+        let existed = store_exists(&path)?;
         let store =
             Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
         Ok((store, path, !existed))
@@ -227,9 +227,19 @@ fn is_database_url(path: &Path) -> bool {
     path.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
 
-/// Whether a store exists at `path`: a file, or a database holding a store's schema.
-fn store_exists(path: &Path) -> bool {
-    if is_database_url(path) { ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()) } else { path.exists() }
+/// Whether a store exists at `path`: a file, or a database holding a store's schema. A file
+/// whose existence cannot be told (an I/O error of the file system, a symlink loop, a dying
+/// mount) is that error, never "no store".
+pub fn store_exists(path: &Path) -> anyhow::Result<bool> {
+    if is_database_url(path) {
+        return Ok(ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()));
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        // A path through a regular file cannot hold a store either.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("checking whether a store exists at {}", path.display()))),
+    }
 }
 
 fn require_existing(path: &Path) -> anyhow::Result<()> {
@@ -243,5 +253,9 @@ fn require_existing(path: &Path) -> anyhow::Result<()> {
             Err(err) => Err(anyhow::Error::new(err).context(format!("opening store {}", path.display()))),
         };
     }
-    if store_exists(path) { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
+    if store_exists(path)? {
+        Ok(())
+    } else {
+        Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display())))
+    }
 }

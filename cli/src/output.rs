@@ -207,6 +207,16 @@ fn friendly(ms: u64, smallest: Unit) -> String {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1 (`1 task`, `2 tasks`, `0 tasks`). Nouns whose
+/// plural is not `noun + s` are given as `"entry|entries"`.
+pub fn count(n: u64, noun: &str) -> String {
+    let (one, many) = match noun.split_once('|') {
+        Some((one, many)) => (one.to_owned(), many.to_owned()),
+        None => (noun.to_owned(), format!("{noun}s")),
+    };
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// An optional number, or `-`.
 pub fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -248,6 +258,15 @@ mod tests {
         assert_eq!(duration(0), "0s");
         assert_eq!(duration_s(90_061_500), "1d 1h 1m 2s");
         assert_eq!(duration_s(400), "0s");
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1, "task"), "1 task");
+        assert_eq!(count(0, "task"), "0 tasks");
+        assert_eq!(count(2, "file"), "2 files");
+        assert_eq!(count(1, "directory|directories"), "1 directory");
+        assert_eq!(count(3, "directory|directories"), "3 directories");
     }
 
     #[test]

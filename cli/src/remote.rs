@@ -13,7 +13,7 @@ use std::os::unix::net::UnixStream;
 use anyhow::Context;
 use manifestdb::Snapshot;
 use manifestdb::documents::reads::DocumentError;
-use manifestdb::server::{Client, Listen, parse_target, socket_path};
+use manifestdb::server::{Client, Listen, parse_target, read_token_file, socket_path};
 use serde_json::Value;
 
 use crate::exit::{CliError, Exit, usage};
@@ -38,11 +38,10 @@ impl Remote {
         };
         let mut client = Client::new(target).context("starting the server client")?;
         if let Some(path) = &location.server_token_file {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading the server token file {}", path.display()))?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(usage(format!("the server token file {} is empty", path.display())));
-            }
+            // The server's own reader: the same trimming, limits and warning for a file others
+            // may read.
+            let token = read_token_file(path).context("reading the server token file")?;
+            let token = String::from_utf8(token).map_err(|_| usage(format!("the server token file {} is not UTF-8", path.display())))?;
             client = client.with_token(token);
         }
         Ok(Some(Remote { client }))

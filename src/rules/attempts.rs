@@ -211,12 +211,13 @@ pub(crate) fn finish(
 }
 
 fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
+    use crate::error::figure;
     if existing.rows != new.rows {
-        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
+        format!("rows {} recorded, {} now", figure(existing.rows), figure(new.rows))
     } else if existing.total != new.total {
-        format!("total {:?} recorded, {:?} now", existing.total, new.total)
+        format!("total {} recorded, {} now", figure(existing.total), figure(new.total))
     } else if existing.digest != new.digest {
-        format!("digest {:?} recorded, {:?} now", existing.digest, new.digest)
+        format!("digest {} recorded, {} now", figure(existing.digest.as_deref()), figure(new.digest.as_deref()))
     } else {
         "the file list differs".to_owned()
     }

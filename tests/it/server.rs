@@ -150,7 +150,7 @@ fn the_routes_served_are_exactly_those_of_the_openapi_document() {
 fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     let mut s = Served::new();
     let declare = json!({
-        "dataset": "daily_units", "run": "r1", "snapshot": "sales@v1",
+        "dataset": "daily_units", "run": "r1", "snapshot": "sales@v1", "trust_reported_figures": true,
         "tasks": [{"partition": "region=eu", "expected_rows": 2, "expected_total": 700}, {"partition": "region=us", "expected_rows": 2, "expected_total": 700}],
     });
     assert_eq!(s.call("POST", "/v1/runs/declare", Some(declare.clone()), 200)["outcome"], "declared");
@@ -205,7 +205,7 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
         "POST",
         "/v1/runs/declare",
         Some(
-            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
+            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "trust_reported_figures": true, "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
         ),
         409,
     );
@@ -225,7 +225,7 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
 /// server.
 fn declare_run(s: &mut Served, n: usize) {
     let tasks: Vec<Value> = (0..n).map(|i| json!({"partition": format!("p={i}"), "expected_rows": 1})).collect();
-    s.call("POST", "/v1/runs/declare", Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks})), 200);
+    s.call("POST", "/v1/runs/declare", Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks, "trust_reported_figures": true})), 200);
 }
 
 #[test]

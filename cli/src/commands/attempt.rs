@@ -13,7 +13,7 @@ use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, Invalid
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, text, utc};
+use crate::output::{Out, Table, count, duration_s, escape, opt, shell_quote, text, utc};
 use crate::remote::{self, Remote};
 
 fn task_key(args: &TaskArgs) -> TaskKey {
@@ -231,10 +231,14 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         let r = &doc["reconciliation"];
         if r.is_object() {
             let basis = match r["basis"].as_str().and_then(|b| b.strip_prefix("read_")) {
-                Some(format) => format!("read from {} {format} file(s), {} bytes", text(&r["files_read"]), text(&r["bytes_read"])),
-                None => "reported figures only (the run declares no grain)".to_owned(),
+                Some(format) => format!(
+                    "checked: read from {}, {}",
+                    count(r["files_read"].as_u64().unwrap_or(0), &format!("{format} file")),
+                    count(r["bytes_read"].as_u64().unwrap_or(0), "byte")
+                ),
+                None => "reported, not checked (the run declares no grain: nothing read the data)".to_owned(),
             };
-            writeln!(w, "  checked: {basis}")?;
+            writeln!(w, "  figures: {basis}")?;
             let (expected, reported, computed) = (&r["expected"], &r["reported"], &r["computed"]);
             let mut table = Table::new(vec!["", "EXPECTED", "REPORTED", "COMPUTED"]);
             table.row(vec!["rows".into(), text(&expected["rows"]), text(&reported["rows"]), text(&computed["rows"])]);
@@ -312,7 +316,7 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> a
             ]);
         }
         table.write(w)?;
-        writeln!(w, "({} attempts; lease {})", attempts.len(), crate::output::duration(lease_ms))
+        writeln!(w, "({}; lease {})", count(attempts.len() as u64, "attempt"), crate::output::duration(lease_ms))
     })?;
     Ok(Exit::Success)
 }

@@ -64,7 +64,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
 /// `recover`: exit 0 whether or not the store needed recovery.
 fn recover(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let path = location.store_path()?;
-    if !path.exists() {
+    if !crate::location::store_exists(&path)? {
         return Err(crate::exit::not_found(format!("no store at {}", path.display())));
     }
     let recovered = manifestdb::Store::recover(&path).with_context(|| format!("recovering store {}", path.display()))?;

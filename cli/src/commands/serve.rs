@@ -36,9 +36,17 @@ pub struct ServeArgs {
     pub socket_group: bool,
 
     /// A file holding the bearer token every request must carry (`Authorization: Bearer
-    /// TOKEN`). Required with a non-loopback --listen address.
+    /// TOKEN`). Required with a non-loopback --listen address. A file other users may read gets
+    /// a warning (chmod 600 it).
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+
+    /// A name clients may give as the `Host` of a TCP request (repeat for several; e.g. the
+    /// host's DNS name). Without it a TCP request must name a loopback address, localhost or the
+    /// --listen address; any other Host gets 421, so a web page cannot drive the server
+    /// through DNS rebinding.
+    #[arg(long = "host-name", value_name = "NAME")]
+    pub host_names: Vec<String>,
 
     /// The largest request body accepted, in bytes.
     #[arg(long, value_name = "BYTES", default_value_t = manifestdb::server::BODY_LIMIT_BYTES_DEFAULT)]
@@ -65,6 +73,7 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     };
     options.socket_group_access = args.socket_group;
     options.token_file = args.token_file.clone();
+    options.host_names = args.host_names.clone();
     options.body_limit_bytes = args.body_limit;
     options.request_timeout = args.request_timeout;
     options.idle_timeout = args.idle_timeout;

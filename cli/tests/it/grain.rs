@@ -53,7 +53,7 @@ fn a_grain_run_needs_no_reported_figures_and_validation_shows_what_it_computed()
     std::fs::write(dir.join("part.csv"), "store,item,units\n1,7,300\n2,7,400\n").unwrap();
     env.run(&finish_args(&attempt.to_string(), &[])).code(0);
     let text = env.run(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", &attempt.to_string()]).code(0).stdout.clone();
-    assert!(text.contains("checked: read from 1 csv file(s)"), "{text}");
+    assert!(text.contains("figures: checked: read from 1 csv file, "), "{text}");
     assert!(text.contains("ms256:2:"), "the computed digest is shown: {text}");
     env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
     let shown = env.json(&["show", "-d", "daily"]).code(0).json();

@@ -25,7 +25,7 @@ fn init_creates_the_store_once() {
 fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     let env = Env::new();
     let args =
-        ["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &format!("{EU}:2:700"), "--task", &format!("{US}:3")];
+        ["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &format!("{EU}:2:700"), "--task", &format!("{US}:3")];
     let doc = env.json(&args).code(0).json();
     assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "outcome", "grain", "tasks"]);
     assert_eq!(doc["grain"], serde_json::Value::Null);
@@ -40,7 +40,7 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     assert_eq!(env.json(&args).code(0).json()["outcome"], "already_declared");
 
     // The same run from a JSON document on stdin is identical, so also a no-op.
-    let input = json!({ "dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": [
+    let input = json!({ "dataset": "daily", "run": "r1", "snapshot": "s1", "trust_reported_figures": true, "tasks": [
         { "partition": EU, "expected_rows": 2, "expected_total": 700 },
         { "partition": US, "expected_rows": 3 },
     ]});
@@ -55,11 +55,11 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     assert_eq!(doc["outcome"], "already_declared");
 
     // A different declaration under the same id is a conflict; malformed input is a usage error.
-    env.run(&["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s2", "--task", &format!("{EU}:2:700")]).code(5);
+    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s2", "--task", &format!("{EU}:2:700")]).code(5);
     let bad = env.tmp.path().join("bad.json");
     std::fs::write(&bad, r#"{"dataset": "daily", "run": "r9", "snapshot": "s", "tasks": [], "extra": 1}"#).expect("write");
     env.run(&["run", "declare", "--from", bad.to_str().expect("utf-8")]).code(2);
-    env.run(&["run", "declare", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"]).code(2);
+    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"]).code(2);
 }
 
 #[test]
