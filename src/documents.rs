@@ -398,6 +398,19 @@ pub fn validated(key: &AttemptKey, v: &Verdict, accepted: Option<u32>, r: Option
     })
 }
 
+/// An attempt whose validation failed with `err` (one line of `attempt validate --pending`):
+/// `{"dataset", "run", "partition", "attempt", "error": {"exit_code", "kind", "message"}}`.
+pub fn validation_failed(key: &AttemptKey, err: &Error) -> Value {
+    let kind = err.kind();
+    json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "error": { "exit_code": kind.exit_code(), "kind": kind.name(), "message": err.to_string() },
+    })
+}
+
 /// `attempt heartbeat`: `{"dataset", "run", "partition", "attempt", "heartbeat_at_ms",
 /// "expires_at_ms"}`.
 pub fn heartbeat(key: &AttemptKey, lease: &AttemptLease) -> Value {

@@ -30,6 +30,9 @@ pub enum Exit {
     Busy = 6,
     /// The store file is corrupt or of an unsupported format, or `verify` found problems.
     Corrupt = 7,
+    /// Not a failure: `effects claim` of an effect already emitted. Done; do not emit, and
+    /// there is nothing to wait for (unlike exit 3, another emitter's live claim).
+    AlreadyEmitted = 9,
 }
 
 impl Exit {
@@ -49,6 +52,7 @@ impl Exit {
             Exit::Conflict => "conflict",
             Exit::Busy => "busy",
             Exit::Corrupt => "corrupt",
+            Exit::AlreadyEmitted => "already_emitted",
         }
     }
 }
@@ -67,7 +71,9 @@ Exit codes:
      published, attempt finished differently or not finished, attempt abandoned,
      foreign snapshot, effect not ready)
   6  busy: another process holds the store open for writing
-  7  corrupt: the store file is damaged or of an unsupported format; verify found problems";
+  7  corrupt: the store file is damaged or of an unsupported format; verify found problems
+  9  already emitted: effects claim of an effect emitted before (done: do not emit; exit 3
+     there means another emitter's live claim: wait and claim again)";
 
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]

@@ -14,6 +14,7 @@ mod location;
 mod logging;
 mod output;
 mod remote;
+mod values;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -52,6 +52,18 @@ impl Out {
         write_stdout(&rendered)
     }
 
+    /// Whether stdout is a pipe (what a shell's `$(...)` reads), not a terminal or a file.
+    pub fn stdout_is_pipe(&self) -> bool {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::FileTypeExt;
+        io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|file| file.metadata())
+            .is_ok_and(|meta| meta.file_type().is_fifo())
+    }
+
     /// Writes raw text (for `attempt begin --env`, completions, the man page).
     pub fn raw(&mut self, text: &str) -> io::Result<()> {
         write_stdout(text.as_bytes())

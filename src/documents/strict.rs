@@ -108,7 +108,10 @@ mod tests {
             let err = parse::<Value>(doc.as_bytes()).unwrap_err();
             assert!(err.to_string().contains("appears twice"), "{doc}: {err}");
         }
-        assert_eq!(parse::<Value>(br#"{"a": 1, "b": {"a": 2}, "c": [1, -2, 2.5, null, true, "s"]}"#).unwrap(), json!({"a": 1, "b": {"a": 2}, "c": [1, -2, 2.5, null, true, "s"]}));
+        assert_eq!(
+            parse::<Value>(br#"{"a": 1, "b": {"a": 2}, "c": [1, -2, 2.5, null, true, "s"]}"#).unwrap(),
+            json!({"a": 1, "b": {"a": 2}, "c": [1, -2, 2.5, null, true, "s"]})
+        );
         assert!(parse::<Value>(b"{\"a\": ").is_err());
         assert!(parse::<Value>(b"{} {}").is_err(), "one document only");
     }

@@ -96,7 +96,10 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize
         Next::End => {
             sink.file_failure(GateFailure::MalformedFile {
                 path: rel.to_owned(),
-                message: format!("it is empty: the header line naming the grain's columns ({}) is missing", grain_columns_sorted(grain).join(", ")),
+                message: format!(
+                    "it is empty: the header line naming the grain's columns ({}) is missing",
+                    grain_columns_sorted(grain).join(", ")
+                ),
             });
             return Ok(());
         }

@@ -274,7 +274,10 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
         }
     }
     if rows_read != claimed {
-        sink.file_failure(malformed(format!("its footer claims {} but the data holds {rows_read}", crate::error::count(u64::try_from(claimed).unwrap_or(0), "row"))));
+        sink.file_failure(malformed(format!(
+            "its footer claims {} but the data holds {rows_read}",
+            crate::error::count(u64::try_from(claimed).unwrap_or(0), "row")
+        )));
     }
     Ok(())
 }

@@ -51,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/attempts/heartbeat"),
     ("POST", "/v1/attempts/finish"),
     ("POST", "/v1/attempts/validate"),
+    ("POST", "/v1/attempts/validate-pending"),
     ("POST", "/v1/publish"),
     ("POST", "/v1/effects/record"),
     ("POST", "/v1/effects/claim"),
@@ -103,6 +104,7 @@ pub(super) fn router(state: AppState, gate: Gate) -> Router {
         .route("/v1/attempts/heartbeat", post(heartbeat))
         .route("/v1/attempts/finish", post(finish))
         .route("/v1/attempts/validate", post(validate))
+        .route("/v1/attempts/validate-pending", post(validate_pending))
         .route("/v1/publish", post(publish))
         .route("/v1/effects/record", post(effect_record))
         .route("/v1/effects/claim", post(effect_claim))
@@ -401,8 +403,11 @@ async fn method_not_allowed(request: Request) -> ApiError {
     )
 }
 
-async fn health() -> axum::Json<Value> {
-    axum::Json(json!({ "status": "serving", "version": env!("CARGO_PKG_VERSION") }))
+/// `{"status": "serving", "version", "staging_root"}`: the server runs, its build, and the
+/// staging root of the store it serves (what `init` of a served store compares).
+async fn health(State(state): State<AppState>) -> axum::Json<Value> {
+    let staging_root = state.store.read().staging_root().to_path_buf();
+    axum::Json(json!({ "status": "serving", "version": env!("CARGO_PKG_VERSION"), "staging_root": staging_root }))
 }
 
 // ---- writes ----
@@ -518,6 +523,40 @@ async fn validate(State(state): State<AppState>, Body(body): Body<serde_json::Ma
         let accepted = snapshot.accepted(&task)?;
         let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
         Ok(axum::Json(documents::validated(&key, &verdict, accepted, reconciliation.as_ref())))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingBody {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    checksums: bool,
+}
+
+/// `attempt validate --pending`: validates every finished, unvalidated attempt of the run
+/// ([`Store::validate_pending`]): `{"dataset", "run", "results": [validated | failed]}`, one
+/// per attempt in (partition, attempt) order; an attempt that fails is its line's error, the
+/// answer is 200 (an unknown run is 404).
+async fn validate_pending(State(state): State<AppState>, Body(body): Body<PendingBody>) -> Answer {
+    blocking(&state, move |store| {
+        let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+        let results = store.validate_pending(&body.dataset, &body.run, check)?;
+        let snapshot = store.snapshot()?;
+        let mut lines = Vec::with_capacity(results.len());
+        for (key, verdict) in results {
+            lines.push(match verdict {
+                Ok(verdict) => {
+                    let accepted = snapshot.accepted(&key.task)?;
+                    let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+                    documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
+                }
+                Err(err) => documents::validation_failed(&key, &err),
+            });
+        }
+        Ok(axum::Json(json!({ "dataset": body.dataset, "run": body.run, "results": lines })))
     })
     .await
 }
@@ -992,10 +1031,32 @@ mod tests {
     #[test]
     fn a_tcp_request_must_name_this_server_as_its_host() {
         let loopback = Hosts { listen: "127.0.0.1".parse().unwrap(), names: vec!["jobs.internal".into()] };
-        for host in ["127.0.0.1:7070", "127.0.0.1", "127.8.9.1:1", "localhost", "LOCALHOST:7070", "localhost.", "[::1]:7070", "[::1]", "jobs.internal", "Jobs.Internal:80"] {
+        for host in [
+            "127.0.0.1:7070",
+            "127.0.0.1",
+            "127.8.9.1:1",
+            "localhost",
+            "LOCALHOST:7070",
+            "localhost.",
+            "[::1]:7070",
+            "[::1]",
+            "jobs.internal",
+            "Jobs.Internal:80",
+        ] {
             assert!(loopback.admits(host), "{host}");
         }
-        for host in ["evil.example", "evil.example:7070", "localhost.evil.example", "10.0.0.5:7070", "", ":7070", "[::1", "[::1]x", "a:b:c", "127.0.0.1:x"] {
+        for host in [
+            "evil.example",
+            "evil.example:7070",
+            "localhost.evil.example",
+            "10.0.0.5:7070",
+            "",
+            ":7070",
+            "[::1",
+            "[::1]x",
+            "a:b:c",
+            "127.0.0.1:x",
+        ] {
             assert!(!loopback.admits(host), "{host}");
         }
         let lan = Hosts { listen: "10.0.0.5".parse().unwrap(), names: Vec::new() };

@@ -87,7 +87,12 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
 fn assert_documented(doc: &Value, method: &str, path: &str, answer: &Answer) {
     let route = path.split('?').next().unwrap_or(path);
     let responses = &doc["paths"][route][method.to_lowercase()]["responses"];
-    let response = if answer.status == 200 { &responses["200"] } else { &responses["default"] };
+    // Each status the server answers is listed by itself (not left to `default`), its
+    // description shared through `components/responses`.
+    let mut response = &responses[answer.status.to_string()];
+    if let Some(reference) = response.get("$ref").and_then(Value::as_str) {
+        response = &doc["components"]["responses"][reference.trim_start_matches("#/components/responses/")];
+    }
     let schema = &response["content"]["application/json"]["schema"];
     assert!(!schema.is_null(), "{method} {route} {} is not documented", answer.status);
     if let Err(mismatch) = conforms(doc, schema, &answer.body, "$") {
@@ -144,6 +149,28 @@ fn the_routes_served_are_exactly_those_of_the_openapi_document() {
     let answer = s.client.request("GET", "/v1/nothing-here", None).expect("request");
     assert_eq!(answer.status, 404);
     assert_documented(&doc, "GET", "/v1/health", &Answer { status: 404, ..answer });
+}
+
+#[test]
+fn the_openapi_document_lists_every_error_status_and_the_bearer_scheme() {
+    let doc = openapi();
+    let scheme = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{scheme}");
+    assert!(doc["security"].as_array().is_some_and(|s| s.contains(&json!({"bearer": []}))), "{}", doc["security"]);
+    // What the gate and hyper answer on every route, and what a body may add.
+    let every = ["400", "401", "404", "405", "408", "413", "414", "421", "431", "500", "503"];
+    for (method, path) in documented_routes(&doc) {
+        let responses = &doc["paths"][&path][method.to_lowercase()]["responses"];
+        let post = if method == "POST" { &["409", "415"][..] } else { &[] };
+        for status in every.iter().chain(post) {
+            let reference = responses[*status]["$ref"].as_str().unwrap_or_else(|| panic!("{method} {path} does not list {status}"));
+            let name = reference.trim_start_matches("#/components/responses/");
+            assert_eq!(
+                doc["components"]["responses"][name]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error",
+                "{method} {path} {status}"
+            );
+        }
+    }
 }
 
 #[test]
@@ -225,7 +252,12 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
 /// server.
 fn declare_run(s: &mut Served, n: usize) {
     let tasks: Vec<Value> = (0..n).map(|i| json!({"partition": format!("p={i}"), "expected_rows": 1})).collect();
-    s.call("POST", "/v1/runs/declare", Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks, "trust_reported_figures": true})), 200);
+    s.call(
+        "POST",
+        "/v1/runs/declare",
+        Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks, "trust_reported_figures": true})),
+        200,
+    );
 }
 
 #[test]

@@ -88,7 +88,12 @@ fn an_unknown_run_task_or_attempt_is_not_found() {
 #[test]
 fn a_missing_store_is_not_found_and_a_missing_location_is_a_usage_error() {
     let env = Env::empty();
-    for args in [&["show"][..], &["log"], &["stats"], &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]] {
+    for args in [
+        &["show"][..],
+        &["log"],
+        &["stats"],
+        &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"],
+    ] {
         let run = env.run(args);
         run.code(4);
         assert!(run.stderr.contains("manifestdb init"), "{}", run.stderr);
@@ -101,8 +106,20 @@ fn a_missing_store_is_not_found_and_a_missing_location_is_a_usage_error() {
     assert!(run.stderr.contains("--dir"), "{}", run.stderr);
     // Writers need a staging root too; --store alone is not enough.
     let env = Env::new();
-    finish(command().arg("--store").arg(env.db_path()).args(["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]))
-        .code(2);
+    finish(command().arg("--store").arg(env.db_path()).args([
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "a",
+        "-r",
+        "b",
+        "--snapshot",
+        "s",
+        "--task",
+        "p:1",
+    ]))
+    .code(2);
     // ... but readers do not, and the environment variable works as --dir does.
     finish(command().arg("--store").arg(env.db_path()).arg("stats")).code(0);
     finish(command().envs(env.store_env()).arg("stats")).code(0);
@@ -125,7 +142,9 @@ fn a_second_writer_is_busy_and_a_damaged_store_is_corrupt() {
     let garbage = Env::empty();
     std::fs::create_dir_all(garbage.staging()).expect("mkdir");
     std::fs::write(garbage.db_path(), vec![0x5a; 64 * 1024]).expect("write garbage");
-    for args in [&["show"][..], &["log"], &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]] {
+    for args in
+        [&["show"][..], &["log"], &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]]
+    {
         let run = garbage.json(args);
         run.code(7);
         assert_eq!(run.error_json()["error"]["kind"], "corrupt");

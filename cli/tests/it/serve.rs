@@ -322,10 +322,21 @@ fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at
     // A reading verb asks the server too, and sees its commit; so does an operator verb.
     assert_eq!(env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["tasks"][0]["attempts"][0]["attempt"], 1);
     assert_eq!(env.json(&["--wait", "0s", "gc", "abandon"]).code(0).json()["mode"], "dry_run");
+    // `init` of the store the server holds succeeds: it exists, and the server says so (a
+    // scheduler's declare task runs `init` on every try).
+    let init = env.json(&["--wait", "0s", "init"]).code(0).json();
+    assert_eq!((init["created"].as_bool(), init["staging"].as_str()), (Some(false), env.staging().canonicalize().unwrap().to_str()));
+    let text = env.run(&["--wait", "0s", "init"]);
+    assert!(text.code(0).stdout.contains("already initialised"), "{}", text.stdout);
+    // ... unless it names another staging root than the one the server serves.
+    let other = env.tmp.path().join("other-staging");
+    let wrong = env.json(&["--staging", other.to_str().unwrap(), "init"]);
+    wrong.code(5);
+    assert!(wrong.error_json()["error"]["message"].as_str().unwrap().contains("staging root"), "{}", wrong.stderr);
     // A verb that needs the file itself fails busy at once, saying why.
-    let init = env.json(&["init"]);
-    init.code(6);
-    assert!(init.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", init.stderr);
+    let second = env.json(&["serve"]);
+    second.code(6);
+    assert!(second.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", second.stderr);
     // An error answer is the same exit code and message as without a server.
     let unknown = env.json(&["attempt", "begin", "-d", "daily", "-r", "r1", "-p", "p=none"]);
     unknown.code(4);
@@ -493,8 +504,11 @@ fn a_body_declared_over_the_limit_is_refused_at_once_and_an_error_after_a_body_c
     // A refused request whose body was read keeps the rule simple: it closes too.
     let unknown = br#"{"dataset": "daily", "run": "nope", "partition": "p=1"}"#;
     let request = [
-        format!("POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", unknown.len())
-            .as_bytes(),
+        format!(
+            "POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            unknown.len()
+        )
+        .as_bytes(),
         unknown,
     ]
     .concat();

@@ -24,8 +24,21 @@ fn init_creates_the_store_once() {
 #[test]
 fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     let env = Env::new();
-    let args =
-        ["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &format!("{EU}:2:700"), "--task", &format!("{US}:3")];
+    let args = [
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "--snapshot",
+        "s1",
+        "--task",
+        &format!("{EU}:2:700"),
+        "--task",
+        &format!("{US}:3"),
+    ];
     let doc = env.json(&args).code(0).json();
     assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "outcome", "grain", "tasks"]);
     assert_eq!(doc["grain"], serde_json::Value::Null);
@@ -55,11 +68,25 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     assert_eq!(doc["outcome"], "already_declared");
 
     // A different declaration under the same id is a conflict; malformed input is a usage error.
-    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s2", "--task", &format!("{EU}:2:700")]).code(5);
+    env.run(&[
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "--snapshot",
+        "s2",
+        "--task",
+        &format!("{EU}:2:700"),
+    ])
+    .code(5);
     let bad = env.tmp.path().join("bad.json");
     std::fs::write(&bad, r#"{"dataset": "daily", "run": "r9", "snapshot": "s", "tasks": [], "extra": 1}"#).expect("write");
     env.run(&["run", "declare", "--from", bad.to_str().expect("utf-8")]).code(2);
-    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"]).code(2);
+    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"])
+        .code(2);
 }
 
 #[test]
@@ -426,9 +453,21 @@ fn effects_claim_lets_one_emitter_emit_and_only_it_marks() {
     assert_eq!((second["outcome"].as_str(), second["effect"]["claim"]["claimant"].as_str()), (Some("held_by_other"), Some("w1")));
     assert_eq!(mark("w2").code(3).json()["outcome"], "claimed_by_other");
     assert_eq!(mark("w1").code(0).json()["outcome"], "marked");
-    assert_eq!(claim("w2", "1m").code(3).json()["outcome"], "already_emitted");
+    // Done is not "wait": already emitted has an exit code of its own (9), held by another is 3.
+    assert_eq!(claim("w2", "1m").code(9).json()["outcome"], "already_emitted");
+    assert_eq!(claim("w1", "1m").code(9).json()["outcome"], "already_emitted");
+    let text = env.run(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", "w2"]);
+    assert!(text.code(9).stdout.contains("already emitted"), "{}", text.stdout);
     assert_eq!(mark("w1").code(0).json()["outcome"], "already_emitted");
     env.run(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", "w1", "--lease", "0s"]).code(2);
+    // What a claimant may hold is what the help says: printable text without '/'.
+    let help = env.run(&["effects", "claim", "--help"]).code(0).stdout.clone();
+    assert!(help.contains("without '/'") && help.contains("exit 9"), "{help}");
+    for bad in ["host/4711", "..", "", "tab\there"] {
+        let refused = env.json(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", bad]);
+        refused.code(2);
+        assert!(refused.error_json()["error"]["message"].as_str().unwrap().contains("claimant"), "{}", refused.stderr);
+    }
 }
 
 #[test]
