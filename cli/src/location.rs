@@ -262,7 +262,8 @@ pub fn store_exists(path: &Path) -> anyhow::Result<bool> {
     if is_database_url(path) {
         return Ok(ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()));
     }
-    match std::fs::symlink_metadata(path) {
+    // Following symlinks: a dangling one is no store, a loop is an error.
+    match std::fs::metadata(path) {
         Ok(_) => Ok(true),
         // A path through a regular file cannot hold a store either.
         Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(false),

@@ -316,7 +316,7 @@ mod tests {
         assert!(matches!(finish(&key(), &foreign, RUN, None, None), Err(Error::ForeignSnapshot { .. })));
         let other = Candidate { rows: Some(2), ..c.clone() };
         let Err(Error::CandidateConflict { detail, .. }) = finish(&key(), &other, RUN, None, Some(&c)) else { panic!("no conflict") };
-        assert_eq!(detail, "rows Some(1) recorded, Some(2) now");
+        assert_eq!(detail, "rows 1 recorded, 2 now");
         let no_digest = Candidate { digest: None, ..c.clone() };
         assert!(matches!(finish(&key(), &no_digest, RUN, None, None), Err(Error::InvalidInput { .. })));
         let with_grain = RunForFinish { has_grain: true, ..RUN };

@@ -196,7 +196,7 @@ impl Hosts {
             return ip.is_loopback() || ip == self.listen || self.listen.is_unspecified();
         }
         let name = name.trim_end_matches('.').to_ascii_lowercase();
-        name == "localhost" || self.names.iter().any(|allowed| *allowed == name)
+        name == "localhost" || self.names.contains(&name)
     }
 }
 

@@ -216,7 +216,12 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     assert_eq!(s.call("GET", "/v1/effects?dataset=daily_units&run=r1", None, 200)["effects"].as_array().unwrap().len(), 1);
     assert_eq!(s.call("GET", "/v1/current?dataset=daily_units", None, 200)["generation"]["number"], 1);
     let manifest = s.call("GET", "/v1/manifest?dataset=daily_units", None, 200);
-    assert_eq!(manifest["totals"], json!({"partitions": 2, "rows": 4, "total": 1400, "files": 2, "bytes": manifest["totals"]["bytes"]}));
+    assert_eq!(
+        manifest["totals"],
+        json!({"partitions": 2, "rows": 4, "total": 1400, "files": 2, "bytes": manifest["totals"]["bytes"], "reported_partitions": 2})
+    );
+    // The run declares no grain: its figures are the workers', said so per partition.
+    assert!(manifest["partitions"].as_array().unwrap().iter().all(|p| p["figures"] == "reported"), "{manifest}");
     assert_eq!(s.call("GET", "/v1/history?dataset=daily_units", None, 200)["datasets"][0]["generations"].as_array().unwrap().len(), 1);
     assert_eq!(s.call("GET", "/v1/diff?dataset=daily_units&from=1&to=1", None, 200)["unchanged"], 2);
     let run = s.call("GET", "/v1/runs/show?dataset=daily_units&run=r1", None, 200);

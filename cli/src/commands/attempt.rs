@@ -158,10 +158,14 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             if args.scan {
                 paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
             }
-            let bar = out.progress(paths.len() as u64, "checksumming files");
-            for path in &paths {
-                candidate.files.push(describe_file(&dir, path)?);
-                bar.inc(1);
+            // Weighed by bytes (one big file is most of the work), counted in files.
+            let bytes: u64 = paths.iter().filter_map(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len()).sum();
+            let bar = out.progress_bytes(bytes, paths.len() as u64, "checksumming");
+            for (i, path) in paths.iter().enumerate() {
+                let file = describe_file(&dir, path)?;
+                bar.inc(file.size_bytes);
+                bar.set_message(crate::output::files_done("checksumming", i as u64 + 1, paths.len() as u64));
+                candidate.files.push(file);
             }
             bar.finish_and_clear();
         }

@@ -163,7 +163,7 @@ fn the_unchecked_path_is_chosen_in_words_and_every_output_of_its_figures_says_so
         "-r",
         "r2",
         "--snapshot",
-        "s1",
+        "s2",
         "--task",
         &format!("{EU}:1:300"),
         "--grain",
@@ -188,5 +188,5 @@ fn the_unchecked_path_is_chosen_in_words_and_every_output_of_its_figures_says_so
 }
 
 fn finish_args_for<'a>(run: &'a str, attempt: &'a str) -> Vec<&'a str> {
-    vec!["attempt", "finish", "-d", "daily", "-r", run, "-p", EU, "-a", attempt, "--snapshot", "s1", "--scan"]
+    vec!["attempt", "finish", "-d", "daily", "-r", run, "-p", EU, "-a", attempt, "--snapshot", "s2", "--scan"]
 }

@@ -277,11 +277,27 @@ fn show_log_and_diff_report_generations() {
     let show = env.json(&["show", "-d", "daily"]).code(0).json();
     assert_eq!(keys(&show), ["generation", "current", "partitions", "totals"]);
     assert_eq!((show["generation"]["number"].as_u64(), show["current"].as_bool()), (Some(2), Some(true)));
-    assert_eq!(show["totals"], json!({ "partitions": 3, "rows": 5, "total": 716, "files": 3, "bytes": show["totals"]["bytes"] }));
+    assert_eq!(
+        show["totals"],
+        json!({ "partitions": 3, "rows": 5, "total": 716, "files": 3, "bytes": show["totals"]["bytes"], "reported_partitions": 3 })
+    );
     let partition = &show["partitions"][0];
     assert_eq!(
         keys(partition),
-        ["partition", "since_generation", "run", "attempt", "snapshot", "rows", "total", "digest", "staging_rel", "staging_dir", "files"]
+        [
+            "partition",
+            "since_generation",
+            "run",
+            "attempt",
+            "snapshot",
+            "rows",
+            "total",
+            "digest",
+            "staging_rel",
+            "staging_dir",
+            "files",
+            "figures"
+        ]
     );
     assert_eq!((partition["partition"].as_str(), partition["since_generation"].as_u64()), (Some(EU), Some(1)));
     let file = std::path::Path::new(partition["staging_dir"].as_str().expect("dir")).join("part.csv");
@@ -383,7 +399,7 @@ fn stats_counts_what_the_store_holds() {
     assert_eq!((tables["generations"].as_u64(), tables["pointers"].as_u64()), (Some(1), Some(1)));
     assert_eq!(
         doc["datasets"][0],
-        json!({ "dataset": "daily", "current_generation": 1, "partitions": 2, "rows": 3, "files": 2, "bytes": doc["datasets"][0]["bytes"] })
+        json!({ "dataset": "daily", "current_generation": 1, "partitions": 2, "rows": 3, "files": 2, "bytes": doc["datasets"][0]["bytes"], "reported_partitions": 2 })
     );
     assert!(env.run(&["stats"]).code(0).stdout.contains("attempts"));
 }
