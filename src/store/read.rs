@@ -19,8 +19,25 @@ use crate::schema::{FORMAT_VERSION, META, META_FORMAT_KEY, POINTERS, key};
 
 /// A consistent, read-only view of the store at one moment.
 ///
-/// Holding a snapshot keeps the pages it sees alive; drop it when done so the writer can reuse
-/// space.
+/// Every read through one snapshot sees the same committed state, so a manifest, the pointer
+/// and each partition looked up alone agree even while a publish commits. Holding a snapshot
+/// keeps the pages it sees alive; drop it when done so the writer can reuse space.
+///
+/// ```
+/// use manifestdb::Store;
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// let snapshot = store.snapshot()?;
+/// for dataset in snapshot.datasets()? {
+///     if let Some(manifest) = snapshot.manifest(&dataset, None)? {
+///         println!("{dataset}: generation {}, {} partitions", manifest.generation.number, manifest.partitions.len());
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Snapshot {
     txn: ReadTxn,
     staging_root: Option<PathBuf>,
@@ -106,7 +123,8 @@ impl Snapshot {
             let Some(generation) = generation else {
                 return Ok(None);
             };
-            let mut partitions = meta.partitions_at(dataset, generation.number)?;
+            let mut partitions =
+                crate::ops::generation_partitions(meta, dataset, generation.number, &generation.kind, generation.partitions_replaced)?;
             for entry in &mut partitions {
                 self.locate(entry);
             }
