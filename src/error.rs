@@ -434,7 +434,7 @@ fn corrupted_message(table: &str, key: &str, detail: &Corruption) -> String {
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Corruption::Truncated { len } => write!(f, "value of {len} bytes is shorter than its frame header"),
+            Corruption::Truncated { len } => write!(f, "value of {} is shorter than its frame header", count(*len as u64, "byte")),
             Corruption::UnknownVersion { version } => write!(f, "unknown record version {version}"),
             Corruption::ChecksumMismatch { expected, got } => {
                 write!(f, "checksum mismatch: stored crc32 {expected:#010x}, computed {got:#010x}")
@@ -663,9 +663,19 @@ impl std::error::Error for StorageError {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1 (`1 task`, `2 tasks`), for messages.
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// An optional figure in a message: its value, or "none".
+pub(crate) fn figure<T: fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
 /// Shortens a caller value for an error message so that a megabyte of garbage does not end up
 /// in a log line.
-fn shorten(value: &str) -> String {
+pub(crate) fn shorten(value: &str) -> String {
     const SHOWN_CHARS_MAX: usize = 120;
     if value.chars().count() <= SHOWN_CHARS_MAX {
         value.to_owned()

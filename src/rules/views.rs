@@ -230,7 +230,10 @@ pub(crate) fn diff(plan: &ViewPlan, found: &BTreeMap<String, Found>) -> Vec<(Str
         match found.get(&file.rel) {
             None => problems.push((file.rel.clone(), format!("missing (partition {:?}, attempt file {:?})", file.partition, file.file))),
             Some(Found::File { size_bytes }) if *size_bytes != file.size_bytes => {
-                problems.push((file.rel.clone(), format!("has {size_bytes} bytes, the generation records {}", file.size_bytes)));
+                problems.push((
+                    file.rel.clone(),
+                    format!("has {}, the generation records {}", crate::error::count(*size_bytes, "byte"), file.size_bytes),
+                ));
             }
             Some(Found::File { .. }) => {}
             Some(Found::Dir) => problems.push((file.rel.clone(), "is a directory, not the partition's file".into())),

@@ -297,6 +297,13 @@ impl Snapshot {
         })
     }
 
+    /// Whether the run declares a grain (`None` for a run the store does not hold): with one the
+    /// store computed its published figures, without one they are the workers' reported ones.
+    /// One keyed lookup (no task is read).
+    pub(crate) fn run_declares_grain(&self, dataset: &str, run: &str) -> Result<Option<bool>> {
+        self.read("reading a run", |meta| Ok(meta.run(dataset, run)?.map(|record| record.grain.is_some())))
+    }
+
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
     /// published).
     ///

@@ -32,7 +32,7 @@ fn report_text(doc: &Value) -> String {
     if findings.is_empty() {
         lines.push("no findings".to_owned());
     } else {
-        lines.push(format!("{} finding(s):", findings.len()));
+        lines.push(format!("{}:", crate::output::count(findings.len() as u64, "finding")));
         for f in findings {
             lines.push(format!("  {} [{}]: {}", text(&f["table"]), text(&f["key"]), text(&f["message"])));
         }

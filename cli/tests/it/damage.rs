@@ -25,7 +25,19 @@ const VERBS: [&[&str]; 8] = [
     &["effects", "list", "-d", "daily_units"],
     &["verify"],
     &["publish", "-d", "daily_units", "-r", "run-2"],
-    &["run", "declare", "-d", "daily_units", "-r", "run-9", "--snapshot", "sales@9", "--task", "date=2026-12-01/region=eu:1:1"],
+    &[
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "daily_units",
+        "-r",
+        "run-9",
+        "--snapshot",
+        "sales@9",
+        "--task",
+        "date=2026-12-01/region=eu:1:1",
+    ],
     &["verify", "--integrity"],
 ];
 

@@ -79,7 +79,11 @@ fn reading_and_operator_verbs_need_only_the_server_not_the_store_file() {
     assert_eq!(elsewhere(&serve, &["gc", "expire", "-d", "daily"]).code(0).json()["mode"], "dry_run");
     assert_eq!(elsewhere(&serve, &["gc", "abandon"]).code(0).json()["mode"], "dry_run");
 
-    elsewhere(&serve, &["run", "declare", "-d", "daily", "-r", "r3", "--snapshot", "s3", "--task", &format!("{EU}:2:700")]).code(0);
+    elsewhere(
+        &serve,
+        &["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r3", "--snapshot", "s3", "--task", &format!("{EU}:2:700")],
+    )
+    .code(0);
     let begun = elsewhere(&serve, &["attempt", "begin", "-d", "daily", "-r", "r3", "-p", EU]).code(0).json();
     let n = begun["attempt"].to_string();
     let abandoned = elsewhere(&serve, &["attempt", "abandon", "-d", "daily", "-r", "r3", "-p", EU, "-a", &n]).code(0).json();
