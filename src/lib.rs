@@ -115,4 +115,4 @@ pub use store::{
     Snapshot, Store, StoreOptions, describe_file, file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
-pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};
+pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals};

@@ -34,8 +34,6 @@ use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
-/// For the view root's creation.
-pub(crate) use files::sync_dir;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
@@ -447,10 +445,23 @@ impl Store {
         self.views.as_ref().map(Views::mode)
     }
 
-    /// Brings `dataset`'s view up to date with the store: builds the current generation's view
-    /// if it is missing, moves `current` to it, and removes leftovers of interrupted builds and
-    /// the views of generations the store no longer holds. Idempotent. `Ok(None)` if the store
-    /// publishes no views or the dataset has no generation.
+    /// Where generation `generation`'s view is (`None`: the current generation's):
+    /// [`Snapshot::view_path`] on a fresh snapshot.
+    ///
+    /// # Errors
+    /// As [`Snapshot::view_path`]; [`Error::Poisoned`] after a failed write.
+    pub fn view_path(&self, dataset: &str, generation: Option<u64>) -> Result<crate::ViewPath> {
+        self.snapshot()?.view_path(dataset, generation)
+    }
+
+    /// Brings `dataset`'s view up to date with the store: checks every view present of a
+    /// stored generation (its `_manifest.json` present, parseable and right, every file present
+    /// with its size, nothing extra) and rebuilds a damaged one, builds the current
+    /// generation's view if it is missing, moves `current` to it, and removes leftovers of
+    /// interrupted builds and the views of generations the store no longer holds. Idempotent.
+    /// `Ok(None)` if the store publishes no views or the dataset has no generation. Every
+    /// writable open runs it for every dataset, so a view damaged by a power loss is repaired
+    /// by the next writer.
     ///
     /// # Errors
     /// [`Error::ViewRefused`] (something under the view root is not manifestdb's, or a path
@@ -461,7 +472,16 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset)
+        views.sync(&self.snapshot()?, &self.staging_root, dataset, true)
+    }
+
+    /// The view of the generation just committed: built and swapped in, without checking the
+    /// views already there (an explicit sync and every open do).
+    fn sync_view_after_commit(&self, dataset: &str) -> Result<Option<ViewStatus>> {
+        let Some(views) = &self.views else {
+            return Ok(None);
+        };
+        views.sync(&self.snapshot()?, &self.staging_root, dataset, false)
     }
 
     /// [`Store::sync_view`] for every dataset with a generation, in name order. Stops at the
@@ -487,7 +507,7 @@ impl Store {
         if self.views.is_none() {
             return Ok(());
         }
-        self.sync_view(dataset).map(|_| ()).map_err(|err| {
+        self.sync_view_after_commit(dataset).map(|_| ()).map_err(|err| {
             tracing::error!(dataset, generation, error = %err, "generation committed, view not updated");
             Error::ViewLagging { dataset: dataset.to_owned(), generation, source: Box::new(err) }
         })
