@@ -504,6 +504,19 @@ impl<'scope> Syncer<'scope> {
     }
 }
 
+/// How much of the views already there a sync checks against the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Nothing (right after a commit: the view to build is new).
+    None,
+    /// The current generation's view's `_manifest.json` (every writable open: one small read
+    /// per dataset catches the empty manifest a power loss leaves on a file system that lost
+    /// unsynced data).
+    CurrentManifest,
+    /// Every view present of a stored generation, manifest and every file (`view sync`).
+    Full,
+}
+
 /// What a dataset directory holds.
 #[derive(Debug, Default)]
 struct Listing {
@@ -730,11 +743,11 @@ impl Views {
     /// Brings the dataset's view up to date with the store as `source` reads it: builds the
     /// current generation's view if missing, moves `current` to it, removes leftovers of
     /// interrupted builds and the views of generations the store no longer holds. With
-    /// `check`, every view present of a stored generation is first checked against the store
-    /// (`_manifest.json` present, parseable and describing that generation; every file present
-    /// with its recorded size, nothing extra) and a damaged one is rebuilt and swapped in
-    /// whole. `None` if nothing is published.
-    pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: bool) -> Result<Option<ViewStatus>> {
+    /// `check` (see [`Check`]), views present are first checked against the store
+    /// (`_manifest.json` present, parseable and describing that generation; for a full check
+    /// every file present with its recorded size, nothing extra) and a damaged one is rebuilt
+    /// and swapped in whole. `None` if nothing is published.
+    pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
         let _one_build = self.lock.lock();
         let Some(manifest) = source.generation_manifest(dataset, None)? else {
             return Ok(None);
@@ -752,15 +765,19 @@ impl Views {
             self.remove_entry(ds.as_fd(), dataset, leftover)?;
         }
         let mut repaired = Vec::new();
-        if check {
-            for &n in listing.views.iter().filter(|n| stored.contains(n)) {
+        if check != Check::None {
+            let checked: Vec<u64> = match check {
+                Check::Full => listing.views.iter().copied().filter(|n| stored.contains(n)).collect(),
+                _ => listing.views.iter().copied().filter(|&n| n == number).collect(),
+            };
+            for n in checked {
                 let (found_plan, found_manifest) = if n == number {
                     (plan.clone(), manifest.clone())
                 } else {
                     let Some(m) = source.generation_manifest(dataset, Some(n))? else { continue };
                     (rule::plan(&m).map_err(|r| self.refused(dataset, r.path, r.reason))?, m)
                 };
-                if let Some(reason) = self.damage(ds.as_fd(), n, &found_plan, &found_manifest) {
+                if let Some(reason) = self.damage(ds.as_fd(), n, &found_plan, &found_manifest, check == Check::Full) {
                     tracing::warn!(dataset, generation = n, %reason, "view damaged; rebuilding it");
                     self.build(ds.as_fd(), dataset, staging_root, &found_plan, &found_manifest, true)?;
                     repaired.push(n);
@@ -794,9 +811,9 @@ impl Views {
     }
 
     /// What is wrong with view `v<n>` as found on disk, if anything: its manifest missing,
-    /// empty, unparseable or not this generation's; a file missing, of the wrong size or kind;
-    /// anything extra.
-    fn damage(&self, ds: BorrowedFd<'_>, n: u64, plan: &ViewPlan, manifest: &Manifest) -> Option<String> {
+    /// empty, unparseable or not this generation's; with `walk`, a file missing, of the wrong
+    /// size or kind, or anything extra.
+    fn damage(&self, ds: BorrowedFd<'_>, n: u64, plan: &ViewPlan, manifest: &Manifest, walk: bool) -> Option<String> {
         let name = rule::view_name(n);
         let view = match open_dir_at(ds, &name) {
             Ok(fd) => fd,
@@ -810,6 +827,9 @@ impl Views {
                 }
             }
             Err(reason) => return Some(format!("{name}/{}: {reason}", rule::MANIFEST_FILE)),
+        }
+        if !walk {
+            return None;
         }
         match walk_view(view.as_fd()) {
             Ok(found) => rule::diff(plan, &found).into_iter().next().map(|(path, message)| format!("{name}/{path}: {message}")),

@@ -6,8 +6,8 @@
 //! And DuckDB querying `current/**` (the glob issue 28 found mixing two generations) while a
 //! publisher replaces a third of the partitions in a loop: every query returns exactly one
 //! generation's per-partition sums, or fails ("file not found": a listing gone stale, which a
-//! reader retries); never a mix. That one runs 30 s and is opt-in (`--ignored`; `.ci/run` runs
-//! it).
+//! reader retries); never a mix. That one runs 6 s in the default run and 30 s in `.ci/run`
+//! (`MANIFESTDB_VIEW_STRESS_SECS=30`).
 //!
 //! Outside CI the test skips, saying so loudly, when Python's `duckdb` is missing; in CI
 //! (`CI=true`) a missing DuckDB fails it (`.ci/run` installs it).
@@ -145,12 +145,11 @@ fn duckdb_reads_each_partition_once_through_the_view_and_twice_through_staging_a
 }
 
 const CONCURRENT_QUERY: &str = r#"
-import json, sys, time
+import json, os, sys
 import duckdb
-current, seconds = sys.argv[1], float(sys.argv[2])
+current, stop = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
-end = time.time() + seconds
-while time.time() < end:
+while not os.path.exists(stop):
     try:
         rows = con.sql(
             f"SELECT p, sum(units) FROM read_csv('{current}/**/*.csv', hive_partitioning = true) GROUP BY p ORDER BY p"
@@ -160,11 +159,11 @@ while time.time() < end:
         print(json.dumps({"error": str(e).splitlines()[0][:200]}), flush=True)
 "#;
 
-/// Issue 28 item 1 (b): DuckDB globbing `current/**` while a publisher loops (30 s, or
-/// `MANIFESTDB_VIEW_STRESS_SECS`), each generation replacing 40 of 120 partitions. Every query
-/// that answers holds exactly one generation's per-partition sums; 0 mixed.
+/// Issue 28 item 1 (b): DuckDB globbing `current/**` while a publisher loops (6 s, or
+/// `MANIFESTDB_VIEW_STRESS_SECS`: `.ci/run` runs it for 30 s), each generation replacing 40 of
+/// 120 partitions. Every query that answers holds exactly one generation's per-partition sums;
+/// 0 mixed.
 #[test]
-#[ignore = "runs 30 s with DuckDB; .ci/run runs it: cargo test --test it -- --ignored duckdb::concurrent"]
 fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
     use manifestdb::{FileCheck, PublishOptions, PublishOutcome, StoreOptions, TaskKey, ViewOptions};
 
@@ -177,7 +176,7 @@ fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
     }
     const PARTITIONS: usize = 120;
     const REPLACED: usize = 40;
-    let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(30.0);
+    let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
     let dir = TestDir::new();
     let views = dir.path().join("views");
     let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
@@ -204,22 +203,26 @@ fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
     publish(1, &(0..PARTITIONS).collect::<Vec<_>>(), &mut state);
     states.push(state.clone());
     let current = views.join("d/current");
+    let stop = dir.path().join("stop");
     let reader = Command::new("python3")
         .args(["-c", CONCURRENT_QUERY])
         .arg(&current)
-        .arg(seconds.to_string())
+        .arg(&stop)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("start the DuckDB reader");
     let start = std::time::Instant::now();
     let mut generation = 1;
-    while start.elapsed().as_secs_f64() < seconds {
+    // At least `seconds`, and at least 5 publishes (one takes up to 2 s on a loaded machine).
+    while start.elapsed().as_secs_f64() < seconds || generation < 6 {
         generation += 1;
         let first = (generation as usize * REPLACED) % PARTITIONS;
         let replaced: Vec<usize> = (0..REPLACED).map(|j| (first + j) % PARTITIONS).collect();
         publish(generation, &replaced, &mut state);
         states.push(state.clone());
     }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::fs::write(&stop, b"").expect("stop the reader");
     let out = reader.wait_with_output().expect("reader output");
     assert!(out.status.success(), "the reader failed");
     let (mut exact, mut mixed, mut failed) = (0, 0, 0);
@@ -240,10 +243,11 @@ fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
         }
     }
     println!(
-        "DuckDB over current/** for {seconds} s during {} publishes: {exact} queries exact, {mixed} mixed, {failed} failed (retryable) {errors:?}",
+        "DuckDB over current/** for {elapsed:.1} s during {} publishes: {exact} queries exact, {mixed} mixed, {failed} failed (retryable) {errors:?}",
         generation - 1
     );
     assert_eq!(mixed, 0, "a query summed two generations");
-    assert!(exact >= 10, "too few queries answered: {exact}");
-    assert!(generation >= 10, "too few publishes: {generation}");
+    // Enough queries that a mix had its chances.
+    assert!(exact >= 3, "too few queries answered: {exact}");
+
 }
