@@ -864,7 +864,15 @@ impl Views {
     /// Builds `v<N>` under its temporary name, every object synced, and renames it into place
     /// (`replace`: exchanged with the damaged `v<N>` in one `renameat2(RENAME_EXCHANGE)`, so
     /// `current` never names a missing directory, and the damaged tree then removed).
-    fn build(&self, ds: BorrowedFd<'_>, dataset: &str, staging_root: &Path, plan: &ViewPlan, manifest: &Manifest, replace: bool) -> Result<()> {
+    fn build(
+        &self,
+        ds: BorrowedFd<'_>,
+        dataset: &str,
+        staging_root: &Path,
+        plan: &ViewPlan,
+        manifest: &Manifest,
+        replace: bool,
+    ) -> Result<()> {
         let building = rule::building_name(plan.generation);
         let base = self.dataset_path(dataset);
         let building_path = base.join(&building);
@@ -1337,8 +1345,7 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
         let ds = match open_dir_at(root_fd.as_fd(), dataset) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                findings
-                    .push((here(""), format!("no view directory; generation {current} has no view (run `manifestdb view sync`)")));
+                findings.push((here(""), format!("no view directory; generation {current} has no view (run `manifestdb view sync`)")));
                 continue;
             }
             Err(e) => {
@@ -1357,9 +1364,7 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
                     Some(n) if n == current => {}
                     Some(n) if stored.contains(&n) => findings.push((
                         here(rule::CURRENT),
-                        format!(
-                            "names v{n}, but the store's current generation is {current} (the view lags: run `manifestdb view sync`)"
-                        ),
+                        format!("names v{n}, but the store's current generation is {current} (the view lags: run `manifestdb view sync`)"),
                     )),
                     Some(n) => findings.push((here(rule::CURRENT), format!("names v{n}, a generation the store does not hold"))),
                     None => findings.push((here(rule::CURRENT), format!("is a symlink to {target:?}, not to a view"))),

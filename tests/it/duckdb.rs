@@ -249,5 +249,4 @@ fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
     assert_eq!(mixed, 0, "a query summed two generations");
     // Enough queries that a mix had its chances.
     assert!(exact >= 3, "too few queries answered: {exact}");
-
 }

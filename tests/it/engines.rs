@@ -24,7 +24,8 @@ use manifestdb::{
 use crate::support::TestDir;
 
 const DATASET: &str = "sales";
-const PARTITIONS: [&str; 4] = ["date=2026-11-27/region=eu", "date=2026-11-27/region=us", "date=2026-11-28/region=eu", "date=2026-11-28/region=us"];
+const PARTITIONS: [&str; 4] =
+    ["date=2026-11-27/region=eu", "date=2026-11-27/region=us", "date=2026-11-28/region=eu", "date=2026-11-28/region=us"];
 
 const READERS: &str = r#"
 import json, sys
@@ -47,7 +48,11 @@ print(json.dumps(out))
 fn readers_available() -> bool {
     let ok = Command::new("python3").args(["-c", "import duckdb, polars, pyarrow.dataset"]).output().is_ok_and(|o| o.status.success());
     if !ok {
-        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true but Python lacks duckdb, polars or pyarrow (.ci/run installs them)");
+        assert_ne!(
+            std::env::var("CI").as_deref(),
+            Ok("true"),
+            "CI=true but Python lacks duckdb, polars or pyarrow (.ci/run installs them)"
+        );
         println!("SKIPPED: python3 cannot import duckdb, polars and pyarrow (pip install duckdb polars pyarrow)");
     }
     ok
@@ -160,7 +165,8 @@ fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
         return;
     }
     let dir = TestDir::new();
-    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
     assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);

@@ -249,7 +249,11 @@ fn rollback_moves_current_to_the_restored_content() {
     };
     assert_eq!(env.current_target(), Some(generation.number));
     let seen = files_under(&env.dataset_dir().join("current"));
-    assert_eq!(seen, BTreeMap::from([(view_rel(&env.store, "date=1/region=eu"), (4, 100))]), "the partition the rollback removed is absent");
+    assert_eq!(
+        seen,
+        BTreeMap::from([(view_rel(&env.store, "date=1/region=eu"), (4, 100))]),
+        "the partition the rollback removed is absent"
+    );
     let manifest = ViewManifest::read(env.dataset_dir().join("current/_manifest.json")).unwrap();
     assert_eq!((manifest.kind.as_str(), manifest.restored), ("rollback", Some(1)));
     // The views of generations 1 and 2 are retained, complete, beside the new one.

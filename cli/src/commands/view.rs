@@ -26,9 +26,8 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
         Some(n) => json!({ "dataset": dataset, "generation": n }),
         None => json!({ "dataset": dataset }),
     };
-    let doc = remote::read(location, "/v1/views", &query, |snapshot| {
-        operator::view(snapshot, dataset, location.views.as_deref(), generation)
-    })?;
+    let doc =
+        remote::read(location, "/v1/views", &query, |snapshot| operator::view(snapshot, dataset, location.views.as_deref(), generation))?;
     let manifest = &doc["manifest"];
     out.emit(&doc, |w| {
         // The path to read first, alone on its line (`$(manifestdb view DATASET | head -1)`).
@@ -41,10 +40,7 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
             text(&manifest["snapshot"]),
             text(&doc["store_generation"]),
             if doc["lagging"] == true {
-                format!(
-                    "; LAGGING: {} does not name it yet (run `manifestdb view sync`)",
-                    text(&doc["current"])
-                )
+                format!("; LAGGING: {} does not name it yet (run `manifestdb view sync`)", text(&doc["current"]))
             } else {
                 String::new()
             }
