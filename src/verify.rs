@@ -66,8 +66,9 @@ impl Default for VerifyOptions {
 pub enum IntegrityCheck {
     /// Every page checksum and the allocator state were correct.
     Passed,
-    /// The check failed and redb repaired the file (rebuilt its allocator state); the records
-    /// were then walked on the repaired file.
+    /// The check failed and redb repaired its allocator state in this handle; the records were
+    /// then walked. The repair is not kept: a handle that found the store damaged puts back what
+    /// it wrote when it closes, so the file is left as it was (see the book, Crash safety).
     Repaired,
     /// The check found damage redb could not repair.
     Failed {
@@ -142,7 +143,7 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.integrity {
             IntegrityCheck::Passed => writeln!(f, "redb integrity check: passed")?,
-            IntegrityCheck::Repaired => writeln!(f, "redb integrity check: FAILED, repaired by redb")?,
+            IntegrityCheck::Repaired => writeln!(f, "redb integrity check: FAILED (redb's repair of its allocator state was not kept)")?,
             IntegrityCheck::Failed { message } => writeln!(f, "redb integrity check: FAILED: {message}")?,
             IntegrityCheck::Skipped { reason } => writeln!(f, "redb integrity check: skipped ({reason})")?,
         }
@@ -199,6 +200,13 @@ impl Store {
             Err(err) => return Err(err),
         };
         report.integrity = integrity;
+        // Damage of the store itself (not of staging files or views): this handle found the
+        // store damaged, so its close puts back what it wrote (`store/undo.rs`).
+        if !matches!(report.integrity, IntegrityCheck::Passed | IntegrityCheck::Skipped { .. })
+            || report.findings.iter().any(|f| f.table != "files" && f.table != "views")
+        {
+            poison.saw_damage();
+        }
         Ok(report)
     }
 }

@@ -821,7 +821,7 @@ JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": P
                         \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
-               \"Reading published data\"); files are named g<S>-a<A>-<name> after the partition version
+               docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
                                   \"repaired\": [N], \"removed\": [N]}]}
@@ -876,7 +876,10 @@ OUTPUT, one line per input line: {\"line\": N, \"op\": STR|null, \"ok\": true, \
   or {\"line\": N, \"op\": STR|null, \"ok\": false, \"error\": {\"exit_code\", \"kind\", \"message\"}}
 RESULT: begin as `attempt begin --json`; finish {\"outcome\"}; validate {\"verdict\", \"failures\"};
   record_effect as `effects record`; claim_effect as `effects claim`; mark_emitted as
-  `effects mark-emitted`.";
+  `effects mark-emitted`.
+A validate reads its attempt's files against the store as it was before the batch, so it
+cannot follow the finish of the same attempt in one batch: such a batch is refused up front
+(exit 2, naming both lines; nothing runs). Send the validate in a later batch.";
 const EFFECT_CLAIM_JSON: &str = concat!(
     "JSON: {\"outcome\": \"claimed\"|\"held_by_other\"|\"already_emitted\", \"took_over_from\": STR|null,
        \"effect\": EFFECT}\n",

@@ -53,6 +53,13 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_enum, default_value = "hard-link", env = "MANIFESTDB_VIEW_MODE")]
     pub view_mode: ViewModeArg,
 
+    /// Create the store file, its directory, the staging root and the view root for the
+    /// owner's group too (files 0660, directories 0770) rather than the owner only (0600,
+    /// 0700, the default whatever the umask); as `serve --socket-group` does for the socket.
+    /// What already exists keeps its mode.
+    #[arg(long, global = true)]
+    pub group_access: bool,
+
     /// How long a writing verb waits for another process to release the store before it fails
     /// busy (exit 6): it retries with backoff (5ms doubling to 250ms, jittered). 0s fails at
     /// once.
@@ -139,6 +146,7 @@ impl LocationArgs {
         StoreOptions {
             attempt_lifetime_max: self.attempt_lifetime,
             views: self.views.as_ref().map(|root| ViewOptions { root: root.clone(), mode }),
+            group_access: self.group_access,
             ..StoreOptions::default()
         }
     }

@@ -99,7 +99,7 @@ fn answer_document(answer: manifestdb::server::Answer) -> anyhow::Result<Value> 
 /// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind,
 /// and `unauthorized`, are faults.
 pub fn exit_of_kind(kind: &str) -> Exit {
-    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt]
+    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt, Exit::OutcomeUnknown]
         .into_iter()
         .find(|exit| exit.name() == kind)
         .unwrap_or(Exit::Fault)
