@@ -338,6 +338,45 @@ pub enum Error {
         reason: String,
     },
 
+    /// The view asked for does not exist: the store publishes no views, the dataset has no
+    /// such generation, or the generation has no view (published before views were enabled,
+    /// or its view not built yet: `manifestdb view sync` builds the current one).
+    #[error("no view of dataset {dataset:?}{}: {reason}", generation.map(|g| format!(" generation {g}")).unwrap_or_default())]
+    NoView {
+        /// The dataset.
+        dataset: String,
+        /// The generation asked for (`None`: the current one).
+        generation: Option<u64>,
+        /// Why there is none.
+        reason: String,
+    },
+
+    /// Generation `generation` of the dataset existed but is no longer retained (it expired):
+    /// its view and its Delta version are gone with it.
+    #[error(
+        "generation {generation} of dataset {dataset:?} has expired; {}",
+        oldest_retained.map_or("no generation is retained".to_owned(), |g| format!("the oldest retained generation is {g}"))
+    )]
+    GenerationNotRetained {
+        /// The dataset.
+        dataset: String,
+        /// The generation asked for.
+        generation: u64,
+        /// The oldest generation still retained.
+        oldest_retained: Option<u64>,
+    },
+
+    /// A file of a published view is damaged: its `_manifest.json` is missing, empty or not a
+    /// manifest this build reads, or a file of the view is missing or of the wrong size. The
+    /// store is intact; `manifestdb view sync` ([`crate::Store::sync_view`]) rebuilds the view.
+    #[error("view file {path} is damaged: {reason}; the store is intact: `manifestdb view sync` rebuilds the view")]
+    ViewDamaged {
+        /// The damaged file (or the view directory).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The publish or rollback committed generation `generation` (it is durable and current in
     /// the store), but its view could not be built or `current` could not be moved: readers of
     /// the view still see the previous complete view. A retried publish returns the same
@@ -487,7 +526,9 @@ impl Error {
         }
         match self {
             Error::AlreadyOpen { .. } => ErrorKind::Busy,
-            Error::UnsupportedFormat { .. } | Error::UnsupportedSchema { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
+            Error::UnsupportedFormat { .. } | Error::UnsupportedSchema { .. } | Error::Corrupted { .. } | Error::ViewDamaged { .. } => {
+                ErrorKind::Corrupt
+            }
             // A --staging that is not the store's own: the caller named the wrong directory.
             Error::InvalidInput { .. }
             | Error::CleanupThresholdTooShort { .. }
@@ -497,7 +538,9 @@ impl Error {
             | Error::UnknownTask { .. }
             | Error::UnknownAttempt { .. }
             | Error::UnknownEffect { .. }
-            | Error::UnknownCleanupPlan { .. } => ErrorKind::NotFound,
+            | Error::UnknownCleanupPlan { .. }
+            | Error::NoView { .. }
+            | Error::GenerationNotRetained { .. } => ErrorKind::NotFound,
             Error::RunConflict { .. }
             | Error::RunPublished { .. }
             | Error::ForeignSnapshot { .. }

@@ -133,11 +133,14 @@ pub enum Command {
     #[command(subcommand)]
     Gc(GcCommand),
 
-    /// The published view of a dataset: `view DATASET` prints the path of its current view
-    /// (`<views>/<dataset>/current`, a plain directory tree any engine can read) and its
-    /// manifest (read-only); `view sync [DATASET]` brings views up to date with the store
-    /// (after a crash between a publish and its view swap). The view root is the one recorded
-    /// in the store (set by the first `--views DIR`).
+    /// The published view of a dataset: `view DATASET` prints the directory of its current
+    /// view (`<views>/<dataset>/v<N>`, what `current` names now: give an engine this path,
+    /// never `current/**`, which can move to the next generation while the engine lists and
+    /// reads) and its manifest; `--generation N` a retained generation's (exit 4 when expired,
+    /// naming the oldest retained). Read-only. `view sync [DATASET]` checks the views against
+    /// the store, rebuilds a damaged one and brings `current` up to date (after a crash between
+    /// a publish and its view swap). The view root is the one recorded in the store (set by the
+    /// first `--views DIR`).
     #[command(after_long_help = VIEW_JSON)]
     View(ViewArgs),
 
@@ -197,13 +200,18 @@ pub struct ViewArgs {
     pub command: Option<ViewCommand>,
     /// Dataset name.
     pub dataset: Option<String>,
+    /// A retained generation's view instead of the current one.
+    #[arg(long, short = 'g', value_name = "N")]
+    pub generation: Option<u64>,
 }
 
 /// `view` sub-verbs.
 #[derive(Debug, Subcommand)]
 pub enum ViewCommand {
-    /// Build the current generation's view if missing, move `current` to it, remove leftovers
-    /// and the views of expired generations. Opens the store for writing.
+    /// Check every view present against the store (a missing, empty or damaged
+    /// `_manifest.json`, a missing or cut-short file) and rebuild a damaged one, build the
+    /// current generation's view if missing, move `current` to it, remove leftovers and the
+    /// views of expired generations. Opens the store for writing.
     Sync {
         /// Dataset name (default: every dataset).
         dataset: Option<String>,
@@ -808,14 +816,17 @@ REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"
        each with \"message\": why the task refused it, in words";
 
 const VIEW_JSON: &str = "\
-JSON of `view DATASET`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
-                        \"path\": PATH (the v<N> directory current names)|null, \"view_generation\": N|null,
+JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
+                        \"path\": PATH (the v<N> directory current names, or generation N's: read this),
+                        \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
-VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 1 (see the book,
-               docs/src/reading.md).
+VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
+               docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
+               holding them, so one path never names two contents.
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
-                                  \"removed\": [N]}]}
-Exit 4 if the store has no view root or the dataset no view.";
+                                  \"repaired\": [N], \"removed\": [N]}]}
+Exit 4 if the store has no view root, the dataset no view, or generation N expired (the message names the
+oldest retained); 7 if the view's _manifest.json is missing, empty or damaged (`view sync` rebuilds it).";
 
 const SHOW_JSON: &str = "\
 JSON with --dataset: {\"generation\": GENERATION, \"current\": BOOL, \"partitions\": [PARTITION],

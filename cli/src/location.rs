@@ -41,10 +41,12 @@ pub struct LocationArgs {
     pub attempt_lifetime: Option<std::time::Duration>,
 
     /// Publish views under DIR: after every publish and rollback, `DIR/<dataset>/current`
-    /// names a plain directory tree of the current generation (hard links to the accepted
-    /// files, and `_manifest.json`). Recorded in the store: later invocations keep the views
-    /// without repeating the flag. Must be on the staging root's file system unless
-    /// --view-mode copy.
+    /// names the current generation's directory `v<N>` (hard links to the accepted files,
+    /// named after the partition version holding them, and `_manifest.json`). Readers resolve
+    /// `current` once (`realpath`, or the path `manifestdb view DATASET` prints) and read that
+    /// directory: a glob over `current/**` lists through a link the next publish moves. Recorded
+    /// in the store: later invocations keep the views without repeating the flag. Must be on the
+    /// staging root's file system unless --view-mode copy.
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_VIEWS")]
     pub views: Option<PathBuf>,
 

@@ -759,8 +759,14 @@ async fn attempt_show(State(state): State<AppState>, Query(query): Query<Attempt
     .await
 }
 
-async fn view_show(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
-    read_route(&state, move |_, snapshot| operator::view(snapshot, &query.dataset, None)).await
+#[derive(Deserialize)]
+struct ViewQuery {
+    dataset: String,
+    generation: Option<u64>,
+}
+
+async fn view_show(State(state): State<AppState>, Query(query): Query<ViewQuery>) -> Answer {
+    read_route(&state, move |_, snapshot| operator::view(snapshot, &query.dataset, None, query.generation)).await
 }
 
 // ---- operator routes ----

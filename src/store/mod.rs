@@ -49,7 +49,7 @@ pub(crate) use crate::meta::TxnEnd;
 use crate::records::{MetaRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
-use crate::views::{ViewMode, ViewOptions, ViewStatus, Views};
+use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
 use meta_redb::RedbMeta;
 
 /// How a store is opened.
@@ -511,7 +511,7 @@ impl Store {
         // bring every view up to date. A view that cannot be built does not stop the store
         // from opening; it lags, `verify` reports it, and the next publish or sync retries.
         if store.views.is_some() {
-            match store.sync_views() {
+            match store.sync_views_with(Check::CurrentManifest) {
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = %err, "views not brought up to date at open; they lag the store"),
             }
@@ -529,10 +529,24 @@ impl Store {
         self.views.as_ref().map(Views::mode)
     }
 
-    /// Brings `dataset`'s view up to date with the store: builds the current generation's view
-    /// if it is missing, moves `current` to it, and removes leftovers of interrupted builds and
-    /// the views of generations the store no longer holds. Idempotent. `Ok(None)` if the store
-    /// publishes no views or the dataset has no generation.
+    /// Where generation `generation`'s view is (`None`: the current generation's):
+    /// [`Snapshot::view_path`] on a fresh snapshot.
+    ///
+    /// # Errors
+    /// As [`Snapshot::view_path`]; [`Error::Poisoned`] after a failed write.
+    pub fn view_path(&self, dataset: &str, generation: Option<u64>) -> Result<crate::ViewPath> {
+        self.snapshot()?.view_path(dataset, generation)
+    }
+
+    /// Brings `dataset`'s view up to date with the store: checks every view present of a
+    /// stored generation (its `_manifest.json` present, parseable and right, every file present
+    /// with its size, nothing extra) and rebuilds a damaged one, builds the current
+    /// generation's view if it is missing, moves `current` to it, and removes leftovers of
+    /// interrupted builds and the views of generations the store no longer holds. Idempotent.
+    /// `Ok(None)` if the store publishes no views or the dataset has no generation. Every
+    /// writable open runs a lighter form for every dataset (the current view's
+    /// `_manifest.json` only), so the empty manifest a power loss leaves on a file system that
+    /// lost unsynced data is repaired by the next writer.
     ///
     /// # Errors
     /// [`Error::ViewRefused`] (something under the view root is not manifestdb's, or a path
@@ -543,7 +557,16 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset)
+        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::Full)
+    }
+
+    /// The view of the generation just committed: built and swapped in, without checking the
+    /// views already there (an explicit sync and every open do).
+    fn sync_view_after_commit(&self, dataset: &str) -> Result<Option<ViewStatus>> {
+        let Some(views) = &self.views else {
+            return Ok(None);
+        };
+        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::None)
     }
 
     /// [`Store::sync_view`] for every dataset with a generation, in name order. Stops at the
@@ -552,13 +575,17 @@ impl Store {
     /// # Errors
     /// As [`Store::sync_view`].
     pub fn sync_views(&self) -> Result<Vec<ViewStatus>> {
-        if self.views.is_none() {
+        self.sync_views_with(Check::Full)
+    }
+
+    pub(crate) fn sync_views_with(&self, check: Check) -> Result<Vec<ViewStatus>> {
+        let Some(views) = &self.views else {
             return Ok(Vec::new());
-        }
-        let datasets = self.snapshot()?.datasets()?;
+        };
+        let snapshot = self.snapshot()?;
         let mut out = Vec::new();
-        for dataset in datasets {
-            out.extend(self.sync_view(&dataset)?);
+        for dataset in snapshot.datasets()? {
+            out.extend(views.sync(&snapshot, &self.staging_root, &dataset, check)?);
         }
         Ok(out)
     }
@@ -569,7 +596,7 @@ impl Store {
         if self.views.is_none() {
             return Ok(());
         }
-        self.sync_view(dataset).map(|_| ()).map_err(|err| {
+        self.sync_view_after_commit(dataset).map(|_| ()).map_err(|err| {
             tracing::error!(dataset, generation, error = %err, "generation committed, view not updated");
             Error::ViewLagging { dataset: dataset.to_owned(), generation, source: Box::new(err) }
         })
