@@ -254,8 +254,14 @@ impl FileSystemSync {
 /// A sync that fails is returned as [`NotDurable`] (the content may not be on disk, and a
 /// retried sync would prove nothing), for the validation rule to refuse the candidate. Failing
 /// to open a file or directory (it vanished or changed since it was observed) is an error:
-/// nothing was decided, and validating again observes the change.
-pub(crate) fn make_candidate_durable(root: &Path, staging_rel: &str, files: &[FileEntry]) -> Result<Vec<NotDurable>> {
+/// nothing was decided, and validating again observes the change. `file_synced` is told of
+/// each file once its sync returned (failed or not).
+pub(crate) fn make_candidate_durable(
+    root: &Path,
+    staging_rel: &str,
+    files: &[FileEntry],
+    mut file_synced: impl FnMut(&FileEntry),
+) -> Result<Vec<NotDurable>> {
     let opening = |path: &Path, e: io::Error| Error::io(format!("opening {} to make it durable", path.display()), e);
     // (path, handle) from the root down to the attempt directory.
     let mut chain: Vec<(PathBuf, OwnedFd)> = vec![(root.to_path_buf(), open_dir(root).map_err(|e| opening(root, e))?)];
@@ -304,6 +310,7 @@ pub(crate) fn make_candidate_durable(root: &Path, staging_rel: &str, files: &[Fi
         if let Err(e) = sync_handle(fd.as_fd(), &path, SyncTarget::File) {
             failures.push(NotDurable { path: file.path.clone(), message: format!("fdatasync of {} failed: {e}", path.display()) });
         }
+        file_synced(file);
     }
     // Deepest first: the attempt's inner directories (longest paths first), then the chain up.
     let dirs = inner.values().rev().map(|(p, fd)| (p, fd)).chain(chain.iter().rev().map(|(p, fd)| (p, fd)));

@@ -1070,6 +1070,20 @@ impl ReadOnlyStore {
     /// [`Error::InvalidInput`] without a staging root; otherwise as
     /// [`Store::validate_attempt`].
     pub fn prepare_validation(&self, attempt: &crate::AttemptKey, check: crate::FileCheck) -> Result<PreparedValidation> {
+        self.prepare_validation_with_progress(attempt, check, crate::progress::NO_PROGRESS)
+    }
+
+    /// [`ReadOnlyStore::prepare_validation`], reporting how far its file work has come to
+    /// `progress`, as [`Store::validate_attempt_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::prepare_validation`].
+    pub fn prepare_validation_with_progress(
+        &self,
+        attempt: &crate::AttemptKey,
+        check: crate::FileCheck,
+        progress: &dyn Fn(crate::Progress),
+    ) -> Result<PreparedValidation> {
         let Some(root) = &self.staging_root else {
             return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
         };
@@ -1080,7 +1094,7 @@ impl ReadOnlyStore {
                 record_bytes_max: defaults.csv_record_bytes_max,
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
-            write::prepare_validation(&snapshot, root, limits, attempt, check)
+            write::prepare_validation(&snapshot, root, limits, attempt, check, progress)
         })
     }
 

@@ -13,6 +13,7 @@ use crate::model::{
     PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::ops;
+use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::readers;
 use crate::records::{AttemptRecord, RunRecord, TaskRecord};
 use crate::rules::attempts::ToValidate;
@@ -165,9 +166,20 @@ impl Store {
     /// directory of a valid candidate cannot be opened to sync it (nothing is stored: validate
     /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
+        self.validate_attempt_with_progress(attempt, check, NO_PROGRESS)
+    }
+
+    /// [`Store::validate_attempt`], reporting how far its file work has come to `progress`
+    /// (stages [`ProgressStage::CheckingFiles`], then at a grain [`ProgressStage::ReadingRows`],
+    /// then for a valid candidate [`ProgressStage::SyncingFiles`]; see [`Progress`]). A verdict
+    /// stored before the call reports nothing.
+    ///
+    /// # Errors
+    /// As [`Store::validate_attempt`].
+    pub fn validate_attempt_with_progress(&self, attempt: &AttemptKey, check: FileCheck, progress: &dyn Fn(Progress)) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
             let snapshot = self.snapshot()?;
-            let prepared = prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)?;
+            let prepared = prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check, progress)?;
             drop(snapshot);
             self.store_validation(&prepared)
         })
@@ -204,9 +216,23 @@ impl Store {
     /// # Errors
     /// As [`Store::validate_attempt`].
     pub fn prepare_validation(&self, attempt: &AttemptKey, check: FileCheck) -> Result<PreparedValidation> {
+        self.prepare_validation_with_progress(attempt, check, NO_PROGRESS)
+    }
+
+    /// [`Store::prepare_validation`], reporting how far its file work has come to `progress`,
+    /// as [`Store::validate_attempt_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`Store::validate_attempt`].
+    pub fn prepare_validation_with_progress(
+        &self,
+        attempt: &AttemptKey,
+        check: FileCheck,
+        progress: &dyn Fn(Progress),
+    ) -> Result<PreparedValidation> {
         self.poison.contain("preparing a validation", || {
             let snapshot = self.snapshot()?;
-            prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check)
+            prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check, progress)
         })
     }
 
@@ -273,7 +299,7 @@ impl Store {
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
             let observe = |accepted: &rules::publish::Accepted| {
-                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)
+                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size, NO_PROGRESS)
             };
             let now = meta.now_ms();
             ops::publish::publish(meta, dataset, run, options.accept_nondeterminism.as_deref(), now, observe)
@@ -422,13 +448,14 @@ impl PreparedValidation {
 
 /// Reads what validating `attempt` needs from `snapshot`, observes its files under
 /// `staging_root` (outside any write transaction: it may read whole files), makes a valid
-/// candidate durable, and decides the verdict.
+/// candidate durable, and decides the verdict; each stage of file work reports to `progress`.
 pub(super) fn prepare_validation(
     snapshot: &super::Snapshot,
     staging_root: &std::path::Path,
     limits: ReadLimits,
     attempt: &AttemptKey,
     check: FileCheck,
+    progress: &dyn Fn(Progress),
 ) -> Result<PreparedValidation> {
     check_task_key(&attempt.task)?;
     let task = &attempt.task;
@@ -449,9 +476,11 @@ pub(super) fn prepare_validation(
         ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
         ToValidate::Candidate(candidate) => candidate,
     };
-    let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
+    let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
-        Some(grain) => Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed)?)),
+        Some(grain) => {
+            Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed, progress)?))
+        }
         None => None,
     };
     let (verdict, reconciliation) =
@@ -460,7 +489,10 @@ pub(super) fn prepare_validation(
     // directory from the attempt's up to the staging root is durable. Synced here, outside
     // the write transaction; a failed sync refuses the candidate.
     let verdict = if verdict.is_valid() {
-        let failures = files::make_candidate_durable(staging_root, &record.staging_rel, &candidate.files)?;
+        let mut syncing = Tracker::start(progress, ProgressStage::SyncingFiles, candidate.files.iter().map(|f| f.size_bytes));
+        let failures = files::make_candidate_durable(staging_root, &record.staging_rel, &candidate.files, |file| {
+            syncing.file_done(file.size_bytes);
+        })?;
         rules::validate::after_sync(verdict, &failures)
     } else {
         verdict
@@ -490,6 +522,7 @@ fn read_candidate_data(
     staging_rel: &str,
     candidate: &Candidate,
     observed: &[FileObservation],
+    progress: &dyn Fn(Progress),
 ) -> Result<rules::validate::Computed> {
     let present: Vec<FileEntry> = candidate
         .files
@@ -506,7 +539,8 @@ fn read_candidate_data(
     // Each file is opened through directory handles from the staging root, without
     // following a symlink: what is read is what observation saw (or the file is missing).
     let open = |file: &FileEntry| super::handles::open_regular_file(staging_root, staging_rel, &file.path);
-    let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
+    let mut reading = Tracker::start(progress, ProgressStage::ReadingRows, present.iter().map(|f| f.size_bytes));
+    let computed = readers::read_partition(grain, staging_rel, &present, open, |file| reading.file_done(file.size_bytes), &options)?;
     tracing::debug!(
         rows = computed.rows,
         files = computed.files,
@@ -542,16 +576,29 @@ pub(super) fn store_verdict_body(
 /// What is seen of each reported file of an attempt, through directory handles from the
 /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
 /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
-fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+fn observe_files(
+    staging_root: &std::path::Path,
+    staging_rel: &str,
+    files: &[FileEntry],
+    check: FileCheck,
+    progress: &dyn Fn(Progress),
+) -> Result<Vec<FileObservation>> {
+    let mut checking = Tracker::start(progress, ProgressStage::CheckingFiles, files.iter().map(|f| f.size_bytes));
     files
         .iter()
-        .map(|file| match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
-            Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
-            Ok(None) => Ok(FileObservation::Missing),
-            Err(e) => Err(Error::io(
-                format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
-                e,
-            )),
+        .map(|file| {
+            let observed = match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+                Ok(Some((size_bytes, crc32))) => FileObservation::Present { size_bytes, crc32 },
+                Ok(None) => FileObservation::Missing,
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                        e,
+                    ));
+                }
+            };
+            checking.file_done(file.size_bytes);
+            Ok(observed)
         })
         .collect()
 }
