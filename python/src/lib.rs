@@ -323,8 +323,9 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// The served API in-process: each route as `src/server/routes.rs` answers it (same bodies,
-/// same documents, same errors), over this handle.
+/// The served API in-process: each route as `src/server/routes.rs` answers it (the same body
+/// types, `manifestdb::documents::requests`; the same documents; the same errors), over this
+/// handle.
 fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
     match (method, route) {
         ("POST", "runs/declare") => {
