@@ -30,11 +30,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use redb::WriteTransaction;
+use redb::{Database, WriteTransaction};
 
 use super::TxnEnd;
 use super::contain::Poison;
-use super::layer::RedbLayer;
 use super::meta_redb::RedbMeta;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
@@ -120,18 +119,19 @@ enum Ran<T> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl RedbLayer {
-    /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
-    /// once for all of them. Returns `body`'s own result once that commit is durable. See the
-    /// module documentation for the guarantees.
+impl GroupCommit {
+    /// Runs `body` in a write transaction of `db` shared with every concurrent grouped call,
+    /// committed once for all of them. Returns `body`'s own result once that commit is durable.
+    /// See the module documentation for the guarantees.
     pub(super) fn write_grouped<T>(
         &self,
+        db: &Database,
         poison: &Poison,
         context: &'static str,
         body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
     ) -> Result<T> {
         poison.check()?;
-        let group = &self.group;
+        let group = self;
         let (batch, leader) = {
             let mut queue = group.queue.lock();
             match &queue.forming {
@@ -150,7 +150,7 @@ impl RedbLayer {
         };
         let mut own_error = None;
         if leader {
-            own_error = self.open_batch(poison, context, &batch).err();
+            own_error = self.open_batch(db, poison, context, &batch).err();
         }
         let ran = run_member(&batch, body);
         if leader && let Err(err) = self.settle_batch(poison, &batch) {
@@ -181,18 +181,17 @@ impl RedbLayer {
 
     /// The leader's first half: waits for the batch in flight to settle, closes its own batch
     /// to newcomers and opens the shared transaction.
-    fn open_batch(&self, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
+    fn open_batch(&self, db: &Database, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
         {
-            let mut queue = self.group.queue.lock();
+            let mut queue = self.queue.lock();
             while queue.in_flight {
-                self.group.settled.wait(&mut queue);
+                self.settled.wait(&mut queue);
             }
-            self.group.gather(&mut queue, batch);
+            self.gather(&mut queue, batch);
             queue.in_flight = true;
             queue.forming = None;
         }
-        let opened =
-            poison.check().and_then(|()| poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
+        let opened = poison.check().and_then(|()| poison.contain(context, || db.begin_write().map_err(|e| Error::storage(context, e))));
         let mut state = batch.state.lock();
         let result = match opened {
             Ok(txn) => {
@@ -254,11 +253,11 @@ impl RedbLayer {
             batch.changed.notify_all();
         }
         {
-            let mut queue = self.group.queue.lock();
+            let mut queue = self.queue.lock();
             queue.in_flight = false;
             queue.last_members = members;
             queue.last_commit = commit_started.elapsed();
-            self.group.settled.notify_all();
+            self.settled.notify_all();
         }
         own_error.map_or(Ok(()), Err)
     }
@@ -331,11 +330,7 @@ mod tests {
 
     /// The store's group-commit queue (the redb layer's).
     fn group(store: &Store) -> &GroupCommit {
-        match &store.layer {
-            crate::store::layer::Layer::Redb(redb) => &redb.group,
-            #[cfg(feature = "postgres")]
-            crate::store::layer::Layer::Postgres(_) => unreachable!("these tests open redb stores"),
-        }
+        store.layer.group().expect("these tests open redb stores")
     }
 
     fn declare(store: &Store, partitions: &[&str]) {

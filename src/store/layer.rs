@@ -82,7 +82,7 @@ impl Layer {
         body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>,
     ) -> Result<T> {
         match self {
-            Layer::Redb(redb) => redb.write_grouped(poison, context, body),
+            Layer::Redb(redb) => redb.group.write_grouped(&redb.db, poison, context, body),
             // Concurrent transactions instead of a shared one: every call commits its own.
             #[cfg(feature = "postgres")]
             Layer::Postgres(pg) => {
@@ -90,6 +90,16 @@ impl Layer {
                 let mut body = body;
                 pg.write(context, |meta, _| body(meta))
             }
+        }
+    }
+
+    /// The redb layer's group-commit queue (for the tests that form batches on purpose).
+    #[cfg(test)]
+    pub(super) fn group(&self) -> Option<&GroupCommit> {
+        match self {
+            Layer::Redb(redb) => Some(&redb.group),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => None,
         }
     }
 

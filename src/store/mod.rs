@@ -91,6 +91,19 @@ pub struct StoreOptions {
     /// operator's rollback or expiry moves or removes views too). `Some` records a new root or
     /// mode; views under an old root are then left untouched.
     pub views: Option<ViewOptions>,
+    /// Whether every [`Store::begin_attempt`] is durable when it returns (`true`), or may be
+    /// acknowledged before it is flushed and made durable by this handle's next durable commit
+    /// (`false`, the default), so that a begin costs no sync of its own: a sequential scheduler's
+    /// attempt cycle is then one durable commit ([`Store::finish_and_validate`]).
+    ///
+    /// The guarantee without it: after a power loss (or a crash of this process), a begin that
+    /// was acknowledged but not yet made durable may be forgotten. Its attempt does not exist,
+    /// its finish fails with [`Error::UnknownAttempt`], and the scheduler retries the task; its
+    /// attempt number and its staging directory are never issued again, to any attempt. Every
+    /// other write (declare, finish, verdicts, publish, effects, heartbeats) is durable when it
+    /// returns, and carries every begin acknowledged before it. Closing the store makes every
+    /// begin durable. A PostgreSQL store makes every begin durable whatever this says.
+    pub durable_begins: bool,
 }
 
 impl Default for StoreOptions {
@@ -99,6 +112,7 @@ impl Default for StoreOptions {
             cache_size_bytes: 64 * 1024 * 1024,
             attempt_lifetime_max: None,
             views: None,
+            durable_begins: false,
             csv_record_bytes_max: 16 * 1024 * 1024,
             grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
         }
@@ -131,6 +145,8 @@ pub struct Store {
     grain_key_bytes_in_memory_max: usize,
     /// The view root, if the store publishes views.
     views: Option<Views>,
+    /// The staging directories this handle made durable, each synced once (`files.rs`).
+    durable_dirs: files::DurableDirs,
 }
 
 impl std::fmt::Debug for Store {
@@ -423,6 +439,7 @@ impl Store {
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
             views,
+            durable_dirs: files::DurableDirs::default(),
         };
 
         // A crash between a commit and its view swap left `current` on the previous view:
@@ -792,6 +809,8 @@ pub struct ReadOnlyStore {
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
     staging_root: Option<PathBuf>,
+    /// The directories this handle's prepared validations made durable.
+    durable_dirs: files::DurableDirs,
 }
 
 impl std::fmt::Debug for ReadOnlyStore {
@@ -827,7 +846,7 @@ impl ReadOnlyStore {
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
                 let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
-                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None };
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None, durable_dirs: Default::default() };
                 store.snapshot()?.check_format()?;
                 Ok(store)
             });
@@ -847,7 +866,12 @@ impl ReadOnlyStore {
                 }
                 Err(e) => return Err(open_error(db_path, e)),
             };
-            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore {
+                layer: ReadLayer::Redb(DropContained::new(db)),
+                poison: Poison::default(),
+                staging_root: None,
+                durable_dirs: Default::default(),
+            };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -862,7 +886,12 @@ impl ReadOnlyStore {
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
         contain_open("opening the store read-only", || {
             let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore {
+                layer: ReadLayer::Redb(DropContained::new(db)),
+                poison: Poison::default(),
+                staging_root: None,
+                durable_dirs: Default::default(),
+            };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -913,7 +942,8 @@ impl ReadOnlyStore {
                 record_bytes_max: defaults.csv_record_bytes_max,
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
-            write::prepare_validation(&snapshot, root, limits, attempt, check)
+            let work = write::FileWork { staging_root: root, limits, durable: &self.durable_dirs };
+            write::prepare_validation(&snapshot, &work, attempt, check)
         })
     }
 
