@@ -35,6 +35,7 @@
 //! by one from the main thread, each publish a real durable one. Candidates report no files
 //! (zero expected rows), so setup pays for the store, not for writing test files.
 
+mod figures;
 mod instructions;
 mod postgres;
 
@@ -110,12 +111,36 @@ const QUICK: Sizes = Sizes {
 /// The figures collected so far, printed as they come and as JSON at the end.
 struct Report {
     figures: Map<String, Value>,
+    /// The unit of each figure `put` printed, for the book's figures table.
+    units: BTreeMap<String, String>,
 }
 
 impl Report {
+    fn new() -> Report {
+        Report { figures: Map::new(), units: BTreeMap::new() }
+    }
+
     fn put(&mut self, key: &str, value: f64, unit: &str) {
         println!("{key:<44} {value:>14.2} {unit}");
         self.figures.insert(key.to_owned(), json!((value * 1000.0).round() / 1000.0));
+        self.units.insert(key.to_owned(), unit.to_owned());
+    }
+
+    /// Prints the figures as one JSON line (the harness's last line) and, with `--record`,
+    /// keeps them for the book's figures table as the run `throughput[-section][-quick]`.
+    fn finish(&self, args: &[String], section: &str, quick: bool) -> Res<()> {
+        println!("{}", serde_json::to_string(&self.figures)?);
+        if figures::requested(args) {
+            let run = format!(
+                "throughput{}{}",
+                if section.is_empty() { String::new() } else { format!("-{section}") },
+                if quick { "-quick" } else { "" }
+            );
+            let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| *a != "--record" && *a != "--bench").collect();
+            let command = format!("cargo bench --bench throughput{}{}", if flags.is_empty() { "" } else { " -- " }, flags.join(" "));
+            figures::record(&run, &command, &self.figures, &self.units)?;
+        }
+        Ok(())
     }
 
     fn get(&self, key: &str) -> f64 {
@@ -1093,54 +1118,54 @@ fn main() -> Res<()> {
     }
     if args.iter().any(|a| a == "--fsyncs") {
         // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
-        let mut report = Report { figures: Map::new() };
+        let mut report = Report::new();
         fsyncs_per_operation(&mut report)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "fsyncs", false)?;
         return Ok(());
     }
     let sizes = if args.iter().any(|a| a == "--quick") { QUICK } else { FULL };
     let root = tempfile::Builder::new().prefix("manifestdb-throughput-").tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let dir = root.path();
     let staging = dir.join("staging");
-    let mut report = Report { figures: Map::new() };
+    let mut report = Report::new();
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
     if args.iter().any(|a| a == "--instructions") {
         // Instructions per operation under callgrind (issue 15): `cargo bench --bench throughput -- --instructions`.
         instructions::figures(dir, &mut report, sizes.quick)?;
         report.figures.insert("instructions_mode".to_owned(), json!(if sizes.quick { "quick" } else { "full" }));
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "instructions", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--cli-batch-only") {
         // Only the batch of begins against separate CLI begins (issue 12):
         // `cargo bench --bench throughput -- --cli-batch-only [--quick]`.
         cli_batch_figures(&cli_binary()?, &dir.join("cli-batch"), &mut report, if sizes.quick { 201 } else { 1002 })?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "cli-batch", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--server-only") {
         // Only the server's figures (issue 12): `cargo bench --bench throughput -- --server-only`.
         server_figures(dir, &mut report, sizes)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "server", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--postgres-only") {
         // Only the PostgreSQL section (issue 14): `cargo bench --bench throughput -- --postgres-only`.
         postgres::figures(dir, &mut report, sizes)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "postgres", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--verify-only") {
         // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
         verify_figures(dir, &mut report)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "verify", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--views-only") {
         // Only the cost of views (issue 13): `cargo bench --bench throughput -- --views-only`.
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "views", sizes.quick)?;
         return Ok(());
     }
 
@@ -1303,7 +1328,7 @@ fn main() -> Res<()> {
         ("attempts_1m", json!(big_partitions)),
     ]);
     report.figures.insert("sizes".to_owned(), json!(sizes_json));
-    println!("{}", serde_json::to_string(&report.figures)?);
+    report.finish(&args, "", sizes.quick)?;
     Ok(())
 }
 

@@ -1,7 +1,7 @@
 //! The JSON documents of every outcome, built field by field from the library's types: the
 //! shapes the command-line tool prints with `--json` and the server answers, so a worker sees
 //! one document per outcome whether it calls the tool or the server. They are a stable
-//! contract (documented in the README, `--help` and `docs/openapi.json`), not whatever a
+//! contract (documented in the book, `--help` and `docs/openapi.json`), not whatever a
 //! library type's derived serialisation happens to be.
 //!
 //! [`reads`] makes each reading verb's document from a snapshot, and [`operator`] holds the

@@ -9,7 +9,25 @@ use std::path::PathBuf;
 
 /// Everything that can go wrong in manifestdb.
 ///
-/// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm.
+/// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm, or
+/// branch on [`Error::kind`], the classification the command-line tool's exit codes and the
+/// server's statuses come from.
+///
+/// ```
+/// use manifestdb::{Error, ErrorKind, Store, TaskKey};
+///
+/// # fn main() -> Result<(), Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// match store.begin_attempt(&TaskKey::new("daily", "never-declared", "region=eu")) {
+///     Err(Error::UnknownRun { dataset, run }) => println!("declare {dataset}/{run} first"),
+///     Err(other) if other.kind() == ErrorKind::Busy => println!("retry later: {other}"),
+///     Err(other) => return Err(other),
+///     Ok(ticket) => println!("attempt {}", ticket.key.attempt),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -811,8 +811,8 @@ const VIEW_JSON: &str = "\
 JSON of `view DATASET`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
                         \"path\": PATH (the v<N> directory current names)|null, \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
-VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 1 (see the README,
-               \"Reading published data\").
+VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 1 (see the book,
+               docs/src/reading.md).
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
                                   \"removed\": [N]}]}
 Exit 4 if the store has no view root or the dataset no view.";

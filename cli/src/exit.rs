@@ -2,7 +2,7 @@
 //!
 //! The codes are part of the tool's interface: schedulers branch on them. They are listed once
 //! here ([`EXIT_CODES_HELP`]) and that text is shown by `manifestdb --help` and copied in the
-//! README's "Command-line tool" section.
+//! book's chapter on the tool (`docs/src/cli.md`).
 
 use std::io;
 
@@ -53,7 +53,7 @@ impl Exit {
     }
 }
 
-/// The exit-code table shown by `--help` (and in the README).
+/// The exit-code table shown by `--help` (and in `docs/src/cli.md`).
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success (also: identical re-declaration, run already published, closed output pipe)

@@ -13,6 +13,8 @@ mod json;
 mod location;
 mod logging;
 mod output;
+#[cfg(test)]
+mod reference;
 mod remote;
 
 use std::io::Write;

@@ -17,7 +17,7 @@
 //! store), so operations on disjoint parts run side by side and conflicting ones wait for each
 //! other, and the schedule is serializable. (SERIALIZABLE, the first design, was correct too,
 //! but its predicate locks are per index page: 64 clients on 64 different tasks or datasets
-//! aborted each other 2 to 15 times per operation; see the README.) The runner
+//! aborted each other 2 to 15 times per operation; see the book's performance chapter.) The runner
 //! ([`PgLayer::write`]):
 //! - runs the whole operation again after a deadlock (SQLSTATE 40P01: the server ended one of
 //!   two operations that waited for each other's locks), a serialization failure (40001, not

@@ -20,7 +20,7 @@ pub(crate) const CURRENT: &str = "current";
 pub(crate) const CURRENT_NEW: &str = ".current-new";
 /// The file that marks a dataset directory under the view root as manifestdb's.
 pub(crate) const MARKER: &str = ".manifestdb-view";
-/// The manifest's schema name and version (see the README, "Reading published data").
+/// The manifest's schema name and version (see the book, `docs/src/reading.md`).
 pub(crate) const MANIFEST_SCHEMA: &str = "manifestdb.view.manifest";
 /// Bumped on any incompatible change of `_manifest.json`.
 pub(crate) const MANIFEST_SCHEMA_VERSION: u32 = 1;

@@ -79,7 +79,7 @@ pub struct StoreOptions {
     /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
     /// grain keys, in bytes (the allocated key arena and hash table). Past it the set is sorted
     /// and spilled to a private directory under the staging root, and the runs are merged at
-    /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
+    /// the end (see the book, `docs/src/library.md`). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
     /// Publish views: after every publish and rollback commit, the dataset's current
     /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
@@ -91,19 +91,6 @@ pub struct StoreOptions {
     /// operator's rollback or expiry moves or removes views too). `Some` records a new root or
     /// mode; views under an old root are then left untouched.
     pub views: Option<ViewOptions>,
-    /// Whether every [`Store::begin_attempt`] is durable when it returns (`true`), or may be
-    /// acknowledged before it is flushed and made durable by this handle's next durable commit
-    /// (`false`, the default), so that a begin costs no sync of its own: a sequential scheduler's
-    /// attempt cycle is then one durable commit ([`Store::finish_and_validate`]).
-    ///
-    /// The guarantee without it: after a power loss (or a crash of this process), a begin that
-    /// was acknowledged but not yet made durable may be forgotten. Its attempt does not exist,
-    /// its finish fails with [`Error::UnknownAttempt`], and the scheduler retries the task; its
-    /// attempt number and its staging directory are never issued again, to any attempt. Every
-    /// other write (declare, finish, verdicts, publish, effects, heartbeats) is durable when it
-    /// returns, and carries every begin acknowledged before it. Closing the store makes every
-    /// begin durable. A PostgreSQL store makes every begin durable whatever this says.
-    pub durable_begins: bool,
 }
 
 impl Default for StoreOptions {
@@ -112,7 +99,6 @@ impl Default for StoreOptions {
             cache_size_bytes: 64 * 1024 * 1024,
             attempt_lifetime_max: None,
             views: None,
-            durable_begins: false,
             csv_record_bytes_max: 16 * 1024 * 1024,
             grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
         }
@@ -123,7 +109,23 @@ impl Default for StoreOptions {
 ///
 /// One process at a time may hold a `Store` on a file; other processes may open it read-only
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
-/// behind an `Arc`.
+/// behind an `Arc`. Each call is one transaction; the crate's front page walks through the
+/// whole protocol.
+///
+/// ```
+/// use manifestdb::{Error, RunSpec, Store, TaskKey, TaskSpec};
+///
+/// # fn main() -> Result<(), Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// let ticket = store.begin_attempt(&TaskKey::new("daily", "r1", "region=eu"))?;
+/// assert!(ticket.staging_dir.starts_with(store.staging_root()));
+/// // A second writer on the same file is refused while this handle lives.
+/// assert!(matches!(Store::open(dir.path().join("store.redb"), dir.path().join("staging")), Err(Error::AlreadyOpen { .. })));
+/// # Ok(())
+/// # }
+/// ```
 pub struct Store {
     /// The storage layer: the engine's database and its transactions (see `layer.rs`).
     layer: Layer,
@@ -152,6 +154,20 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+    }
+}
+
+/// Refuses a PostgreSQL URL in a build without the PostgreSQL layer, which would otherwise
+/// take it for the path of a store file.
+#[cfg(not(feature = "postgres"))]
+fn refuse_postgres_url(location: &Path) -> Result<()> {
+    match location.to_str() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Err(Error::invalid(
+            "store location",
+            url,
+            "this build of manifestdb has no PostgreSQL layer; enable the crate's `postgres` feature",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -346,6 +362,8 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         let lease_ms = lifetime_ms(options)?;
         let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
         #[cfg(feature = "postgres")]
@@ -803,6 +821,20 @@ fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
 
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
+///
+/// ```
+/// use manifestdb::{ReadOnlyStore, Store};
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let writer = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// // Beside the writer (in this process or another): one snapshot per consistent read.
+/// let reader = ReadOnlyStore::open(dir.path().join("store.redb"))?;
+/// assert_eq!(reader.snapshot()?.current("daily")?, None); // nothing published yet
+/// # drop(writer);
+/// # Ok(())
+/// # }
+/// ```
 pub struct ReadOnlyStore {
     /// The storage layer (see `layer.rs`).
     layer: ReadLayer,
@@ -842,6 +874,8 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {

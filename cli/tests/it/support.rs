@@ -224,7 +224,7 @@ impl Run {
 /// The binary with no `MANIFESTDB_*` variable inherited from the environment.
 pub fn command() -> Command {
     let mut cmd = Command::new(BIN);
-    // COLUMNS would change how --help wraps; the tests compare help text with the README.
+    // COLUMNS would change how --help wraps; the tests compare help text with the book.
     for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "MANIFESTDB_VIEWS", "MANIFESTDB_VIEW_MODE", "COLUMNS"] {
         cmd.env_remove(var);
     }
