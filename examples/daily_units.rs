@@ -14,9 +14,12 @@
 //! reproduce every canonical digest (computed by the store from the rows, not the bytes).
 //!
 //! The store publishes views (`STORE_DIR/views`): after the publish, `views/daily_units/current`
-//! is a plain directory tree holding exactly the published files, one per partition, under
-//! `date=…/region=…` directories, with `_manifest.json`; any engine can read it (DuckDB:
-//! `read_csv('STORE_DIR/views/daily_units/current/**/*.csv', hive_partitioning = true)`).
+//! names the generation's directory `v<N>`, a plain directory tree holding exactly the
+//! published files, one per partition, under `date=…/region=…` directories, with
+//! `_manifest.json`. Give an engine the resolved directory, never a glob through `current`
+//! (which the next publish moves while the engine lists and reads):
+//! `V=$(realpath STORE_DIR/views/daily_units/current)` (or the first line of `manifestdb view
+//! daily_units`), then DuckDB: `read_csv('$V/**/*.csv', hive_partitioning = true)`.
 //!
 //! Exits non-zero if any total differs from the input's.
 //!
@@ -412,8 +415,9 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     let published_total: i64 = read.values().map(|(_, u)| u).sum();
     let naive = naive_directory_total(&store.staging_root().join(DATASET).join(run));
     println!("\nall partitions: published {published_total}, input {truth_total}; a reader listing every staging file would count {naive}");
-    // A reader that lists the published view instead sees exactly the generation.
-    let view = dir.join("views").join(DATASET).join("current");
+    // A reader that lists the published view instead sees exactly the generation: it asks
+    // for the view's directory (as `manifestdb view` prints it; `current` resolved once).
+    let view = store.view_path(DATASET, None)?.path;
     let view_total = naive_directory_total(&view);
     println!("a reader listing every file under {} counts {view_total}", view.display());
     all_ok &= view_total == truth_total;

@@ -201,6 +201,23 @@ pub enum Error {
         needed: &'static str,
     },
 
+    /// Something the store did not make stands at the staging path of a task's next attempt
+    /// (a file, a symlink, or a directory holding files): the begin is refused, nothing is
+    /// written, and every later begin of the task is refused the same way until it is moved
+    /// away. manifestdb never skips the number: the entry may be another writer's output, which
+    /// an operator should look at, and attempt numbers stay consecutive.
+    #[error(
+        "the staging directory of the next attempt, {}, is taken: {detail}; it was not made by this store: move it away \
+         (after checking whose it is) and begin again",
+        path.display()
+    )]
+    StagingPathTaken {
+        /// The attempt's staging directory.
+        path: PathBuf,
+        /// What stands there.
+        detail: String,
+    },
+
     /// The side effect is unknown.
     #[error("no side effect {effect:?} recorded for run {run:?} of dataset {dataset:?}, partition {partition:?}")]
     UnknownEffect {
@@ -321,6 +338,45 @@ pub enum Error {
         reason: String,
     },
 
+    /// The view asked for does not exist: the store publishes no views, the dataset has no
+    /// such generation, or the generation has no view (published before views were enabled,
+    /// or its view not built yet: `manifestdb view sync` builds the current one).
+    #[error("no view of dataset {dataset:?}{}: {reason}", generation.map(|g| format!(" generation {g}")).unwrap_or_default())]
+    NoView {
+        /// The dataset.
+        dataset: String,
+        /// The generation asked for (`None`: the current one).
+        generation: Option<u64>,
+        /// Why there is none.
+        reason: String,
+    },
+
+    /// Generation `generation` of the dataset existed but is no longer retained (it expired):
+    /// its view and its Delta version are gone with it.
+    #[error(
+        "generation {generation} of dataset {dataset:?} has expired; {}",
+        oldest_retained.map_or("no generation is retained".to_owned(), |g| format!("the oldest retained generation is {g}"))
+    )]
+    GenerationNotRetained {
+        /// The dataset.
+        dataset: String,
+        /// The generation asked for.
+        generation: u64,
+        /// The oldest generation still retained.
+        oldest_retained: Option<u64>,
+    },
+
+    /// A file of a published view is damaged: its `_manifest.json` is missing, empty or not a
+    /// manifest this build reads, or a file of the view is missing or of the wrong size. The
+    /// store is intact; `manifestdb view sync` ([`crate::Store::sync_view`]) rebuilds the view.
+    #[error("view file {path} is damaged: {reason}; the store is intact: `manifestdb view sync` rebuilds the view")]
+    ViewDamaged {
+        /// The damaged file (or the view directory).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// The publish or rollback committed generation `generation` (it is durable and current in
     /// the store), but its view could not be built or `current` could not be moved: readers of
     /// the view still see the previous complete view. A retried publish returns the same
@@ -417,7 +473,7 @@ fn corrupted_message(table: &str, key: &str, detail: &Corruption) -> String {
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Corruption::Truncated { len } => write!(f, "value of {len} bytes is shorter than its frame header"),
+            Corruption::Truncated { len } => write!(f, "value of {} is shorter than its frame header", count(*len as u64, "byte")),
             Corruption::UnknownVersion { version } => write!(f, "unknown record version {version}"),
             Corruption::ChecksumMismatch { expected, got } => {
                 write!(f, "checksum mismatch: stored crc32 {expected:#010x}, computed {got:#010x}")
@@ -470,7 +526,9 @@ impl Error {
         }
         match self {
             Error::AlreadyOpen { .. } => ErrorKind::Busy,
-            Error::UnsupportedFormat { .. } | Error::UnsupportedSchema { .. } | Error::Corrupted { .. } => ErrorKind::Corrupt,
+            Error::UnsupportedFormat { .. } | Error::UnsupportedSchema { .. } | Error::Corrupted { .. } | Error::ViewDamaged { .. } => {
+                ErrorKind::Corrupt
+            }
             // A --staging that is not the store's own: the caller named the wrong directory.
             Error::InvalidInput { .. }
             | Error::CleanupThresholdTooShort { .. }
@@ -480,12 +538,15 @@ impl Error {
             | Error::UnknownTask { .. }
             | Error::UnknownAttempt { .. }
             | Error::UnknownEffect { .. }
-            | Error::UnknownCleanupPlan { .. } => ErrorKind::NotFound,
+            | Error::UnknownCleanupPlan { .. }
+            | Error::NoView { .. }
+            | Error::GenerationNotRetained { .. } => ErrorKind::NotFound,
             Error::RunConflict { .. }
             | Error::RunPublished { .. }
             | Error::ForeignSnapshot { .. }
             | Error::CandidateConflict { .. }
             | Error::AttemptState { .. }
+            | Error::StagingPathTaken { .. }
             | Error::EffectNotReady { .. }
             | Error::AttemptAbandoned { .. }
             | Error::GenerationExpired { .. }
@@ -496,6 +557,7 @@ impl Error {
                 StorageErrorKind::Busy | StorageErrorKind::Conflict => ErrorKind::Busy,
                 StorageErrorKind::Corrupt | StorageErrorKind::NotAStore => ErrorKind::Corrupt,
                 StorageErrorKind::Io | StorageErrorKind::Other => ErrorKind::Fault,
+                StorageErrorKind::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             },
             Error::Io { .. } | Error::Poisoned { .. } | Error::ViewLagging { .. } | Error::NeedsRecovery { .. } => ErrorKind::Fault,
         }
@@ -526,10 +588,16 @@ pub enum ErrorKind {
     /// A request to the server lacks the right bearer token. Only the server answers with it
     /// ([`Error::kind`] never gives it); the command-line tool exits 1 for it.
     Unauthorized,
+    /// The call may or may not have taken effect: a write whose COMMIT was sent but whose
+    /// outcome could not be learnt (a shared database unreachable for the whole settling
+    /// time). Calling the same operation again settles it (every write is idempotent under its
+    /// natural key; a publish answers with its generation); a scheduler retries exactly these.
+    /// Any other failure of a write left nothing committed.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 7] = [
+    const ALL: [ErrorKind; 8] = [
         ErrorKind::Fault,
         ErrorKind::Usage,
         ErrorKind::NotFound,
@@ -537,6 +605,7 @@ impl ErrorKind {
         ErrorKind::Busy,
         ErrorKind::Corrupt,
         ErrorKind::Unauthorized,
+        ErrorKind::OutcomeUnknown,
     ];
 
     /// The command-line tool's exit code for this kind (the server's error documents carry it
@@ -549,6 +618,7 @@ impl ErrorKind {
             ErrorKind::Conflict => 5,
             ErrorKind::Busy => 6,
             ErrorKind::Corrupt => 7,
+            ErrorKind::OutcomeUnknown => 8,
         }
     }
 
@@ -562,6 +632,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 
@@ -601,6 +672,9 @@ pub enum StorageErrorKind {
     Conflict,
     /// Anything else the engine reported (a misuse or a limit of the engine).
     Other,
+    /// A commit was sent and its outcome could not be learnt: the transaction may or may not
+    /// have committed ([`ErrorKind::OutcomeUnknown`]). The same call again settles it.
+    OutcomeUnknown,
 }
 
 impl StorageError {
@@ -632,9 +706,19 @@ impl std::error::Error for StorageError {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1 (`1 task`, `2 tasks`), for messages.
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// An optional figure in a message: its value, or "none".
+pub(crate) fn figure<T: fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
 /// Shortens a caller value for an error message so that a megabyte of garbage does not end up
 /// in a log line.
-fn shorten(value: &str) -> String {
+pub(crate) fn shorten(value: &str) -> String {
     const SHOWN_CHARS_MAX: usize = 120;
     if value.chars().count() <= SHOWN_CHARS_MAX {
         value.to_owned()

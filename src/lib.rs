@@ -96,7 +96,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
+pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome, validation_after_its_finish};
 pub use error::{Corruption, Error, ErrorKind, Result, StorageError, StorageErrorKind};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
@@ -115,7 +115,7 @@ pub use store::{
     Snapshot, Store, StoreOptions, describe_file, file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
-pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewStatus, ViewTotals};
+pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals};
 
 /// The README's example and the Rust blocks of the book's chapters, compiled and run by
 /// `cargo test --doc` exactly as printed (the book hides the lines starting with `# `). Doctests

@@ -83,8 +83,13 @@ pub struct RunSpec {
     /// The tasks, one per partition, with the expectations derived from the input.
     pub tasks: Vec<TaskSpec>,
     /// The output's declared grain (format, key columns, measure). With one, validation reads
-    /// every file and computes rows, total, duplicate keys and the canonical digest itself;
-    /// without one (`None`), it compares the figures the worker reported.
+    /// every file and computes rows, total, duplicate keys and the canonical digest itself.
+    /// Without one (`None`) the figures are the worker's, *reported, not checked*: validation
+    /// compares the reported rows and total with the expectations, but nothing reads the data,
+    /// so a 0-byte file reported as 5 rows is valid and published as 5 rows. Choose `None` only
+    /// where the worker's figures are trusted; every document that shows such figures says so
+    /// (`"figures": "reported"`). The command-line tool and the server ask for that choice in
+    /// words (`--trust-reported-figures`, `"trust_reported_figures": true`).
     pub grain: Option<Grain>,
 }
 
@@ -400,7 +405,7 @@ impl std::fmt::Display for GateFailure {
             GateFailure::TotalMismatch { expected, got: None } => write!(f, "no total reported, expected {expected}"),
             GateFailure::FileMissing { path } => write!(f, "file {path:?} is missing or not a regular file"),
             GateFailure::FileSizeMismatch { path, expected, got } => {
-                write!(f, "file {path:?} has {got} bytes, reported {expected}")
+                write!(f, "file {path:?} has {}, reported {expected}", crate::error::count(*got, "byte"))
             }
             GateFailure::FileChecksumMismatch { path, expected, got } => {
                 write!(f, "file {path:?} has crc32 {got:#010x}, reported {expected:#010x}")
@@ -411,7 +416,9 @@ impl std::fmt::Display for GateFailure {
             }
             GateFailure::FigureNotReported { figure } => write!(f, "no {figure} reported, and the run declares no grain to compute it"),
             GateFailure::DuplicateGrainKey { duplicates, key } => {
-                write!(f, "{duplicates} rows repeat a grain key; first repeated key ({})", key.join(", "))
+                let rows = crate::error::count(*duplicates, "row");
+                let verb = if *duplicates == 1 { "repeats" } else { "repeat" };
+                write!(f, "{rows} {verb} a grain key; first repeated key ({})", key.join(", "))
             }
             GateFailure::MissingKey { path, location, column } => write!(f, "file {path:?} {location}: no value for key column {column:?}"),
             GateFailure::UnparsableRow { path, location, message } => write!(f, "file {path:?} {location}: unparsable row: {message}"),

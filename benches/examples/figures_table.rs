@@ -1,7 +1,7 @@
 //! Regenerates the book's figures table (`docs/src/figures-table.md`) from the recorded runs in
 //! `docs/figures/*.json`; with `--check`, fails instead if the committed table differs.
 //!
-//! `cargo run --release -p manifestdb-bench --example figures_table [-- --check]`
+//! `cargo run -p manifestdb-bench --example figures_table [-- --check]`
 
 #[path = "../figures.rs"]
 mod figures;
@@ -13,7 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed != table {
             return Err(format!(
-                "{} is not generated from docs/figures/*.json; run `cargo run --release -p manifestdb-bench --example figures_table`",
+                "{} is not generated from docs/figures/*.json; run `cargo run -p manifestdb-bench --example figures_table`",
                 path.display()
             )
             .into());

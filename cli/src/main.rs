@@ -16,6 +16,7 @@ mod output;
 #[cfg(test)]
 mod reference;
 mod remote;
+mod values;
 
 use std::io::Write;
 use std::process::ExitCode;

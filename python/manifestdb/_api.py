@@ -434,12 +434,21 @@ class _Operations:
         """The dataset's effects ready to emit (their run is published, not yet emitted)."""
         return self.effects(dataset, ready=True)
 
-    def view(self, dataset: str) -> View | None:
-        """Where the dataset's current view is and what it shows, or None."""
+    def view(self, dataset: str, generation: int | None = None) -> View | None:
+        """Where the dataset's current view (or retained generation ``generation``'s) is and
+        what it shows, or None. ``path`` is the generation's own directory: give engines that
+        path, never one through ``current``. An expired generation raises
+        :class:`NotFound` naming the oldest retained one."""
         _check("dataset", dataset, str)
+        _check("generation", generation, int, optional=True)
+        query: dict[str, Any] = {"dataset": dataset}
+        if generation is not None:
+            query["generation"] = generation
         try:
-            d = self._call("GET", "views", {"dataset": dataset})
+            d = self._call("GET", "views", query)
         except errors.NotFound:
+            if generation is not None:
+                raise
             return None
         return View(
             d["dataset"], Path(d["view_root"]), Path(d["current"]), Path(d["path"]), d["view_generation"], d["store_generation"],

@@ -435,6 +435,14 @@ struct DatasetQuery {
     dataset: String,
 }
 
+/// `GET /v1/views`: a dataset's view, the current generation's or retained generation N's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ViewQuery {
+    dataset: String,
+    generation: Option<u64>,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunQuery {
@@ -749,7 +757,10 @@ fn read(handle: &Handle, route: &str, body: Value) -> Doc {
             let q = parse::<EffectsQuery>(route, body)?;
             reads::effects(&snapshot, &q.dataset, q.run.as_deref(), q.ready)
         }
-        "views" => operator::view(&snapshot, &parse::<DatasetQuery>(route, body)?.dataset, None),
+        "views" => {
+            let q = parse::<ViewQuery>(route, body)?;
+            operator::view(&snapshot, &q.dataset, None, q.generation)
+        }
         "health" => Ok(json!({ "status": "embedded", "version": env!("CARGO_PKG_VERSION") })),
         other => return Err(Failure::not_found(format!("no route GET /v1/{other}"))),
     };

@@ -32,6 +32,7 @@ NOT_BOUND = {
     "view_root": "Store.view(dataset).view_root",
     "view_mode": "fixed when the store is opened (Store.open(view_mode=...))",
     "views": "Store.view(dataset)",
+    "view_path": "Store.view(dataset, generation).path",
     "table_entries": "Store.stats()['tables']",
 }
 

@@ -1,7 +1,7 @@
 """Dagster (the real package, `dagster.materialize`): a partitioned asset written through
 manifestdb attempts by the IO manager; the first run fails after writing its file, the next
 one publishes, and the published partition holds one attempt. Needs `pip install dagster`
-(about 1 minute here); skipped without it."""
+(22 s here from PyPI); skipped without it."""
 
 
 from pathlib import Path

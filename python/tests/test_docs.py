@@ -12,10 +12,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def chapter() -> Path:
-    for candidate in (DOCS / "src" / "python.md", DOCS / "notes-python.md"):
-        if candidate.is_file():
-            return candidate
-    raise AssertionError("the Python chapter is missing")
+    return DOCS / "src" / "python.md"
 
 
 def test_the_fifteen_line_example_runs(tmp_path: Path) -> None:

@@ -76,6 +76,9 @@ def test_duckdb_reading_the_view_during_publishes_sees_whole_generations(tmp_pat
         stop.set()
         reader.join()
         status = store.view("units")
+        # A retained generation by number: its own directory, never a path through `current`.
+        ten = store.view("units", 10)
+        assert ten is not None and ten.path.name == "v10" and ten.path.is_dir(), ten
     assert not failures, failures
     assert seen and set(seen) <= totals, (set(seen) - totals)
     assert status is not None and status.view_generation == status.store_generation == 11 and not status.lagging

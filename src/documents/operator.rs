@@ -181,11 +181,12 @@ pub fn cleanup_applied(report: &ApplyReport) -> Value {
     })
 }
 
-/// One synced view: `{"dataset", "generation", "current", "path", "built", "swapped", "removed"}`.
+/// One synced view: `{"dataset", "generation", "current", "path", "built", "swapped", "repaired",
+/// "removed"}`.
 pub fn view_status(s: &ViewStatus) -> Value {
     json!({
         "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
-        "built": s.built, "swapped": s.swapped, "removed": s.removed,
+        "built": s.built, "swapped": s.swapped, "repaired": s.repaired, "removed": s.removed,
     })
 }
 
@@ -194,14 +195,18 @@ pub fn views_synced(synced: &[ViewStatus]) -> Value {
     json!({ "synced": synced.iter().map(view_status).collect::<Vec<_>>() })
 }
 
-/// `view DATASET` (`GET /v1/views`): `{"dataset", "view_root", "current", "path",
-/// "view_generation", "store_generation", "lagging", "manifest"}`: where the dataset's current
+/// `view DATASET [--generation N]` (`GET /v1/views`): `{"dataset", "view_root", "current",
+/// "path", "view_generation", "store_generation", "lagging", "manifest"}`: where the dataset's
 /// view is (read from the file system under the view root: `root` if given, else the store's
-/// recorded one) and its `_manifest.json`.
+/// recorded one) and its `_manifest.json`. Without `generation`, `path` is the directory
+/// `current` names now (resolved: read it, not `current`); with it, retained generation N's
+/// `v<N>`.
 ///
 /// Errors: [`DocumentError::NotFound`] for an unknown dataset, a store without views, or a
-/// dataset without a view yet; a `_manifest.json` that cannot be read is a store error.
-pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>) -> Result<Value, DocumentError> {
+/// dataset without a view yet; [`crate::Error::GenerationNotRetained`] (not found, naming the
+/// oldest retained generation) for an expired generation; [`crate::Error::ViewDamaged`]
+/// (corrupt) for a view whose `_manifest.json` is missing, empty or damaged.
+pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation: Option<u64>) -> Result<Value, DocumentError> {
     require_dataset(snapshot, dataset)?;
     let root: PathBuf = match (root, snapshot.views()?) {
         (Some(given), _) => {
@@ -213,15 +218,27 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>) -> Result<V
     let store_generation = snapshot.current(dataset)?.map(|g| g.number);
     let current = root.join(dataset).join("current");
     let target = std::fs::read_link(&current).ok();
-    let view_generation = target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
-    let Some(path) = target.as_ref().map(|t| root.join(dataset).join(t)) else {
-        return Err(DocumentError::NotFound(format!(
-            "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
-            current.display(),
-            store_generation.map_or("none".to_owned(), |g| g.to_string())
-        )));
+    let current_generation = target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
+    let (path, view_generation) = match generation {
+        Some(n) => (crate::views::locate_view(snapshot, &root, dataset, Some(n))?.path, Some(n)),
+        None => {
+            let Some(path) = target.as_ref().map(|t| root.join(dataset).join(t)) else {
+                return Err(DocumentError::NotFound(format!(
+                    "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
+                    current.display(),
+                    store_generation.map_or("none".to_owned(), |g| g.to_string())
+                )));
+            };
+            (path, current_generation)
+        }
     };
-    let manifest = ViewManifest::read(path.join("_manifest.json"))?;
+    let manifest_path = path.join("_manifest.json");
+    let manifest = match ViewManifest::read(&manifest_path) {
+        Err(crate::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && path.is_dir() => {
+            return Err(crate::Error::ViewDamaged { path: manifest_path, reason: "is missing".into() }.into());
+        }
+        other => other?,
+    };
     let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
     Ok(json!({
         "dataset": dataset,
@@ -230,7 +247,7 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>) -> Result<V
         "path": path,
         "view_generation": view_generation,
         "store_generation": store_generation,
-        "lagging": view_generation != store_generation,
+        "lagging": current_generation != store_generation,
         "manifest": manifest,
     }))
 }

@@ -23,9 +23,27 @@ pub(crate) const MARKER: &str = ".manifestdb-view";
 /// The manifest's schema name and version (see the book, `docs/src/reading.md`).
 pub(crate) const MANIFEST_SCHEMA: &str = "manifestdb.view.manifest";
 /// Bumped on any incompatible change of `_manifest.json`.
-pub(crate) const MANIFEST_SCHEMA_VERSION: u32 = 1;
+pub(crate) const MANIFEST_SCHEMA_VERSION: u32 = 2;
 /// Longest path inside a view, in bytes (the usual `PATH_MAX` leaves room for the root).
 pub(crate) const VIEW_PATH_BYTES_MAX: usize = 3072;
+
+/// The name a view gives an accepted file: the file's own name behind a tag of the partition
+/// version that holds it, `g<since generation>-a<attempt>-<name>`, in the file's own
+/// directory under the partition's (`date=…/region=…/g7-a2-part-0.csv`).
+///
+/// Why: a reader that listed `current` while it named generation N and opens the listed paths
+/// after `current` moved to N+1 must never read N+1's bytes under N's name. A partition version
+/// (`since_generation`: the generation that wrote this content, never reused in a dataset) names
+/// exactly one accepted attempt's files, so a tagged path names one content in every generation
+/// that holds it: a stale listing reads its own generation's bytes (the partition was carried
+/// over unchanged, same name, same file) or fails with "not found" (it was replaced). The
+/// attempt number is there for the humans reading the name; the tag keeps the extension last,
+/// so `*.parquet` globs and engines' format detection still work.
+pub(crate) fn tagged_name(since_generation: u64, attempt: u32, file: &str) -> String {
+    let (dir, name) = file.rsplit_once('/').map_or(("", file), |(d, n)| (d, n));
+    let tagged = format!("g{since_generation}-a{attempt}-{name}");
+    if dir.is_empty() { tagged } else { format!("{dir}/{tagged}") }
+}
 
 /// `v<N>`: the directory of generation N's view.
 pub(crate) fn view_name(generation: u64) -> String {
@@ -59,10 +77,41 @@ pub(crate) fn is_leftover(name: &str) -> bool {
         || name.strip_prefix(".expired-").and_then(parse_view_name).is_some()
 }
 
+/// Which generation's view a reader asking for `requested` (`None`: the current one) gets,
+/// given the dataset's current generation and its stored ones: `Ok(n)`, or why not.
+pub(crate) fn locate(requested: Option<u64>, current: Option<u64>, stored: &BTreeSet<u64>) -> Result<u64, Locate> {
+    let Some(current) = current else {
+        return Err(Locate::NothingPublished);
+    };
+    match requested {
+        None => Ok(current),
+        Some(n) if stored.contains(&n) => Ok(n),
+        Some(n) if n == 0 || n > current => Err(Locate::Never { current }),
+        Some(_) => Err(Locate::Expired { oldest_retained: stored.first().copied() }),
+    }
+}
+
+/// Why [`locate`] found no generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Locate {
+    /// The dataset has no generation.
+    NothingPublished,
+    /// The generation never existed; the current one is `current`.
+    Never {
+        /// The dataset's current generation.
+        current: u64,
+    },
+    /// The generation existed and expired.
+    Expired {
+        /// The oldest generation still stored.
+        oldest_retained: Option<u64>,
+    },
+}
+
 /// One file of a planned view.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ViewFile {
-    /// Path inside the view directory: `<partition>/<file path>`.
+    /// Path inside the view directory: `<partition>/<file dir>/<tagged name>` ([`tagged_name`]).
     pub(crate) rel: String,
     /// The partition it belongs to.
     pub(crate) partition: String,
@@ -130,7 +179,7 @@ fn check_view_path(what: &str, path: &str) -> Result<(), PlacementRefusal> {
 
 /// Plans generation `manifest.generation.number`'s view: each partition's files under the
 /// partition's own path, so `date=…/region=…` directories give readers hive-style partition
-/// discovery. Refused when a partition or file path cannot be placed there safely.
+/// discovery, each file named after the partition version holding it ([`tagged_name`]). Refused when a partition or file path cannot be placed there safely.
 pub(crate) fn plan(manifest: &Manifest) -> Result<ViewPlan, PlacementRefusal> {
     let mut files = Vec::new();
     let mut dirs = BTreeSet::new();
@@ -138,7 +187,10 @@ pub(crate) fn plan(manifest: &Manifest) -> Result<ViewPlan, PlacementRefusal> {
         check_view_path("partition", &entry.partition)?;
         for file in &entry.files {
             check_view_path("file path", &file.path)?;
-            let rel = format!("{}/{}", entry.partition, file.path);
+            let rel = format!("{}/{}", entry.partition, tagged_name(entry.since_generation, entry.attempt, &file.path));
+            if rel.rsplit('/').next().is_some_and(|n| n.len() > 255) {
+                return Err(refuse(&rel, "its tagged file name is longer than 255 bytes"));
+            }
             if rel.len() > VIEW_PATH_BYTES_MAX {
                 return Err(refuse(&rel, format!("is longer than {VIEW_PATH_BYTES_MAX} bytes")));
             }
@@ -230,7 +282,10 @@ pub(crate) fn diff(plan: &ViewPlan, found: &BTreeMap<String, Found>) -> Vec<(Str
         match found.get(&file.rel) {
             None => problems.push((file.rel.clone(), format!("missing (partition {:?}, attempt file {:?})", file.partition, file.file))),
             Some(Found::File { size_bytes }) if *size_bytes != file.size_bytes => {
-                problems.push((file.rel.clone(), format!("has {size_bytes} bytes, the generation records {}", file.size_bytes)));
+                problems.push((
+                    file.rel.clone(),
+                    format!("has {}, the generation records {}", crate::error::count(*size_bytes, "byte"), file.size_bytes),
+                ));
             }
             Some(Found::File { .. }) => {}
             Some(Found::Dir) => problems.push((file.rel.clone(), "is a directory, not the partition's file".into())),
@@ -302,7 +357,7 @@ mod tests {
     fn plan_places_each_partition_under_its_own_path() {
         let plan = plan(&manifest(&[("date=1/region=eu", &["part-0.csv"]), ("date=1/region=us", &["a/b.csv", "c.csv"])])).unwrap();
         let rels: Vec<&str> = plan.files.iter().map(|f| f.rel.as_str()).collect();
-        assert_eq!(rels, ["date=1/region=eu/part-0.csv", "date=1/region=us/a/b.csv", "date=1/region=us/c.csv"]);
+        assert_eq!(rels, ["date=1/region=eu/g1-a2-part-0.csv", "date=1/region=us/a/g1-a2-b.csv", "date=1/region=us/g1-a2-c.csv"]);
         assert_eq!(plan.dirs, ["date=1", "date=1/region=eu", "date=1/region=us", "date=1/region=us/a"]);
         assert_eq!(plan.files[0].staging_rel, "d/r/date=1/region=eu/@attempt-2");
     }
@@ -326,9 +381,43 @@ mod tests {
         }
         assert!(plan(&manifest(&[("_manifest.json", &["f"])])).is_err());
         // A file of one partition where another partition needs a directory.
-        assert!(plan(&manifest(&[("a", &["b"]), ("a/b", &["f"])])).is_err());
+        assert!(plan(&manifest(&[("a", &["b"]), ("a/g1-a2-b", &["f"])])).is_err());
         // Two partitions mapping one file to the same path.
         assert!(plan(&manifest(&[("a", &["b/f"]), ("a/b", &["f"])])).is_err());
+    }
+
+    #[test]
+    fn locate_names_a_stored_generation_or_says_why_not() {
+        let stored: BTreeSet<u64> = [4, 5, 6].into();
+        assert_eq!(locate(None, Some(6), &stored), Ok(6));
+        assert_eq!(locate(Some(5), Some(6), &stored), Ok(5));
+        assert_eq!(locate(Some(2), Some(6), &stored), Err(Locate::Expired { oldest_retained: Some(4) }));
+        assert_eq!(locate(Some(7), Some(6), &stored), Err(Locate::Never { current: 6 }));
+        assert_eq!(locate(Some(0), Some(6), &stored), Err(Locate::Never { current: 6 }));
+        assert_eq!(locate(None, None, &BTreeSet::new()), Err(Locate::NothingPublished));
+    }
+
+    /// The naming rule's point: in two generations' plans, a path that both hold names the
+    /// same attempt file (a carried-over partition), and a replaced partition's files get
+    /// paths the older plan does not have.
+    #[test]
+    fn a_path_two_plans_share_names_the_same_file() {
+        let older = manifest(&[("p=1", &["part.csv"]), ("p=2", &["part.csv"])]);
+        let mut newer = older.clone();
+        newer.generation.number = 4;
+        newer.partitions[1].since_generation = 4;
+        newer.partitions[1].attempt = 1;
+        newer.partitions[1].staging_rel = "d/r2/p=2/@attempt-1".into();
+        let (a, b) = (plan(&older).unwrap(), plan(&newer).unwrap());
+        let old: BTreeMap<&str, &ViewFile> = a.files.iter().map(|f| (f.rel.as_str(), f)).collect();
+        let mut shared = 0;
+        for file in &b.files {
+            if let Some(before) = old.get(file.rel.as_str()) {
+                assert_eq!((&before.staging_rel, &before.file), (&file.staging_rel, &file.file), "{}", file.rel);
+                shared += 1;
+            }
+        }
+        assert_eq!(shared, 1, "p=1 carried over under its old name, p=2 renamed");
     }
 
     #[test]
@@ -345,12 +434,12 @@ mod tests {
         let plan = plan(&manifest(&[("p=1", &["a.csv", "b.csv"])])).unwrap();
         let mut found = BTreeMap::new();
         found.insert("p=1".to_owned(), Found::Dir);
-        found.insert("p=1/a.csv".to_owned(), Found::File { size_bytes: 5 });
+        found.insert("p=1/g1-a2-a.csv".to_owned(), Found::File { size_bytes: 5 });
         found.insert(MANIFEST_FILE.to_owned(), Found::File { size_bytes: 100 });
         assert!(
             diff(&plan, &{
                 let mut f = found.clone();
-                f.insert("p=1/b.csv".into(), Found::File { size_bytes: 5 });
+                f.insert("p=1/g1-a2-b.csv".into(), Found::File { size_bytes: 5 });
                 f
             })
             .is_empty()
@@ -359,8 +448,8 @@ mod tests {
         found.insert("p=2".to_owned(), Found::Dir);
         let problems = diff(&plan, &found);
         let paths: Vec<&str> = problems.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(paths, ["p=1/b.csv", "p=1/extra.csv", "p=2"]);
-        found.insert("p=1/b.csv".to_owned(), Found::File { size_bytes: 9 });
-        assert!(diff(&plan, &found).iter().any(|(p, m)| p == "p=1/b.csv" && m.contains("9 bytes")));
+        assert_eq!(paths, ["p=1/extra.csv", "p=1/g1-a2-b.csv", "p=2"]);
+        found.insert("p=1/g1-a2-b.csv".to_owned(), Found::File { size_bytes: 9 });
+        assert!(diff(&plan, &found).iter().any(|(p, m)| p == "p=1/g1-a2-b.csv" && m.contains("9 bytes")));
     }
 }

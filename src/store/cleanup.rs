@@ -68,7 +68,7 @@ impl Store {
             // Views of generations the store no longer holds (an expiry by an older build, a crash
             // inside one) go before the plan, so no view links a file the plan may list.
             if self.views().is_some()
-                && let Err(err) = self.sync_views()
+                && let Err(err) = self.sync_views_with(crate::views::Check::None)
             {
                 tracing::warn!(error = %err, "views not synced before planning cleanup");
             }

@@ -30,10 +30,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use redb::{Database, WriteTransaction};
+use redb::WriteTransaction;
 
 use super::TxnEnd;
 use super::contain::Poison;
+use super::layer::RedbLayer;
 use super::meta_redb::RedbMeta;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
@@ -119,19 +120,18 @@ enum Ran<T> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl GroupCommit {
-    /// Runs `body` in a write transaction of `db` shared with every concurrent grouped call,
-    /// committed once for all of them. Returns `body`'s own result once that commit is durable.
-    /// See the module documentation for the guarantees.
+impl RedbLayer {
+    /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
+    /// once for all of them. Returns `body`'s own result once that commit is durable. See the
+    /// module documentation for the guarantees.
     pub(super) fn write_grouped<T>(
         &self,
-        db: &Database,
         poison: &Poison,
         context: &'static str,
         body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
     ) -> Result<T> {
         poison.check()?;
-        let group = self;
+        let group = &self.group;
         let (batch, leader) = {
             let mut queue = group.queue.lock();
             match &queue.forming {
@@ -150,7 +150,7 @@ impl GroupCommit {
         };
         let mut own_error = None;
         if leader {
-            own_error = self.open_batch(db, poison, context, &batch).err();
+            own_error = self.open_batch(poison, context, &batch).err();
         }
         let ran = run_member(&batch, body);
         if leader && let Err(err) = self.settle_batch(poison, &batch) {
@@ -181,17 +181,18 @@ impl GroupCommit {
 
     /// The leader's first half: waits for the batch in flight to settle, closes its own batch
     /// to newcomers and opens the shared transaction.
-    fn open_batch(&self, db: &Database, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
+    fn open_batch(&self, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
         {
-            let mut queue = self.queue.lock();
+            let mut queue = self.group.queue.lock();
             while queue.in_flight {
-                self.settled.wait(&mut queue);
+                self.group.settled.wait(&mut queue);
             }
-            self.gather(&mut queue, batch);
+            self.group.gather(&mut queue, batch);
             queue.in_flight = true;
             queue.forming = None;
         }
-        let opened = poison.check().and_then(|()| poison.contain(context, || db.begin_write().map_err(|e| Error::storage(context, e))));
+        let opened =
+            poison.check().and_then(|()| poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
         let mut state = batch.state.lock();
         let result = match opened {
             Ok(txn) => {
@@ -238,7 +239,12 @@ impl GroupCommit {
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
-            Ok(()) => (Ok(()), None),
+            Ok(()) => {
+                if wrote {
+                    self.commit_done();
+                }
+                (Ok(()), None)
+            }
             Err((cause, own_error)) => {
                 match &own_error {
                     Some(err) if err.is_corruption() => poison.set_damaged(err),
@@ -253,11 +259,11 @@ impl GroupCommit {
             batch.changed.notify_all();
         }
         {
-            let mut queue = self.queue.lock();
+            let mut queue = self.group.queue.lock();
             queue.in_flight = false;
             queue.last_members = members;
             queue.last_commit = commit_started.elapsed();
-            self.settled.notify_all();
+            self.group.settled.notify_all();
         }
         own_error.map_or(Ok(()), Err)
     }
@@ -330,7 +336,11 @@ mod tests {
 
     /// The store's group-commit queue (the redb layer's).
     fn group(store: &Store) -> &GroupCommit {
-        store.layer.group().expect("these tests open redb stores")
+        match &store.layer {
+            crate::store::layer::Layer::Redb(redb) => &redb.group,
+            #[cfg(feature = "postgres")]
+            crate::store::layer::Layer::Postgres(_) => unreachable!("these tests open redb stores"),
+        }
     }
 
     fn declare(store: &Store, partitions: &[&str]) {

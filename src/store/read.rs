@@ -123,7 +123,8 @@ impl Snapshot {
             let Some(generation) = generation else {
                 return Ok(None);
             };
-            let mut partitions = meta.partitions_at(dataset, generation.number)?;
+            let mut partitions =
+                crate::ops::generation_partitions(meta, dataset, generation.number, &generation.kind, generation.partitions_replaced)?;
             for entry in &mut partitions {
                 self.locate(entry);
             }
@@ -168,6 +169,27 @@ impl Snapshot {
                 mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
             }))
         })
+    }
+
+    /// Where generation `generation`'s view is (`None`: the current generation's), under the
+    /// store's recorded view root: `<root>/<dataset>/v<N>`, a directory that names exactly that
+    /// generation's files for as long as it is retained. This is the path to give an engine
+    /// that lists directories: unlike `current`, it cannot move to another generation while
+    /// the engine reads.
+    ///
+    /// # Errors
+    /// [`Error::NoView`] if the store publishes no views, the dataset has no such generation,
+    /// or the generation has no view; [`Error::GenerationNotRetained`] (naming the oldest
+    /// retained generation) if it expired; storage and corruption errors.
+    pub fn view_path(&self, dataset: &str, generation: Option<u64>) -> Result<crate::ViewPath> {
+        let Some(views) = self.views()? else {
+            return Err(Error::NoView {
+                dataset: dataset.to_owned(),
+                generation,
+                reason: "the store publishes no views (open it once with a view root: `--views DIR`)".into(),
+            });
+        };
+        crate::views::locate_view(self, &views.root, dataset, generation)
     }
 
     /// Every retained generation of the dataset, oldest first.
@@ -296,6 +318,13 @@ impl Snapshot {
         })
     }
 
+    /// Whether the run declares a grain (`None` for a run the store does not hold): with one the
+    /// store computed its published figures, without one they are the workers' reported ones.
+    /// One keyed lookup (no task is read).
+    pub(crate) fn run_declares_grain(&self, dataset: &str, run: &str) -> Result<Option<bool>> {
+        self.read("reading a run", |meta| Ok(meta.run(dataset, run)?.map(|record| record.grain.is_some())))
+    }
+
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
     /// published).
     ///
@@ -367,5 +396,25 @@ fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {
         candidate: record.candidate,
         status,
         reconciliation: record.reconciliation,
+    }
+}
+
+/// What the views read of the store: a snapshot's plain values (`views.rs` never names the
+/// store).
+impl crate::views::Generations for Snapshot {
+    fn dataset_names(&self) -> Result<Vec<String>> {
+        self.datasets()
+    }
+
+    fn current_number(&self, dataset: &str) -> Result<Option<u64>> {
+        Ok(self.current(dataset)?.map(|g| g.number))
+    }
+
+    fn stored_numbers(&self, dataset: &str) -> Result<std::collections::BTreeSet<u64>> {
+        Ok(self.history(dataset)?.iter().map(|g| g.number).collect())
+    }
+
+    fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>> {
+        self.manifest(dataset, number)
     }
 }

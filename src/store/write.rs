@@ -118,7 +118,7 @@ impl Store {
         let now = meta.now_ms();
         // The directory is made before the commit: if the commit fails, the number is not taken
         // and the next begin reuses the (empty, never handed out) directory.
-        ops::attempts::begin(meta, task, now, |attempt, staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt), staging_rel))
+        ops::attempts::begin(meta, task, now, |attempt, _staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt)))
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate

@@ -3,6 +3,12 @@
 //! the input's and the published manifest's; the same query over the staging tree counts the
 //! retried partitions once per attempt.
 //!
+//! And DuckDB querying `current/**` (the glob issue 28 found mixing two generations) while a
+//! publisher replaces a third of the partitions in a loop: every query returns exactly one
+//! generation's per-partition sums, or fails ("file not found": a listing gone stale, which a
+//! reader retries); never a mix. That one runs 6 s in the default run and 30 s in `.ci/run`
+//! (`MANIFESTDB_VIEW_STRESS_SECS=30`).
+//!
 //! Outside CI the test skips, saying so loudly, when Python's `duckdb` is missing; in CI
 //! (`CI=true`) a missing DuckDB fails it (`.ci/run` installs it).
 
@@ -102,7 +108,8 @@ fn duckdb_reads_each_partition_once_through_the_view_and_twice_through_staging_a
     }
     assert_eq!(input.len(), 12, "the job prints one line per partition:\n{stdout}");
 
-    let view = dir.path().join("views/daily_units/current");
+    // Resolve `current` once, as readers must: the path names one generation for good.
+    let view = std::fs::canonicalize(dir.path().join("views/daily_units/current")).expect("resolve current");
     let run_dir = dir.path().join("staging/daily_units/daily-2026-11-29");
     let out = Command::new("python3").args(["-c", QUERY]).arg(&view).arg(&run_dir).output().expect("run python3");
     assert!(out.status.success(), "DuckDB query failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -135,4 +142,111 @@ fn duckdb_reads_each_partition_once_through_the_view_and_twice_through_staging_a
     let staging_sum: i64 = through_staging.values().map(|(_, u)| u).sum();
     println!("all partitions: view {view_sum} (input {}), staging tree {staging_sum}", input.values().sum::<i64>());
     assert!(staging_sum > view_sum);
+}
+
+const CONCURRENT_QUERY: &str = r#"
+import json, os, sys
+import duckdb
+current, stop = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+while not os.path.exists(stop):
+    try:
+        rows = con.sql(
+            f"SELECT p, sum(units) FROM read_csv('{current}/**/*.csv', hive_partitioning = true) GROUP BY p ORDER BY p"
+        ).fetchall()
+        print(json.dumps({"ok": [[int(p), int(s)] for p, s in rows]}), flush=True)
+    except Exception as e:
+        print(json.dumps({"error": str(e).splitlines()[0][:200]}), flush=True)
+"#;
+
+/// Issue 28 item 1 (b): DuckDB globbing `current/**` while a publisher loops (6 s, or
+/// `MANIFESTDB_VIEW_STRESS_SECS`: `.ci/run` runs it for 30 s), each generation replacing 40 of
+/// 120 partitions. Every query that answers holds exactly one generation's per-partition sums;
+/// 0 mixed.
+#[test]
+fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
+    use manifestdb::{FileCheck, PublishOptions, PublishOutcome, StoreOptions, TaskKey, ViewOptions};
+
+    use crate::support::{TestDir, run_attempt, run_spec};
+
+    if !duckdb_available() {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true but Python's duckdb is missing");
+        println!("SKIPPED: DuckDB (PyPI duckdb) is not installed");
+        return;
+    }
+    const PARTITIONS: usize = 120;
+    const REPLACED: usize = 40;
+    let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    let names: Vec<String> = (0..PARTITIONS).map(|i| format!("p={i}")).collect();
+    let publish = |generation: u64, partitions: &[usize], state: &mut BTreeMap<u64, i64>| {
+        let run = format!("r{generation}");
+        let tasks: Vec<(&str, u64, i64)> =
+            partitions.iter().map(|&i| (names[i].as_str(), 3, generation as i64 * 1000 + i as i64)).collect();
+        store.declare_run(&run_spec("d", &run, &format!("s{generation}"), &tasks)).expect("declare");
+        for (partition, rows, total) in &tasks {
+            let ticket = run_attempt(&store, &TaskKey::new("d", &run, *partition), &format!("s{generation}"), *rows, *total);
+            store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
+        }
+        match store.publish("d", &run, &PublishOptions::default()).expect("publish") {
+            PublishOutcome::Published(g) => assert_eq!(g.number, generation),
+            other => panic!("{other:?}"),
+        }
+        for (partition, _, total) in &tasks {
+            state.insert(partition.trim_start_matches("p=").parse().unwrap(), *total);
+        }
+    };
+    let mut state = BTreeMap::new();
+    let mut states: Vec<BTreeMap<u64, i64>> = Vec::new();
+    publish(1, &(0..PARTITIONS).collect::<Vec<_>>(), &mut state);
+    states.push(state.clone());
+    let current = views.join("d/current");
+    let stop = dir.path().join("stop");
+    let reader = Command::new("python3")
+        .args(["-c", CONCURRENT_QUERY])
+        .arg(&current)
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the DuckDB reader");
+    let start = std::time::Instant::now();
+    let mut generation = 1;
+    // At least `seconds`, and at least 5 publishes (one takes up to 2 s on a loaded machine).
+    while start.elapsed().as_secs_f64() < seconds || generation < 6 {
+        generation += 1;
+        let first = (generation as usize * REPLACED) % PARTITIONS;
+        let replaced: Vec<usize> = (0..REPLACED).map(|j| (first + j) % PARTITIONS).collect();
+        publish(generation, &replaced, &mut state);
+        states.push(state.clone());
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::fs::write(&stop, b"").expect("stop the reader");
+    let out = reader.wait_with_output().expect("reader output");
+    assert!(out.status.success(), "the reader failed");
+    let (mut exact, mut mixed, mut failed) = (0, 0, 0);
+    let mut errors = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let doc: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        if let Some(error) = doc["error"].as_str() {
+            failed += 1;
+            *errors.entry(error.chars().take(60).collect::<String>()).or_insert(0) += 1;
+            continue;
+        }
+        let seen: BTreeMap<u64, i64> =
+            doc["ok"].as_array().unwrap().iter().map(|r| (r[0].as_u64().unwrap(), r[1].as_i64().unwrap())).collect();
+        if states.contains(&seen) {
+            exact += 1;
+        } else {
+            mixed += 1;
+        }
+    }
+    println!(
+        "DuckDB over current/** for {elapsed:.1} s during {} publishes: {exact} queries exact, {mixed} mixed, {failed} failed (retryable) {errors:?}",
+        generation - 1
+    );
+    assert_eq!(mixed, 0, "a query summed two generations");
+    // Enough queries that a mix had its chances.
+    assert!(exact >= 3, "too few queries answered: {exact}");
 }

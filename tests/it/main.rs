@@ -8,6 +8,7 @@ mod damage;
 mod duckdb;
 mod durability;
 mod effects;
+mod engines;
 mod fixtures;
 mod fuzz_regressions;
 mod gates;

@@ -109,6 +109,13 @@ fn files_under(dir: &Path) -> BTreeMap<String, (u64, i64)> {
     out
 }
 
+/// The path of `partition`'s file `part.csv` inside a view of the store's current generation:
+/// named after the partition version holding it (`g<since>-a<attempt>-part.csv`).
+fn view_rel(store: &Store, partition: &str) -> String {
+    let entry = store.snapshot().unwrap().partition(DATASET, partition, None).unwrap().expect("partition in the current generation");
+    format!("{partition}/g{}-a{}-part.csv", entry.since_generation, entry.attempt)
+}
+
 const PARTS: [(&str, u64, i64); 3] = [("date=1/region=eu", 4, 100), ("date=1/region=us", 3, 70), ("date=2/region=eu", 2, 50)];
 
 #[test]
@@ -118,7 +125,8 @@ fn current_holds_exactly_one_attempt_per_partition_after_retries() {
     assert_eq!(env.current_target(), Some(generation));
     let current = env.dataset_dir().join("current");
     let seen = files_under(&current);
-    let expected: BTreeMap<String, (u64, i64)> = PARTS.iter().map(|(p, rows, total)| (format!("{p}/part.csv"), (*rows, *total))).collect();
+    let expected: BTreeMap<String, (u64, i64)> =
+        PARTS.iter().map(|(p, rows, total)| (format!("{p}/g{generation}-a1-part.csv"), (*rows, *total))).collect();
     assert_eq!(seen, expected, "one file per partition, the partition's own rows and total");
     // The staging tree holds both attempts of the retried partitions.
     let staged: i64 = files_under(&env.dir.path().join("staging")).values().map(|(_, t)| t).sum();
@@ -134,7 +142,7 @@ fn current_holds_exactly_one_attempt_per_partition_after_retries() {
     use std::os::unix::fs::MetadataExt;
     let entry = env.store.snapshot().unwrap().partition(DATASET, "date=1/region=eu", None).unwrap().unwrap();
     let staged = std::fs::metadata(entry.staging_dir.expect("absolute staging dir").join("part.csv")).unwrap();
-    let linked = std::fs::metadata(current.join("date=1/region=eu/part.csv")).unwrap();
+    let linked = std::fs::metadata(current.join(view_rel(&env.store, "date=1/region=eu"))).unwrap();
     assert_eq!((staged.dev(), staged.ino()), (linked.dev(), linked.ino()));
     assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
 }
@@ -148,7 +156,7 @@ fn copy_mode_copies_and_checks_every_byte() {
     use std::os::unix::fs::MetadataExt;
     let entry = env.store.snapshot().unwrap().partition(DATASET, "date=1/region=eu", None).unwrap().unwrap();
     let staged = std::fs::metadata(entry.staging_dir.unwrap().join("part.csv")).unwrap();
-    let copied = std::fs::metadata(current.join("date=1/region=eu/part.csv")).unwrap();
+    let copied = std::fs::metadata(current.join(view_rel(&env.store, "date=1/region=eu"))).unwrap();
     assert_ne!(staged.ino(), copied.ino(), "a copy, not a link");
     assert_eq!(ViewManifest::read(current.join("_manifest.json")).unwrap().file_mode, "copy");
     assert_eq!(env.current_target(), Some(generation));
@@ -241,7 +249,11 @@ fn rollback_moves_current_to_the_restored_content() {
     };
     assert_eq!(env.current_target(), Some(generation.number));
     let seen = files_under(&env.dataset_dir().join("current"));
-    assert_eq!(seen, BTreeMap::from([("date=1/region=eu/part.csv".to_owned(), (4, 100))]), "the partition the rollback removed is absent");
+    assert_eq!(
+        seen,
+        BTreeMap::from([(view_rel(&env.store, "date=1/region=eu"), (4, 100))]),
+        "the partition the rollback removed is absent"
+    );
     let manifest = ViewManifest::read(env.dataset_dir().join("current/_manifest.json")).unwrap();
     assert_eq!((manifest.kind.as_str(), manifest.restored), ("rollback", Some(1)));
     // The views of generations 1 and 2 are retained, complete, beside the new one.
@@ -305,7 +317,7 @@ fn a_reader_holding_an_old_view_reads_it_unchanged_through_a_publish() {
     // keeps reading from that view.
     let resolved = std::fs::canonicalize(env.dataset_dir().join("current")).unwrap();
     assert!(resolved.ends_with("v1"));
-    let mut open = std::fs::File::open(resolved.join("date=1/region=eu/part.csv")).unwrap();
+    let mut open = std::fs::File::open(resolved.join(view_rel(&env.store, "date=1/region=eu"))).unwrap();
     let mut first_half = vec![0u8; 8];
     open.read_exact(&mut first_half).unwrap();
     published(publish(&env.store, "r2", &[("date=1/region=eu", 6, 600)], &[]));
@@ -325,10 +337,10 @@ fn verify_reports_missing_links_extra_files_and_a_lagging_current() {
     let env = Env::new();
     published(publish(&env.store, "r1", &PARTS, &[]));
     let v1 = env.dataset_dir().join("v1");
-    std::fs::remove_file(v1.join("date=1/region=us/part.csv")).unwrap();
+    std::fs::remove_file(v1.join(view_rel(&env.store, "date=1/region=us"))).unwrap();
     std::fs::write(v1.join("date=1/region=eu/extra.csv"), "x\n").unwrap();
     let findings = env.view_findings();
-    assert!(findings.iter().any(|f| f.contains("region=us/part.csv") && f.contains("missing")), "{findings:?}");
+    assert!(findings.iter().any(|f| f.contains("region=us/g1-a1-part.csv") && f.contains("missing")), "{findings:?}");
     assert!(findings.iter().any(|f| f.contains("extra.csv") && f.contains("extra file")), "{findings:?}");
     // A lagging current (as a crash between commit and swap leaves it).
     env.store.inject_view_failure(Some(0));
@@ -435,4 +447,83 @@ fn manifests_give_absolute_paths() {
     let entry = &reader.snapshot().unwrap().manifest(DATASET, None).unwrap().unwrap().partitions[0];
     assert!(entry.staging_dir.as_ref().unwrap().is_absolute());
     assert_eq!(reader.snapshot().unwrap().views().unwrap().map(|v| v.root), Some(std::fs::canonicalize(env.views()).unwrap()));
+}
+
+/// Issue 28 item 1: an engine lists the files through `current` while it names generation 1,
+/// a publish replacing one partition swaps `current` to generation 2, and the engine then
+/// opens every listed path through `current`. Each read returns generation 1's bytes (the
+/// partition was carried over: same name, same file) or fails with "not found" (it was
+/// replaced: its new file has another name); never generation 2's bytes under a listed name.
+#[test]
+fn a_stale_listing_of_current_reads_its_own_generation_or_not_found() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    let current = env.dataset_dir().join("current");
+    let listed: BTreeMap<String, Vec<u8>> =
+        files_under(&current).into_keys().map(|rel| (rel.clone(), std::fs::read(current.join(&rel)).unwrap())).collect();
+    assert_eq!(listed.len(), 3);
+    // The new attempt writes the same file name (`part.csv`) with other rows.
+    published(publish(&env.store, "r2", &[("date=1/region=eu", 6, 600)], &[]));
+    assert_eq!(env.current_target(), Some(2));
+    let (mut same, mut not_found) = (0, 0);
+    for (rel, bytes) in &listed {
+        match std::fs::read(current.join(rel)) {
+            Ok(now) => {
+                assert_eq!(&now, bytes, "{rel}: a stale listing read another generation's bytes under the name it listed");
+                same += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => not_found += 1,
+            Err(e) => panic!("{rel}: {e}"),
+        }
+    }
+    assert_eq!((same, not_found), (2, 1), "two partitions carried over, one replaced");
+    // A fresh listing sees generation 2 whole.
+    assert_eq!(files_under(&current).values().map(|(_, t)| t).sum::<i64>(), 600 + 70 + 50);
+}
+
+/// Issue 28 item 2: a view whose `_manifest.json` was truncated (as a power loss before its
+/// sync leaves it) and whose data file was removed is found damaged by `view sync`, which
+/// rebuilds it beside the damaged one and swaps it in whole; reading the damaged manifest is
+/// a damage error (corrupt), not a usage error.
+#[test]
+fn view_sync_rebuilds_a_truncated_manifest_and_a_missing_file() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    let v1 = env.dataset_dir().join("v1");
+    std::fs::File::create(v1.join("_manifest.json")).unwrap();
+    std::fs::remove_file(v1.join(view_rel(&env.store, "date=1/region=us"))).unwrap();
+    let err = ViewManifest::read(v1.join("_manifest.json")).expect_err("an empty manifest");
+    assert!(matches!(err, Error::ViewDamaged { .. }), "{err:?}");
+    assert_eq!(err.kind(), manifestdb::ErrorKind::Corrupt);
+    assert!(!env.view_findings().is_empty());
+    let status = env.store.sync_view(DATASET).expect("sync").expect("status");
+    assert_eq!((status.repaired.as_slice(), status.built, status.swapped), (&[1][..], false, false));
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+    assert_eq!(ViewManifest::read(v1.join("_manifest.json")).unwrap().generation, 1);
+    assert_eq!(files_under(&env.dataset_dir().join("current")).values().map(|(_, t)| t).sum::<i64>(), 220);
+    assert!(env.store.sync_view(DATASET).unwrap().unwrap().repaired.is_empty(), "a sound view is left as it is");
+    // The next writable open repairs too: a manifest removed, a file cut short.
+    std::fs::remove_file(v1.join("_manifest.json")).unwrap();
+    let env = env.reopen();
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+    let leftovers: Vec<String> = std::fs::read_dir(env.dataset_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n != ".manifestdb-view")
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// In copy mode a copied data file cut short (a power loss dropping its unsynced data) is
+/// found by its size and rebuilt.
+#[test]
+fn view_sync_rebuilds_a_copy_cut_short() {
+    let env = Env::with_mode(ViewMode::Copy);
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    let file = env.dataset_dir().join("v1").join(view_rel(&env.store, "date=1/region=eu"));
+    std::fs::OpenOptions::new().write(true).open(&file).unwrap().set_len(0).unwrap();
+    let status = env.store.sync_view(DATASET).expect("sync").expect("status");
+    assert_eq!(status.repaired, [1]);
+    assert_eq!(read_rows(&file), (4, 100));
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
 }

@@ -15,31 +15,32 @@ use crate::remote;
 pub fn view(location: &LocationArgs, out: &mut Out, args: &ViewArgs) -> anyhow::Result<Exit> {
     match (&args.command, &args.dataset) {
         (Some(ViewCommand::Sync { dataset }), _) => sync(location, out, dataset.as_deref()),
-        (None, Some(dataset)) => show(location, out, dataset),
+        (None, Some(dataset)) => show(location, out, dataset, args.generation),
         (None, None) => Err(usage("name a dataset (`manifestdb view DATASET`) or use `manifestdb view sync`")),
     }
 }
 
-fn show(location: &LocationArgs, out: &mut Out, dataset: &str) -> anyhow::Result<Exit> {
+fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Option<u64>) -> anyhow::Result<Exit> {
     // Through a server, the store's recorded view root (on the server's host) is used.
-    let doc = remote::read(location, "/v1/views", &json!({ "dataset": dataset }), |snapshot| {
-        operator::view(snapshot, dataset, location.views.as_deref())
-    })?;
+    let query = match generation {
+        Some(n) => json!({ "dataset": dataset, "generation": n }),
+        None => json!({ "dataset": dataset }),
+    };
+    let doc =
+        remote::read(location, "/v1/views", &query, |snapshot| operator::view(snapshot, dataset, location.views.as_deref(), generation))?;
     let manifest = &doc["manifest"];
     out.emit(&doc, |w| {
-        writeln!(w, "{}", text(&doc["current"]))?;
+        // The path to read first, alone on its line (`$(manifestdb view DATASET | head -1)`).
+        writeln!(w, "{}", text(&doc["path"]))?;
         writeln!(
             w,
-            "-> {} (generation {} of run {}, snapshot {}){}",
-            text(&doc["path"]),
+            "generation {} of run {}, snapshot {}; the store's current generation is {}{}",
             text(&manifest["generation"]),
             text(&manifest["run"]),
             text(&manifest["snapshot"]),
+            text(&doc["store_generation"]),
             if doc["lagging"] == true {
-                format!(
-                    "; LAGGING: the store's current generation is {} (run `manifestdb view sync`)",
-                    doc["store_generation"].as_u64().unwrap_or(0)
-                )
+                format!("; LAGGING: {} does not name it yet (run `manifestdb view sync`)", text(&doc["current"]))
             } else {
                 String::new()
             }
@@ -87,15 +88,16 @@ fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow
         Ok(operator::views_synced(&synced))
     })?;
     out.emit(&doc, |w| {
-        let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REMOVED", "CURRENT"]);
+        let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REPAIRED", "REMOVED", "CURRENT"]);
         for s in doc["synced"].as_array().into_iter().flatten() {
-            let removed: Vec<u64> = s["removed"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+            let list = |key: &str| format!("{:?}", s[key].as_array().into_iter().flatten().filter_map(Value::as_u64).collect::<Vec<u64>>());
             table.row(vec![
                 text(&s["dataset"]),
                 text(&s["generation"]),
                 text(&s["built"]),
                 text(&s["swapped"]),
-                format!("{removed:?}"),
+                list("repaired"),
+                list("removed"),
                 text(&s["path"]),
             ]);
         }

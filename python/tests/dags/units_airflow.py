@@ -1,5 +1,6 @@
 """The Airflow DAG of tests/test_airflow.py (also the book's example): two partitions built
-through attempts, the first try of one writing its file and then failing, and a publish whose
+through attempts, the first try of one writing its file and then failing, the first try of
+the other timing out (`execution_timeout`) after writing, and a publish whose
 first try delivers the notification and dies before marking it emitted.
 
 Run by the test as `python units_airflow.py` (dag.test(), in-process) with MANIFESTDB_TEST_DIR
@@ -8,6 +9,7 @@ naming a directory with store.redb, staging/ and the markers, and RECEIVER_URL t
 from __future__ import annotations
 
 import os
+import time
 import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -44,9 +46,11 @@ def build(partition: str):
         lines = ["store,item,units"] + [f"{s},{i},{u}" for s, i, u in ROWS[partition]]
         (staging_dir / "part.csv").write_text("\n".join(lines) + "\n")
         marker = HERE / f"failed-{partition.replace('=', '_')}"
-        if partition == "region=eu" and not marker.exists():
+        if not marker.exists():
             marker.touch()
-            raise RuntimeError("the first try wrote its file and then died")
+            if partition == "region=eu":
+                raise RuntimeError("the first try wrote its file and then died")
+            time.sleep(60)  # the first try of region=us hangs: Airflow's execution_timeout ends it
         return None  # the files under staging_dir, figures computed from them (a grain)
 
     return write
@@ -67,7 +71,10 @@ def send(effect: manifestdb.Effect, idempotency_key: str) -> None:
 def daily_units():
     declared = declare_run(connect, spec)
     parts = [
-        partition_task(connect, DATASET, run_of, p, task_id=f"build_{p.split('=')[1]}", retries=2, retry_delay=timedelta(0))(build(p))()
+        partition_task(
+            connect, DATASET, run_of, p, task_id=f"build_{p.split('=')[1]}",
+            retries=2, retry_delay=timedelta(0), execution_timeout=timedelta(seconds=5),
+        )(build(p))()
         for p in ROWS
     ]
     published = publish_run(
