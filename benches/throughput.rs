@@ -259,6 +259,30 @@ fn md_cycle(store: &Store, task: &TaskKey, snapshot: &str) -> Res<()> {
     Ok(())
 }
 
+/// Begin + one `finish_and_validate` of one attempt (the embedded scheduler's path): two
+/// durable writes.
+fn md_cycle_fused(store: &Store, task: &TaskKey, snapshot: &str) -> Res<()> {
+    let ticket = store.begin_attempt(task)?;
+    let verdict = store.finish_and_validate(&ticket.key, &empty_candidate(snapshot), FileCheck::Size)?;
+    if !verdict.is_valid() {
+        return Err(format!("attempt {} is invalid: {verdict:?}", ticket.key).into());
+    }
+    Ok(())
+}
+
+/// Fused attempt cycles per second on one thread, on one task.
+fn md_cycles_fused(store: &Store, run: &str, measure: Duration) -> Res<(u64, Duration)> {
+    let spec = run_spec("cycles-fused", run, std::iter::once(partition(0)));
+    store.declare_run(&spec)?;
+    let task = TaskKey::new("cycles-fused", run, partition(0));
+    let (mut count, start) = (0, Instant::now());
+    while start.elapsed() < measure {
+        md_cycle_fused(store, &task, &spec.snapshot)?;
+        count += 1;
+    }
+    Ok((count, start.elapsed()))
+}
+
 fn run_spec(dataset: &str, run: &str, partitions: impl Iterator<Item = String>) -> RunSpec {
     RunSpec {
         dataset: dataset.to_owned(),
@@ -1044,7 +1068,9 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
                 dataset: "fs".into(),
                 run: "r1".into(),
                 snapshot: "s1".into(),
-                tasks: vec![TaskSpec { partition: "date=2026-12-01/region=eu".into(), expected_rows: 1, expected_total: Some(5) }],
+                tasks: ["date=2026-12-01/region=eu", "date=2026-12-01/region=us"]
+                    .map(|p| TaskSpec { partition: p.into(), expected_rows: 1, expected_total: Some(5) })
+                    .to_vec(),
                 grain: None,
             };
             let task = TaskKey::new("fs", "r1", "date=2026-12-01/region=eu");
@@ -1055,13 +1081,39 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
                 ticket = Some(store.begin_attempt(&task)?);
                 Ok(())
             })?;
-            count(report, "begin_retry", &mut || Ok(store.begin_attempt(&task).map(drop)?))?;
-            let ticket = ticket.ok_or("no ticket")?;
-            fs::write(ticket.staging_dir.join("part.csv"), "item,units\n0,5\n")?;
-            let file = manifestdb::describe_file(&ticket.staging_dir, "part.csv")?;
-            let candidate = Candidate { snapshot: "s1".into(), rows: Some(1), total: Some(5), digest: Some("d".into()), files: vec![file] };
+            let mut retry = None;
+            count(report, "begin_retry", &mut || {
+                retry = Some(store.begin_attempt(&task)?);
+                Ok(())
+            })?;
+            let (ticket, retry) = (ticket.ok_or("no ticket")?, retry.ok_or("no ticket")?);
+            let output = |dir: &Path| -> Res<Candidate> {
+                fs::write(dir.join("part.csv"), "item,units\n0,5\n")?;
+                let file = manifestdb::describe_file(dir, "part.csv")?;
+                Ok(Candidate { snapshot: "s1".into(), rows: Some(1), total: Some(5), digest: Some("d".into()), files: vec![file] })
+            };
+            let candidate = output(&ticket.staging_dir)?;
             count(report, "finish", &mut || Ok(store.finish_attempt(&ticket.key, &candidate).map(drop)?))?;
             count(report, "validate_1file", &mut || Ok(store.validate_attempt(&ticket.key, FileCheck::Size).map(drop)?))?;
+            // The retry begun above, now that its task's directories are durable.
+            let candidate = output(&retry.staging_dir)?;
+            count(report, "finish_retry", &mut || Ok(store.finish_attempt(&retry.key, &candidate).map(drop)?))?;
+            count(report, "validate_1file_retry", &mut || Ok(store.validate_attempt(&retry.key, FileCheck::Size).map(drop)?))?;
+            // A begin and one `finish_and_validate`: a third attempt of the task, and the first
+            // attempt of a second task of the run (its own partition directory).
+            for (name, partition) in [("retry", "date=2026-12-01/region=eu"), ("first", "date=2026-12-01/region=us")] {
+                let task = TaskKey::new("fs", "r1", partition);
+                let mut ticket = None;
+                count(report, &format!("begin_{name}_fused"), &mut || {
+                    ticket = Some(store.begin_attempt(&task)?);
+                    Ok(())
+                })?;
+                let ticket = ticket.ok_or("no ticket")?;
+                let candidate = output(&ticket.staging_dir)?;
+                count(report, &format!("finish_and_validate_1file_{name}"), &mut || {
+                    Ok(store.finish_and_validate(&ticket.key, &candidate, FileCheck::Size).map(drop)?)
+                })?;
+            }
             count(report, "publish", &mut || Ok(store.publish("fs", "r1", &PublishOptions::default()).map(drop)?))?;
             let mut opened = Some(opened);
             count(report, "close", &mut || Ok(opened.take().ok_or("no store")?.close()?))?;
@@ -1072,7 +1124,33 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
             drop(opened);
             Ok(())
         },
-    )
+    )?;
+    // Whole attempt cycles, store and staging syncs together.
+    let sum = |report: &Report, ops: &[&str]| -> f64 {
+        ops.iter()
+            .flat_map(|op| ["redb", "staging"].map(|side| format!("fsyncs_{op}_{side}")))
+            .map(|key| report.figures.get(&key).and_then(Value::as_f64).unwrap_or(f64::NAN))
+            .sum()
+    };
+    let cycles: [(&str, &[&str], &str); 4] = [
+        (
+            "syncs_per_attempt_cycle_first",
+            &["begin_first", "finish", "validate_1file"],
+            "begin, finish, validate; first attempt of a new run's task, one file",
+        ),
+        ("syncs_per_attempt_cycle_retry", &["begin_retry", "finish_retry", "validate_1file_retry"], "the same for a retry"),
+        (
+            "syncs_per_attempt_cycle_fused_first",
+            &["begin_first_fused", "finish_and_validate_1file_first"],
+            "begin, finish_and_validate; first attempt of a task of a known run, one file",
+        ),
+        ("syncs_per_attempt_cycle_fused_retry", &["begin_retry_fused", "finish_and_validate_1file_retry"], "the same for a retry"),
+    ];
+    for (key, ops, note) in cycles {
+        let total = sum(report, ops);
+        report.put(key, total, note);
+    }
+    Ok(())
 }
 
 fn main() -> Res<()> {
@@ -1187,6 +1265,10 @@ fn main() -> Res<()> {
             let run = format!("cycles-{threads}-{round}");
             let cpu = cpu_seconds()?;
             add(format!("attempt_cycles_per_s_{threads}t"), cpu, md_cycles(&store, &run, threads, sizes.measure)?)?;
+            if threads == 1 {
+                let cpu = cpu_seconds()?;
+                add("attempt_cycles_fused_per_s_1t".to_owned(), cpu, md_cycles_fused(&store, &run, sizes.measure)?)?;
+            }
             let cpu = cpu_seconds()?;
             add(
                 format!("sqlite_attempt_cycles_per_s_{threads}t"),
@@ -1197,7 +1279,8 @@ fn main() -> Res<()> {
     }
     drop(conn);
     for (key, (count, elapsed, cpu)) in &tally {
-        report.put(key, per_second(*count, *elapsed), "cycles/s (3 durable writes each)");
+        let what = if key.contains("fused") { "cycles/s (begin + finish_and_validate)" } else { "cycles/s (begin, finish, validate)" };
+        report.put(key, per_second(*count, *elapsed), what);
         let cpu_key = key.replace("_per_s_", "_cpu_us_per_cycle_");
         report.put(&cpu_key, cpu * 1e6 / (*count).max(1) as f64, "us CPU per cycle (user + system)");
     }
@@ -1270,6 +1353,7 @@ fn main() -> Res<()> {
     report.ratio("publish_vs_fsync", "publish_1task_per_s", "fsync_4k_per_s");
     report.ratio("publish_vs_sqlite", "publish_1task_per_s", "sqlite_publish_1task_per_s");
     report.ratio("attempts_vs_sqlite_1t", "attempt_cycles_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
+    report.ratio("attempts_fused_vs_sqlite_1t", "attempt_cycles_fused_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
     report.ratio("attempts_vs_sqlite_8t", "attempt_cycles_per_s_8t", "sqlite_attempt_cycles_per_s_8t");
     // CPU per cycle at one thread against SQLite's (issue 15's target: at most 1).
     report.ratio("attempt_cpu_vs_sqlite_1t", "attempt_cycles_cpu_us_per_cycle_1t", "sqlite_attempt_cycles_cpu_us_per_cycle_1t");

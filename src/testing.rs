@@ -476,9 +476,6 @@ pub struct SyncEvent {
     pub path: std::path::PathBuf,
     /// True for a directory (`fsync` of its entries), false for a file (`fdatasync`).
     pub directory: bool,
-    /// True for a sync of the whole file system `path` is on (`syncfs`, a batch of many
-    /// begins); `directory` is true too.
-    pub file_system: bool,
 }
 
 type SyncObserver = std::rc::Rc<dyn Fn(&SyncEvent) -> io::Result<()>>;
@@ -494,8 +491,8 @@ thread_local! {
 /// on panic.
 ///
 /// The store makes these syncs on the calling thread, outside write transactions: validation
-/// (the candidate's files and directories), `begin_attempt` (the directories it created, after
-/// its commit), cleanup (directories it removed entries from) and store creation.
+/// (the candidate's files and the directories on their way that this handle has not made
+/// durable yet), cleanup (directories it removed entries from) and store creation.
 pub fn observe_syncs<R>(observer: impl Fn(&SyncEvent) -> io::Result<()> + 'static, body: impl FnOnce() -> R) -> R {
     struct Restore(Option<SyncObserver>);
     impl Drop for Restore {
@@ -510,10 +507,10 @@ pub fn observe_syncs<R>(observer: impl Fn(&SyncEvent) -> io::Result<()> + 'stati
 }
 
 /// Called by the store's sync seam (`store::files::sync_handle`) before each sync.
-pub(crate) fn before_sync(path: &Path, directory: bool, file_system: bool) -> io::Result<()> {
+pub(crate) fn before_sync(path: &Path, directory: bool) -> io::Result<()> {
     let observer = SYNC_OBSERVER.with(|cell| cell.borrow().clone());
     match observer {
-        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory, file_system }),
+        Some(observer) => observer(&SyncEvent { path: path.to_path_buf(), directory }),
         None => Ok(()),
     }
 }
@@ -777,6 +774,18 @@ pub enum Op {
         /// Whether the output matches the task's expectations.
         good: bool,
     },
+    /// Write the attempt's file, finish and validate it in one call
+    /// ([`Store::finish_and_validate`], sizes only); `good` as for [`Op::Finish`].
+    FinishValidate {
+        /// Run index.
+        run: u8,
+        /// Partition index.
+        part: u8,
+        /// Attempt number.
+        attempt: u32,
+        /// Whether the output matches the task's expectations.
+        good: bool,
+    },
     /// Validate an attempt (sizes only).
     Validate {
         /// Run index.
@@ -888,31 +897,12 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
         Op::Declare { run } => store.declare_run(&run_spec(run)).map(|o| format!("{o:?}")),
         Op::Begin { run, part } => store.begin_attempt(&task_key(run, part)).map(|t| format!("attempt {}", t.key.attempt)),
         Op::Finish { run, part, attempt, good } => {
-            let key = task_key(run, part).attempt(attempt);
-            let (rows, total) = expected(run, part);
-            let rows = if good { rows } else { rows + 1 };
-            // A worker writes its output only while its attempt runs; once finished, the files
-            // are the candidate's and are left alone.
-            let staging_rel = store.snapshot()?.attempt(&key)?.filter(|a| a.candidate.is_none()).map(|a| a.staging_rel);
-            let mut files = Vec::new();
-            if let Some(rel) = staging_rel {
-                let dir = store.staging_root().join(rel);
-                let mut text = String::from("item,units\n");
-                for i in 0..rows {
-                    let units = if i == 0 { total - (rows as i64 - 1) } else { 1 };
-                    text.push_str(&format!("{i},{units}\n"));
-                }
-                std::fs::write(dir.join("part.csv"), text).map_err(|e| Error::io("writing a workload file", e))?;
-                files.push(crate::describe_file(&dir, "part.csv")?);
-            }
-            let candidate = Candidate {
-                snapshot: format!("sales@{}", run % RUNS),
-                rows: Some(rows),
-                total: Some(total),
-                digest: Some(format!("rows={rows};total={total}")),
-                files,
-            };
+            let (key, candidate) = worker_output(store, run, part, attempt, good)?;
             store.finish_attempt(&key, &candidate).map(|o| format!("{o:?}"))
+        }
+        Op::FinishValidate { run, part, attempt, good } => {
+            let (key, candidate) = worker_output(store, run, part, attempt, good)?;
+            store.finish_and_validate(&key, &candidate, FileCheck::Size).map(|v| format!("{}", v.is_valid()))
         }
         Op::Validate { run, part, attempt } => {
             store.validate_attempt(&task_key(run, part).attempt(attempt), FileCheck::Size).map(|v| format!("{}", v.is_valid()))
@@ -955,6 +945,36 @@ pub fn apply(store: &Store, op: Op) -> crate::Result<String> {
                 .map(|r| format!("deleted {} records removed {}", r.deleted.len(), r.attempt_records_removed.len()))
         }
     }
+}
+
+/// What the worker of `attempt` writes into its staging directory (while the attempt runs
+/// unfinished) and reports: the attempt's key and its candidate.
+fn worker_output(store: &Store, run: u8, part: u8, attempt: u32, good: bool) -> crate::Result<(crate::AttemptKey, Candidate)> {
+    let key = task_key(run, part).attempt(attempt);
+    let (rows, total) = expected(run, part);
+    let rows = if good { rows } else { rows + 1 };
+    // A worker writes its output only while its attempt runs; once finished, the files
+    // are the candidate's and are left alone.
+    let staging_rel = store.snapshot()?.attempt(&key)?.filter(|a| a.candidate.is_none()).map(|a| a.staging_rel);
+    let mut files = Vec::new();
+    if let Some(rel) = staging_rel {
+        let dir = store.staging_root().join(rel);
+        let mut text = String::from("item,units\n");
+        for i in 0..rows {
+            let units = if i == 0 { total - (rows as i64 - 1) } else { 1 };
+            text.push_str(&format!("{i},{units}\n"));
+        }
+        std::fs::write(dir.join("part.csv"), text).map_err(|e| Error::io("writing a workload file", e))?;
+        files.push(crate::describe_file(&dir, "part.csv")?);
+    }
+    let candidate = Candidate {
+        snapshot: format!("sales@{}", run % RUNS),
+        rows: Some(rows),
+        total: Some(total),
+        digest: Some(format!("rows={rows};total={total}")),
+        files,
+    };
+    Ok((key, candidate))
 }
 
 fn normalize(status: &EffectStatus) -> String {
@@ -1282,10 +1302,15 @@ pub fn scripted_workload() -> Vec<Op> {
     ops.push(Op::ApplyCleanup);
     // Run 2 replaces every partition after the rollback.
     ops.push(Op::Declare { run: 2 });
+    // Half of them the three calls, half of them a begin and one `finish_and_validate`.
     for part in 0..PARTITIONS {
         ops.push(Op::Begin { run: 2, part });
-        ops.push(Op::Finish { run: 2, part, attempt: 1, good: true });
-        ops.push(Op::Validate { run: 2, part, attempt: 1 });
+        if part % 2 == 0 {
+            ops.push(Op::Finish { run: 2, part, attempt: 1, good: true });
+            ops.push(Op::Validate { run: 2, part, attempt: 1 });
+        } else {
+            ops.push(Op::FinishValidate { run: 2, part, attempt: 1, good: true });
+        }
     }
     ops.push(Op::Publish { run: 2 });
     ops
@@ -1327,6 +1352,9 @@ pub fn decode_fuzz_input(bytes: &[u8]) -> (Vec<Op>, u16, Tear) {
             0 => Op::Declare { run },
             1 => Op::Begin { run, part: b & 0x0f },
             2 => Op::Finish { run, part: b & 0x0f, attempt, good: a & 0x80 == 0 },
+            // The run byte's top bit (unused by a validation) asks for the one-call finish and
+            // validation; then bit 6 of the last byte marks bad output.
+            3 if a & 0x80 != 0 => Op::FinishValidate { run, part: b & 0x0f, attempt, good: b & 0x40 == 0 },
             3 => Op::Validate { run, part: b & 0x0f, attempt },
             4 => Op::Effect { run, part: optional_part, name: (b >> 4) & 1 },
             5 => Op::Publish { run },
@@ -1355,6 +1383,9 @@ pub fn encode_fuzz_input(ops: &[Op], crash_at: u16, tear: u8) -> Vec<u8> {
             Op::Begin { run, part } => [1, run, part & 0x0f],
             Op::Finish { run, part, attempt, good } => [2, run | if good { 0 } else { 0x80 }, (part & 0x0f) | attempt_bits(attempt)],
             Op::Validate { run, part, attempt } => [3, run, (part & 0x0f) | attempt_bits(attempt)],
+            Op::FinishValidate { run, part, attempt, good } => {
+                [3, run | 0x80, (part & 0x0f) | attempt_bits(attempt) | if good { 0 } else { 0x40 }]
+            }
             Op::Effect { run, part, name } => [4, run, optional(part) | ((name & 1) << 4)],
             Op::Publish { run } => [5, run, 0],
             Op::Emit { run, part, name } => [6, run, optional(part) | ((name & 1) << 4)],

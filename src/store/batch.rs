@@ -1,8 +1,9 @@
 //! [`Store::run_batch`]: many operations in one grouped write transaction.
 //!
 //! Each operation is the single call's, written once: its checks and file work come first
-//! (outside the transaction, as the single call does them), its body runs in the shared
-//! transaction, and a begin's directories are synced after the commit. In a batch of many
+//! (outside the transaction, as the single call does them) and its body runs in the shared
+//! transaction. A begin syncs nothing: its directories are made durable by the validation
+//! that first needs them (`files::make_candidate_durable`). In a batch of many
 //! begins, their task directories are made on a thread of their own while the transaction runs
 //! ([`DirMaker`]); each begin's checks still run before its directory is made. An operation refused on
 //! its merits wrote nothing and gets its error; the batch commits the others. A storage
@@ -12,20 +13,11 @@ use std::sync::mpsc;
 
 use super::begin_dirs::BeginDirs;
 use super::write::{self, PreparedBegin, PreparedValidation};
-use super::{Store, TxnEnd, files};
+use super::{Store, TxnEnd};
 use crate::batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
 use crate::error::{Error, Result};
 use crate::meta::Meta;
 use crate::model::{AttemptKey, Candidate, EffectKey, TaskKey};
-
-/// From this many begins on, a batch makes its directories durable with one `syncfs` of the
-/// staging file system instead of an `fsync` of each directory (two per begin of a new
-/// partition). Measured on this ext4 (2026-12-01, shared and loaded machine): 2,001 directory
-/// fsyncs after 2,000 `mkdir`s took 0.87 s (0.43 ms each); one `syncfs` in a batch of 1,000
-/// begins 2.7 ms, and 0.28 s when other processes' builds had left much unsynced data on the
-/// file system (a `syncfs` flushes that too, as the views' build sync does). Below this size
-/// the few fsyncs it would replace cost less than that risk.
-pub(crate) const FILE_SYSTEM_SYNC_BEGINS_MIN: usize = 32;
 
 /// From this many begins on, a batch makes its begins' task directories on a thread of its own
 /// while its transaction runs (see [`DirMaker`]), so each task directory's `mkdirat` (in the run
@@ -77,9 +69,6 @@ impl Store {
             ));
         }
         self.poison.contain("running a batch", || {
-            // A batch of many begins makes their directories durable with one sync of the
-            // staging file system, through a handle opened before any of them is created (see
-            // `files::FileSystemSync`); if the root cannot be opened, each directory is synced.
             // The staging root's marker is checked once for all the batch's begins (if that check
             // fails, each begin checks again and fails with its own error).
             let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
@@ -88,11 +77,6 @@ impl Store {
             } else {
                 None
             };
-            let file_system = dirs
-                .as_ref()
-                .filter(|_| begins >= FILE_SYSTEM_SYNC_BEGINS_MIN)
-                .and_then(|dirs| dirs.root_handle().ok())
-                .and_then(|handle| files::FileSystemSync::new(&self.staging_root, handle).ok());
             // A batch of many begins makes their task directories on a thread of its own, which
             // the transaction follows (see `DirMaker`).
             let overlapped = begins >= OVERLAPPED_BEGINS_MIN && dirs.is_some();
@@ -141,40 +125,13 @@ impl Store {
                 ran
             })?;
             let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
-            // Each directory the batch's begins need durable is synced once for the batch, or
-            // all of them by one sync of their file system.
-            let mut synced = std::collections::BTreeSet::new();
-            let mut covered = Vec::new();
             for (op, outcome) in prepared.into_iter().zip(ran) {
                 let result = match (op, outcome) {
                     (Prepared::Settled(result), _) => result,
-                    (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket))))
-                        if file_system.as_ref().is_some_and(|fs| fs.covers(begin.devices())) =>
-                    {
-                        covered.push(results.len());
-                        Ok(BatchOutcome::Begin(ticket))
-                    }
-                    // After the commit, before the ticket is handed out, as a single begin.
-                    (Prepared::Begin(begin), Some(Ok(BatchOutcome::Begin(ticket)))) => {
-                        files::sync_created_dirs(&ticket.staging_dir, begin.created(), &mut synced).map(|_| BatchOutcome::Begin(ticket))
-                    }
                     (_, Some(result)) => result,
                     (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),
                 };
                 results.push(Some(result));
-            }
-            if let Some(file_system) = file_system.filter(|_| !covered.is_empty())
-                && let Err(err) = file_system.sync()
-            {
-                // No ticket whose directory may not be durable is handed out; as a failed sync
-                // of a single begin, the attempts stay committed and their leases run out.
-                let (context, kind, cause) = match &err {
-                    Error::Io { context, source } => (context.clone(), source.kind(), source.to_string()),
-                    other => (other.to_string(), std::io::ErrorKind::Other, "the sync failed".to_owned()),
-                };
-                for i in covered {
-                    results[i] = Some(Err(Error::io(context.clone(), std::io::Error::new(kind, cause.clone()))));
-                }
             }
             Ok(results
                 .into_iter()
@@ -200,18 +157,11 @@ impl Store {
             }
             BatchOp::Validate { dataset, run, partition, attempt, checksums } => {
                 let key = BatchOp::attempt(dataset, run, partition, *attempt);
-                write::prepare_validation(
-                    snapshot,
-                    &self.staging_root,
-                    self.read_limits(),
-                    &key,
-                    BatchOp::file_check(*checksums),
-                    crate::progress::NO_PROGRESS,
-                )
-                .map(|prepared| match prepared.stored_verdict() {
-                    Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
-                    None => Prepared::Validate(prepared),
-                })
+                write::prepare_validation(snapshot, &self.file_work(), &key, BatchOp::file_check(*checksums), crate::progress::NO_PROGRESS)
+                    .map(|prepared| match prepared.stored_verdict() {
+                        Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
+                        None => Prepared::Validate(prepared),
+                    })
             }
             BatchOp::RecordEffect { dataset, run, effect, partition, payload, payload_hex } => {
                 let key = BatchOp::effect(dataset, run, effect, partition);

@@ -11,11 +11,10 @@
 //! reached costs one `mkdirat` before the write and an `openat`, an `fstat` and a `mkdirat` in
 //! it, where a walk by path stats every component of the path (each resolved from `/`) again.
 //!
-//! Invariant: a begin's [`Devices`] names the device of every directory the begin needs durable
-//! (each directory it created, the parent of each, its attempt directory and that one's parent):
-//! a created directory lies on its parent's device, and every parent's device is read from the
-//! handle it was created in. So a sync of that file system makes them all durable
-//! (`files::FileSystemSync::covers`).
+//! Invariant: every directory is made with `mkdirat` in a handle opened without following a
+//! symlink, so what was checked is what the directory is made in. A begin syncs nothing: the
+//! directories on the way to a candidate's files are made durable by its validation
+//! (`files::make_candidate_durable`), before a Valid verdict names them.
 
 use std::collections::HashMap;
 use std::io;
@@ -34,28 +33,6 @@ const RUN_DIRS_HELD: usize = 64;
 struct Dir {
     fd: OwnedFd,
     path: PathBuf,
-    device: u64,
-}
-
-/// The devices the directories a begin needs durable lie on, as far as the begin has seen them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Devices {
-    /// None seen yet.
-    None,
-    /// All on this device.
-    One(u64),
-    /// On more than one device (a mount point below the root).
-    Mixed,
-}
-
-impl Devices {
-    fn add(&mut self, device: u64) {
-        *self = match *self {
-            Devices::None => Devices::One(device),
-            Devices::One(d) if d == device => Devices::One(d),
-            _ => Devices::Mixed,
-        };
-    }
 }
 
 /// The begins' way into the staging tree: the root's handle (opened and its marker checked by
@@ -69,13 +46,7 @@ impl BeginDirs {
     /// Begins below the staging root `root`, whose handle `handle` the caller opened (without
     /// following a symlink) and whose marker it checked.
     pub(crate) fn new(root: &Path, handle: OwnedFd) -> Result<BeginDirs> {
-        let device = handles::fstat(handle.as_fd()).map_err(|e| Error::io(format!("inspecting {}", root.display()), e))?.device;
-        Ok(BeginDirs { root: Arc::new(Dir { fd: handle, path: root.to_path_buf(), device }), runs: HashMap::new() })
-    }
-
-    /// A second handle on the root's open file (`dup`), for a sync of its file system later.
-    pub(crate) fn root_handle(&self) -> Result<OwnedFd> {
-        self.root.fd.try_clone().map_err(|e| Error::io(format!("duplicating the handle of {}", self.root.path.display()), e))
+        Ok(BeginDirs { root: Arc::new(Dir { fd: handle, path: root.to_path_buf() }), runs: HashMap::new() })
     }
 
     /// Makes (or checks) the task's directory `root/parent_rel` (as `ids::staging_parent_rel`
@@ -89,14 +60,8 @@ impl BeginDirs {
         if components.len() < 3 {
             return Err(Error::invalid("staging path", parent_rel, "names no task directory below a dataset and a run"));
         }
-        let mut task = TaskDir {
-            root: Arc::clone(&self.root),
-            base: Arc::clone(&self.root),
-            below: components,
-            rel: parent_rel.to_owned(),
-            created: Vec::new(),
-            devices: Devices::None,
-        };
+        let mut task =
+            TaskDir { root: Arc::clone(&self.root), base: Arc::clone(&self.root), below: components, rel: parent_rel.to_owned() };
         let key = format!("{}/{}", task.below[0], task.below[1]);
         let held = match self.runs.get(&key) {
             Some(run_dir) => Some(Arc::clone(run_dir)),
@@ -123,7 +88,7 @@ impl BeginDirs {
 }
 
 /// A task's directory made before the write: the handle it is reached from and the plain
-/// components below that handle, and what its begin created.
+/// components below that handle.
 pub(crate) struct TaskDir {
     root: Arc<Dir>,
     base: Arc<Dir>,
@@ -131,22 +96,9 @@ pub(crate) struct TaskDir {
     below: Vec<String>,
     /// The task's directory relative to the root.
     rel: String,
-    /// Every directory created for this begin, to sync after the commit.
-    created: Vec<PathBuf>,
-    devices: Devices,
 }
 
 impl TaskDir {
-    /// Every directory created for this begin (by path, to sync after the commit).
-    pub(crate) fn created(&self) -> &[PathBuf] {
-        &self.created
-    }
-
-    /// The devices of the directories this begin needs durable (see the module's invariant).
-    pub(crate) fn devices(&self) -> Devices {
-        self.devices
-    }
-
     /// Creates the attempt's own directory `leaf` in the task's directory with one `mkdirat`,
     /// inside the write transaction. An existing `leaf` must be an empty real directory (left by
     /// a begin that crashed before it committed, so no worker ever had it). If the task's
@@ -181,14 +133,12 @@ impl TaskDir {
             let parent = dir.as_ref().unwrap_or(&self.base);
             let path = parent.path.join(&self.below[i]);
             match handles::open_dir_at(parent.fd.as_fd(), &self.below[i]) {
-                Ok(fd) => dir = Some(Dir { fd, path, device: 0 }),
+                Ok(fd) => dir = Some(Dir { fd, path }),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
                 Err(e) => return Err(self.refusal(parent, i, e)),
             }
         }
-        let Some(mut dir) = dir else { return Err(vanished(&self.base.path)) };
-        dir.device = handles::fstat(dir.fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", dir.path.display()), e))?.device;
-        self.devices.add(dir.device);
+        let Some(dir) = dir else { return Err(vanished(&self.base.path)) };
         let path = dir.path.join(leaf);
         match handles::mkdir_at(dir.fd.as_fd(), leaf) {
             Ok(()) => Ok(Some(path)),
@@ -209,7 +159,6 @@ impl TaskDir {
                         detail: "it is a directory that already holds files of an unknown writer".into(),
                     });
                 }
-                self.devices.add(stat.device);
                 Ok(Some(path))
             }
             Err(e) => Err(Error::io(format!("creating staging directory {}", path.display()), e)),
@@ -232,11 +181,7 @@ impl TaskDir {
         }
         let parent = opened.as_ref().unwrap_or(&base);
         match handles::mkdir_at(parent.fd.as_fd(), &self.below[last]) {
-            Ok(()) => {
-                self.created.push(parent.path.join(&self.below[last]));
-                self.devices.add(parent.device);
-                Ok(true)
-            }
+            Ok(()) => Ok(true),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 let path = parent.path.join(&self.below[last]);
                 match handles::stat_at(parent.fd.as_fd(), &self.below[last]) {
@@ -260,11 +205,8 @@ impl TaskDir {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 match handles::mkdir_at(parent.fd.as_fd(), name) {
-                    Ok(()) => {
-                        self.created.push(path.clone());
-                        self.devices.add(parent.device);
-                    }
-                    // Another begin of a sibling task made it in between.
+                    // Another begin of a sibling task may have made it in between.
+                    Ok(()) => {}
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                     Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
                 }
@@ -272,8 +214,7 @@ impl TaskDir {
             }
             Err(e) => return Err(self.refusal(parent, i, e)),
         };
-        let device = handles::fstat(fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", path.display()), e))?.device;
-        Ok(Dir { fd, path, device })
+        Ok(Dir { fd, path })
     }
 
     /// The error for a failed open of `below[i]` in `parent`: a symlink or a non-directory is
@@ -319,20 +260,19 @@ mod tests {
     }
 
     #[test]
-    fn a_task_directory_is_made_with_every_missing_ancestor_and_recorded_as_created() {
+    fn a_task_directory_is_made_with_every_missing_ancestor() {
         let tmp = tempfile::tempdir().unwrap();
         let mut begin = dirs(tmp.path());
         let mut task = begin.prepare("d/r/date=1/region=eu").unwrap();
-        let made: Vec<PathBuf> = ["d", "d/r", "d/r/date=1", "d/r/date=1/region=eu"].iter().map(|p| tmp.path().join(p)).collect();
-        assert_eq!(task.created(), made.as_slice());
+        for made in ["d", "d/r", "d/r/date=1", "d/r/date=1/region=eu"] {
+            assert!(tmp.path().join(made).is_dir(), "{made}");
+        }
         let dir = task.create_attempt_dir("@attempt-1").unwrap();
         assert_eq!(dir, tmp.path().join("d/r/date=1/region=eu/@attempt-1"));
         assert!(dir.is_dir());
-        let device = handles::fstat(handles::open_root(tmp.path()).unwrap().as_fd()).unwrap().device;
-        assert_eq!(task.devices(), Devices::One(device));
-        // A sibling below the same run: only what is new is created.
-        let sibling = begin.prepare("d/r/date=1/region=us").unwrap();
-        assert_eq!(sibling.created(), [tmp.path().join("d/r/date=1/region=us")].as_slice());
+        // A sibling below the same run.
+        begin.prepare("d/r/date=1/region=us").unwrap();
+        assert!(tmp.path().join("d/r/date=1/region=us").is_dir());
     }
 
     #[test]
@@ -345,13 +285,11 @@ mod tests {
         std::fs::remove_dir(tmp.path().join("d/r")).unwrap();
         let dir = first.create_attempt_dir("@attempt-1").unwrap();
         assert!(dir.is_dir(), "the task's directory was made again for the attempt's");
-        assert!(first.created().contains(&tmp.path().join("d/r")), "and recorded for its sync");
         std::fs::remove_dir(&dir).unwrap();
         std::fs::remove_dir(tmp.path().join("d/r/p=1")).unwrap();
         std::fs::remove_dir(tmp.path().join("d/r")).unwrap();
-        let second = begin.prepare("d/r/p=2").unwrap();
+        begin.prepare("d/r/p=2").unwrap();
         assert!(tmp.path().join("d/r/p=2").is_dir(), "the held run directory was gone: made from the root");
-        assert!(second.created().contains(&tmp.path().join("d/r")));
     }
 
     #[test]
@@ -384,7 +322,6 @@ mod tests {
         std::fs::create_dir_all(tmp.path().join("d/r/p/@attempt-2")).unwrap();
         std::fs::write(tmp.path().join("d/r/p/@attempt-2/part.csv"), b"x").unwrap();
         let mut task = begin.prepare("d/r/p").unwrap();
-        assert!(task.created().is_empty());
         assert!(task.create_attempt_dir("@attempt-1").is_ok(), "an empty leftover is reused");
         let err = task.create_attempt_dir("@attempt-2").unwrap_err();
         assert!(matches!(err, Error::StagingPathTaken { .. }) && err.to_string().contains("unknown writer"), "{err}");

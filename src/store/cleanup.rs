@@ -217,6 +217,8 @@ impl Store {
                     for path in &batch.deleted {
                         report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
                     }
+                    // A directory removed and made again later is a new one to sync.
+                    self.durable_dirs.clear();
                     applier.forget();
                     // The removals are made durable before the batch records them as done.
                     files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
@@ -265,6 +267,7 @@ impl Store {
             if execute && walk::remove_empty_dir(root, rel) {
                 dirs += 1 + walk::remove_empty_parents(root, rel);
                 removed_dirs.push(rel);
+                self.durable_dirs.clear();
             }
             doomed.push(fact.key.clone());
         }

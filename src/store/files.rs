@@ -12,9 +12,9 @@
 //! reported to the calling thread's observer (`testing::observe_syncs`), which may record it or
 //! fail it; that is the seam the durability tests observe.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -30,19 +30,7 @@ use crate::rules::validate::{FileObservation, NotDurable};
 /// [`Error::Io`] if the file cannot be read.
 pub fn file_crc32(path: &Path) -> Result<u32> {
     let mut file = File::open(path).map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-    crc32_of(&mut file).map_err(|e| Error::io(format!("reading {}", path.display()), e))
-}
-
-pub(crate) fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
-    let mut hasher = crc32fast::Hasher::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = reader.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hasher.finalize());
-        }
-        hasher.update(&buf[..n]);
-    }
+    super::handles::crc32_of(&mut file).map_err(|e| Error::io(format!("reading {}", path.display()), e))
 }
 
 /// Describes a file for a candidate: its path relative to `staging_dir`, size and CRC32.
@@ -89,22 +77,18 @@ pub(crate) enum SyncTarget {
     File,
     /// A directory's entries (`fsync`).
     Dir,
-    /// The whole file system the handle is on (`syncfs`): every dirty inode, its journal, the
-    /// device's cache.
-    FileSystem,
 }
 
 /// The one place the store syncs staging data: the observer seam (feature `testing`), then
 /// `fdatasync` for a file, `fsync` for a directory, on the handle the caller opened and checked.
 pub(crate) fn sync_handle(fd: BorrowedFd<'_>, path: &Path, target: SyncTarget) -> io::Result<()> {
     #[cfg(feature = "testing")]
-    crate::testing::before_sync(path, target != SyncTarget::File, target == SyncTarget::FileSystem)?;
+    crate::testing::before_sync(path, target == SyncTarget::Dir)?;
     #[cfg(not(feature = "testing"))]
     let _ = path;
     match target {
         SyncTarget::File => rustix::fs::fdatasync(fd)?,
         SyncTarget::Dir => rustix::fs::fsync(fd)?,
-        SyncTarget::FileSystem => rustix::fs::syncfs(fd)?,
     }
     Ok(())
 }
@@ -168,140 +152,156 @@ pub(crate) fn create_dir_all_durable(path: &Path, mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// The directories a begin needs durable: each one it created, its attempt directory `leaf`
-/// (whether this begin or a crashed earlier one created it), and the parent of each, every
-/// directory once, deepest first.
-fn begin_dirs<'a>(leaf: &'a Path, created: &'a [PathBuf]) -> Vec<&'a Path> {
-    let mut dirs: Vec<&Path> = Vec::new();
-    for dir in created.iter().map(PathBuf::as_path).chain([leaf]) {
-        dirs.push(dir);
-        dirs.extend(dir.parent());
-    }
-    dirs.sort();
-    dirs.dedup();
-    // Deepest first: a child's entry is flushed before its parent's.
-    dirs.reverse();
-    dirs
-}
+/// The most directories a [`DurableDirs`] remembers; past it the record starts afresh (the next
+/// validations sync their chains again, as a fresh handle's do).
+const DURABLE_DIRS_MAX: usize = 65_536;
 
-/// Makes the directories a `begin_attempt` created durable: each one and its parent, every
-/// directory once. `leaf` is the attempt's own directory, synced with its parent whether this
-/// call or a crashed earlier begin created it. A directory in `synced` is skipped, and each one
-/// synced here is added to it: a batch passes one set for all its begins, because every
-/// directory of the batch was created (inside its transaction) before the first of these syncs,
-/// so one sync of a shared parent covers the entries of all of them. Gives the number synced.
-pub(crate) fn sync_created_dirs(leaf: &Path, created: &[PathBuf], synced: &mut BTreeSet<PathBuf>) -> Result<usize> {
-    let mut count = 0;
-    for dir in begin_dirs(leaf, created) {
-        if synced.contains(dir) {
-            continue;
-        }
-        sync_dir(dir)?;
-        synced.insert(dir.to_path_buf());
-        count += 1;
-    }
-    Ok(count)
-}
-
-/// One sync of the whole file system of the staging root (`syncfs`), for a batch of many
-/// begins: instead of an `fsync` of each of its directories (two per begin of a new
-/// partition), one call writes back every dirty inode and the journal of that file system and
-/// flushes the device's cache, so every directory the batch created (all of them before the
-/// call) is durable when it returns 0: what the per-directory syncs promise, for the whole
-/// batch at once.
+/// The directories below the staging root whose entry in their parent this handle made durable,
+/// so that each is synced once: the first validation below a run syncs the run's and dataset's
+/// directories, later tasks of the run and later attempts of a task find them durable already
+/// and sync only what is new (DOMAIN 11 needs a directory's entry durable before a Valid verdict
+/// names a file below it, not again for every file).
 ///
-/// Two conditions keep that promise, and this type holds both:
-/// - the handle is opened *before* the batch creates any directory: `syncfs` reports a
-///   write-back error of the file system that happened since the handle was opened (the
-///   kernel samples the file system's error sequence at open), so an error while the batch's
-///   directories were written back cannot be missed;
-/// - it covers only directories on the root's own file system ([`FileSystemSync::covers`]
-///   compares each one's device); a begin with a directory on another mount is synced
-///   directory by directory.
-pub(crate) struct FileSystemSync {
-    root: PathBuf,
-    handle: OwnedFd,
-    device: u64,
+/// Each is recorded with the identity of the directory that was synced ([`DirId`]: device,
+/// inode and birth time): a directory removed (by cleanup, by an operator, by another process)
+/// and made again is another directory even where the file system reuses its inode number, so
+/// it is synced again. A file system that reports no birth time gives no identity, and then
+/// nothing is remembered: every validation syncs the whole chain. Cleanup run through this
+/// handle also clears the record.
+#[derive(Debug, Default)]
+pub(crate) struct DurableDirs {
+    /// Path relative to the staging root -> the directory whose entry there is durable.
+    known: parking_lot::Mutex<HashMap<String, DirId>>,
 }
 
-impl FileSystemSync {
-    /// A later file-system sync through `handle`, the staging root `root` opened (without
-    /// following a symlink) before the batch creates anything.
-    pub(crate) fn new(root: &Path, handle: OwnedFd) -> Result<FileSystemSync> {
-        let device = rustix::fs::fstat(&handle).map_err(|e| Error::io(format!("inspecting {}", root.display()), e.into()))?.st_dev;
-        Ok(FileSystemSync { root: root.to_path_buf(), handle, device })
+/// What tells one directory from another made later at the same path: its device, its inode
+/// number and its birth time (`statx`), which a reused inode number does not share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DirId {
+    device: (u32, u32),
+    inode: u64,
+    born: (i64, u32),
+}
+
+impl DirId {
+    /// The identity of the directory open at `fd`, or `None` if its file system reports no
+    /// birth time.
+    fn of(fd: BorrowedFd<'_>) -> io::Result<Option<DirId>> {
+        use rustix::fs::{AtFlags, StatxFlags};
+        let stat = rustix::fs::statx(fd, c"", AtFlags::EMPTY_PATH, StatxFlags::INO | StatxFlags::BTIME)?;
+        let has = |flag: StatxFlags| stat.stx_mask & flag.bits() == flag.bits();
+        if !has(StatxFlags::INO) || !has(StatxFlags::BTIME) {
+            return Ok(None);
+        }
+        Ok(Some(DirId {
+            device: (stat.stx_dev_major, stat.stx_dev_minor),
+            inode: stat.stx_ino,
+            born: (stat.stx_btime.tv_sec, stat.stx_btime.tv_nsec),
+        }))
+    }
+}
+
+impl DurableDirs {
+    fn is_durable(&self, rel: &str, id: Option<DirId>) -> bool {
+        id.is_some_and(|id| self.known.lock().get(rel) == Some(&id))
     }
 
-    /// Whether every directory a begin needs durable ([`sync_created_dirs`]'s) lies on the
-    /// root's file system, so [`FileSystemSync::sync`] makes it durable: `devices` as the
-    /// begin's directories recorded them (see `begin_dirs`).
-    pub(crate) fn covers(&self, devices: super::begin_dirs::Devices) -> bool {
-        devices == super::begin_dirs::Devices::One(self.device)
+    fn record(&self, dirs: impl IntoIterator<Item = (String, Option<DirId>)>) {
+        let mut known = self.known.lock();
+        for (rel, id) in dirs {
+            let Some(id) = id else { continue };
+            if known.len() >= DURABLE_DIRS_MAX {
+                known.clear();
+            }
+            known.insert(rel, id);
+        }
     }
 
-    /// `syncfs` of the root's file system, through the store's one sync seam.
-    pub(crate) fn sync(&self) -> Result<()> {
-        sync_handle(self.handle.as_fd(), &self.root, SyncTarget::FileSystem)
-            .map_err(|e| Error::io(format!("syncing the file system of the staging root {}", self.root.display()), e))
+    /// Forgets everything (after a cleanup removed directories).
+    pub(crate) fn clear(&self) {
+        self.known.lock().clear();
     }
+}
+
+/// One directory on the way to a candidate's files, opened from its parent's handle.
+struct ChainDir {
+    path: PathBuf,
+    /// Relative to the staging root ("" for the root).
+    rel: String,
+    fd: OwnedFd,
+    /// Index of the parent in the chain (`None` for the root).
+    parent: Option<usize>,
+    /// Its identity, read from the handle.
+    id: Option<DirId>,
 }
 
 /// Makes a candidate durable before its Valid verdict is stored: `fdatasync` of every reported
-/// file, then `fsync` of every directory from the files' own directories up through the
-/// attempt directory to the staging root, each once. Every handle is opened from its parent's
-/// handle without following symlinks, so what is synced is what was walked.
+/// file, `fsync` of every directory holding one (its new entries), and `fsync` of the parent of
+/// every directory on the way (from the staging root down through the attempt directory to the
+/// files' own) whose entry `durable` does not hold already, each directory once. So the first
+/// attempt below a new run syncs the whole chain, a retry the file, its attempt directory and
+/// the task's directory (the attempt directory's new entry). Every handle is opened from its
+/// parent's handle without following symlinks, so what is synced is what was walked. A
+/// candidate without files names no path: nothing is synced.
 ///
 /// A sync that fails is returned as [`NotDurable`] (the content may not be on disk, and a
-/// retried sync would prove nothing), for the validation rule to refuse the candidate. Failing
-/// to open a file or directory (it vanished or changed since it was observed) is an error:
-/// nothing was decided, and validating again observes the change. `file_synced` is told of
-/// each file once its sync returned (failed or not).
+/// retried sync would prove nothing), for the validation rule to refuse the candidate; nothing
+/// is recorded in `durable` then. Failing to open a file or directory (it vanished or changed
+/// since it was observed) is an error: nothing was decided, and validating again observes the
+/// change. `file_synced` is told of each file once its sync returned (failed or not).
 pub(crate) fn make_candidate_durable(
     root: &Path,
     staging_rel: &str,
     files: &[FileEntry],
+    durable: &DurableDirs,
     mut file_synced: impl FnMut(&FileEntry),
 ) -> Result<Vec<NotDurable>> {
-    let opening = |path: &Path, e: io::Error| Error::io(format!("opening {} to make it durable", path.display()), e);
-    // (path, handle) from the root down to the attempt directory.
-    let mut chain: Vec<(PathBuf, OwnedFd)> = vec![(root.to_path_buf(), open_dir(root).map_err(|e| opening(root, e))?)];
-    for component in staging_rel.split('/') {
-        let (parent_path, parent) =
-            chain.last().map(|(p, fd)| (p.clone(), fd.as_fd())).ok_or_else(|| opening(root, io::Error::other("no root")))?;
-        let path = parent_path.join(component);
-        let fd = open_dir_at(parent, component).map_err(|e| opening(&path, e))?;
-        chain.push((path, fd));
+    if files.is_empty() {
+        return Ok(Vec::new());
     }
-    let attempt = chain.len() - 1;
+    let opening = |path: &Path, e: io::Error| Error::io(format!("opening {} to make it durable", path.display()), e);
+    let identity = |fd: &OwnedFd, path: &Path| DirId::of(fd.as_fd()).map_err(|e| opening(path, e));
+    let root_fd = open_dir(root).map_err(|e| opening(root, e))?;
+    let root_id = identity(&root_fd, root)?;
+    let mut chain = vec![ChainDir { path: root.to_path_buf(), rel: String::new(), fd: root_fd, parent: None, id: root_id }];
+    // Opens `component` in chain[parent] and appends it; returns its index.
+    let descend = |chain: &mut Vec<ChainDir>, parent: usize, component: &str| -> Result<usize> {
+        let path = chain[parent].path.join(component);
+        let fd = open_dir_at(chain[parent].fd.as_fd(), component).map_err(|e| opening(&path, e))?;
+        let id = identity(&fd, &path)?;
+        let rel = if chain[parent].rel.is_empty() { component.to_owned() } else { format!("{}/{component}", chain[parent].rel) };
+        chain.push(ChainDir { path, rel, fd, parent: Some(parent), id });
+        Ok(chain.len() - 1)
+    };
+    let mut attempt = 0;
+    for component in staging_rel.split('/') {
+        attempt = descend(&mut chain, attempt, component)?;
+    }
     // Directories inside the attempt directory, by their path relative to it.
-    let mut inner: BTreeMap<String, (PathBuf, OwnedFd)> = BTreeMap::new();
+    let mut inner: HashMap<String, usize> = HashMap::new();
+    let mut holding: BTreeSet<usize> = BTreeSet::new();
     let mut failures = Vec::new();
     for file in files {
         let (dir_rel, leaf) = file.path.rsplit_once('/').unwrap_or(("", &file.path));
+        let mut dir = attempt;
         let mut rel = String::new();
         for component in dir_rel.split('/').filter(|c| !c.is_empty()) {
-            let parent_rel = rel.clone();
             if !rel.is_empty() {
                 rel.push('/');
             }
             rel.push_str(component);
-            if inner.contains_key(&rel) {
-                continue;
-            }
-            let (parent_path, parent) = match inner.get(&parent_rel) {
-                Some((p, fd)) => (p.clone(), fd.as_fd()),
-                None => (chain[attempt].0.clone(), chain[attempt].1.as_fd()),
+            dir = match inner.get(&rel) {
+                Some(&known) => known,
+                None => {
+                    let opened = descend(&mut chain, dir, component)?;
+                    inner.insert(rel.clone(), opened);
+                    opened
+                }
             };
-            let path = parent_path.join(component);
-            let fd = open_dir_at(parent, component).map_err(|e| opening(&path, e))?;
-            inner.insert(rel.clone(), (path, fd));
         }
-        let (dir_path, dir) = match inner.get(dir_rel) {
-            Some((p, fd)) if !dir_rel.is_empty() => (p.clone(), fd.as_fd()),
-            _ => (chain[attempt].0.clone(), chain[attempt].1.as_fd()),
-        };
-        let path = dir_path.join(leaf);
-        let fd = rustix::fs::openat(dir, leaf, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+        holding.insert(dir);
+        let path = chain[dir].path.join(leaf);
+        let fd = rustix::fs::openat(chain[dir].fd.as_fd(), leaf, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
             .map_err(|e| opening(&path, e.into()))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| opening(&path, e.into()))?;
         if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::RegularFile {
@@ -312,16 +312,32 @@ pub(crate) fn make_candidate_durable(
         }
         file_synced(file);
     }
-    // Deepest first: the attempt's inner directories (longest paths first), then the chain up.
-    let dirs = inner.values().rev().map(|(p, fd)| (p, fd)).chain(chain.iter().rev().map(|(p, fd)| (p, fd)));
-    for (path, fd) in dirs {
-        if let Err(e) = sync_handle(fd.as_fd(), path, SyncTarget::Dir) {
-            let rel = path.strip_prefix(&chain[attempt].0).ok().map(|r| r.display().to_string()).filter(|r| !r.is_empty());
+    // The directories to sync: those holding the files, and the parent of every directory whose
+    // entry is not known durable (the root's own entry was made durable when it was created).
+    let mut to_sync = holding;
+    for dir in chain.iter().skip(1) {
+        if let Some(parent) = dir.parent
+            && !durable.is_durable(&dir.rel, dir.id)
+        {
+            to_sync.insert(parent);
+        }
+    }
+    // Deepest first: a child's entry is flushed before its parent's.
+    let mut order: Vec<usize> = to_sync.into_iter().collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(chain[i].path.components().count()));
+    let attempt_path = chain[attempt].path.clone();
+    for i in order {
+        let dir = &chain[i];
+        if let Err(e) = sync_handle(dir.fd.as_fd(), &dir.path, SyncTarget::Dir) {
+            let rel = dir.path.strip_prefix(&attempt_path).ok().map(|r| r.display().to_string()).filter(|r| !r.is_empty());
             failures.push(NotDurable {
                 path: rel.unwrap_or_else(|| ".".to_owned()),
-                message: format!("fsync of directory {} failed: {e}", path.display()),
+                message: format!("fsync of directory {} failed: {e}", dir.path.display()),
             });
         }
+    }
+    if failures.is_empty() {
+        durable.record(chain.into_iter().skip(1).map(|dir| (dir.rel, dir.id)));
     }
     Ok(failures)
 }

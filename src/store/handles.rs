@@ -354,6 +354,19 @@ pub(crate) fn observe_file(root: &Path, dirs: &str, file_path: &str, checksum: b
     if stat.kind != Kind::File {
         return Ok(None);
     }
-    let crc = super::files::crc32_of(&mut file)?;
+    let crc = crc32_of(&mut file)?;
     Ok(Some((stat.size_bytes, Some(crc))))
+}
+
+/// The CRC32 (IEEE) of everything `reader` yields, read in 64 KiB chunks.
+pub(crate) fn crc32_of(reader: &mut impl Read) -> io::Result<u32> {
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finalize());
+        }
+        hasher.update(&buf[..n]);
+    }
 }

@@ -167,6 +167,8 @@ pub struct Store {
     grain_key_bytes_in_memory_max: usize,
     /// The view root, if the store publishes views.
     views: Option<Views>,
+    /// The staging directories this handle made durable, each synced once (`files.rs`).
+    durable_dirs: files::DurableDirs,
 }
 
 impl std::fmt::Debug for Store {
@@ -505,6 +507,7 @@ impl Store {
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
             views,
+            durable_dirs: files::DurableDirs::default(),
         };
 
         // A crash between a commit and its view swap left `current` on the previous view:
@@ -956,6 +959,8 @@ pub struct ReadOnlyStore {
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
     staging_root: Option<PathBuf>,
+    /// The directories this handle's prepared validations made durable.
+    durable_dirs: files::DurableDirs,
 }
 
 impl std::fmt::Debug for ReadOnlyStore {
@@ -993,7 +998,7 @@ impl ReadOnlyStore {
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
                 let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
-                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None };
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None, durable_dirs: Default::default() };
                 // A snapshot whose connection is lost cannot be read again: a new one is taken.
                 crate::pg::retry_lost_connection("reading the store format", || store.snapshot()?.check_format())?;
                 Ok(store)
@@ -1014,7 +1019,12 @@ impl ReadOnlyStore {
                 }
                 Err(e) => return Err(open_error(db_path, e)),
             };
-            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore {
+                layer: ReadLayer::Redb(DropContained::new(db)),
+                poison: Poison::default(),
+                staging_root: None,
+                durable_dirs: Default::default(),
+            };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -1029,7 +1039,12 @@ impl ReadOnlyStore {
     pub fn open_with_backend(backend: impl StorageBackend, options: &StoreOptions) -> Result<ReadOnlyStore> {
         contain_open("opening the store read-only", || {
             let db = builder(options).open_read_only_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            let store = ReadOnlyStore { layer: ReadLayer::Redb(DropContained::new(db)), poison: Poison::default(), staging_root: None };
+            let store = ReadOnlyStore {
+                layer: ReadLayer::Redb(DropContained::new(db)),
+                poison: Poison::default(),
+                staging_root: None,
+                durable_dirs: Default::default(),
+            };
             store.snapshot()?.check_format()?;
             Ok(store)
         })
@@ -1094,7 +1109,8 @@ impl ReadOnlyStore {
                 record_bytes_max: defaults.csv_record_bytes_max,
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
-            write::prepare_validation(&snapshot, root, limits, attempt, check, progress)
+            let work = write::FileWork { staging_root: root, limits, durable: &self.durable_dirs };
+            write::prepare_validation(&snapshot, &work, attempt, check, progress)
         })
     }
 

@@ -3,7 +3,7 @@
 //! Each one reads and checks everything first and writes only once every check passed, so a
 //! refused operation leaves its transaction untouched (and aborts it).
 
-use super::begin_dirs::{BeginDirs, Devices, TaskDir};
+use super::begin_dirs::{BeginDirs, TaskDir};
 use super::{Store, TxnEnd, files};
 use crate::error::{Error, Result};
 use crate::grain::Reconciliation;
@@ -72,9 +72,12 @@ impl Store {
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the
-    /// attempt's private staging directory under the staging root. Before it returns, every
-    /// directory it created (and the parent of each) is synced, so the directory handed out
-    /// survives a power loss.
+    /// attempt's private staging directory under the staging root.
+    ///
+    /// The directories are not synced here: a begin's directory matters only once a worker
+    /// wrote files into it, and validation makes those files and every directory on their way
+    /// durable before it stores a Valid verdict (DOMAIN 11). If a power loss takes the
+    /// directory away, the worker's output is gone with it and the attempt is not valid.
     ///
     /// # Errors
     /// [`Error::UnknownRun`], [`Error::UnknownTask`], [`Error::RunPublished`] (a published run
@@ -85,12 +88,7 @@ impl Store {
             let snapshot = self.snapshot()?;
             let mut prepared = self.prepare_begin(&snapshot, task, None)?;
             drop(snapshot);
-            let ticket = self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))?;
-            // Outside the write transaction (never inside the single writer's critical section),
-            // before the ticket is handed out. A failure here leaves a committed attempt nobody
-            // holds; its lease runs out and the task is begun again.
-            files::sync_created_dirs(&ticket.staging_dir, prepared.created(), &mut Default::default())?;
-            Ok(ticket)
+            self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))
         })
     }
 
@@ -115,8 +113,7 @@ impl Store {
     }
 
     /// The begin, in a write transaction (a single call's or a batch's): takes the next attempt
-    /// number and makes the attempt's directory. The caller syncs `prepared.created()` after
-    /// the commit.
+    /// number and makes the attempt's directory.
     pub(super) fn begin_body(&self, meta: &mut dyn Meta, prepared: &mut PreparedBegin) -> Result<TxnEnd<AttemptTicket>> {
         let PreparedBegin { task, dir } = prepared;
         let now = meta.now_ms();
@@ -179,9 +176,57 @@ impl Store {
     pub fn validate_attempt_with_progress(&self, attempt: &AttemptKey, check: FileCheck, progress: &dyn Fn(Progress)) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
             let snapshot = self.snapshot()?;
-            let prepared = prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check, progress)?;
+            let prepared = prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)?;
             drop(snapshot);
             self.store_validation(&prepared)
+        })
+    }
+
+    /// Finishes and validates an attempt in one durable commit: what [`Store::finish_attempt`]
+    /// followed by [`Store::validate_attempt`] do, for the coordinator that validates a
+    /// candidate as soon as it arrives (the embedded scheduler's common path). The candidate's
+    /// files are checked (and, for a run with a [`crate::Grain`], read) and, for a valid
+    /// candidate, made durable first, outside the write transaction; then one grouped write
+    /// records the candidate and stores the verdict together, so a crash leaves either both or
+    /// neither.
+    ///
+    /// Calling it again with the same candidate returns the stored verdict; a different
+    /// candidate than the one recorded is refused ([`Error::CandidateConflict`]), as by
+    /// [`Store::finish_attempt`].
+    ///
+    /// # Errors
+    /// As [`Store::finish_attempt`] and [`Store::validate_attempt`].
+    pub fn finish_and_validate(&self, attempt: &AttemptKey, candidate: &Candidate, check: FileCheck) -> Result<Verdict> {
+        check_finish(attempt, candidate)?;
+        self.poison.contain("finish and validate attempt", || {
+            let snapshot = self.snapshot()?;
+            let task = &attempt.task;
+            let (run, spec) = snapshot.read("reading the attempt to finish and validate", |meta| {
+                let run = read_run(meta, &task.dataset, &task.run)?;
+                let record = read_task(meta, task)?;
+                Ok((run, task_spec(task, &record)))
+            })?;
+            drop(snapshot);
+            // What the write would refuse on the candidate alone (another snapshot, figures
+            // missing) is refused before any file is read or synced.
+            let for_finish = rules::attempts::RunForFinish { snapshot: &run.snapshot, has_grain: run.grain.is_some() };
+            rules::attempts::finish(attempt, candidate, for_finish, None, None)?;
+            // Where the begin made the attempt's directory; the write checks that its record
+            // names the same one.
+            let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
+            let (verdict, reconciliation) = decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check, NO_PROGRESS)?;
+            let finished = self.write_grouped("finishing and validating an attempt", |meta| {
+                ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
+            })?;
+            match finished {
+                ops::validate::FinishedVerdict::Stored(verdict) => Ok(verdict),
+                // A record made by a build that named staging directories otherwise: the two
+                // steps, each reading what the record says.
+                ops::validate::FinishedVerdict::StagingElsewhere => {
+                    self.finish_attempt(attempt, candidate)?;
+                    self.validate_attempt(attempt, check)
+                }
+            }
         })
     }
 
@@ -232,7 +277,7 @@ impl Store {
     ) -> Result<PreparedValidation> {
         self.poison.contain("preparing a validation", || {
             let snapshot = self.snapshot()?;
-            prepare_validation(&snapshot, &self.staging_root, self.read_limits(), attempt, check, progress)
+            prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)
         })
     }
 
@@ -418,9 +463,13 @@ enum Decided {
 }
 
 impl Store {
-    /// The limits of reading a candidate at its grain, as this store was opened with.
-    pub(super) fn read_limits(&self) -> ReadLimits {
-        ReadLimits { record_bytes_max: self.csv_record_bytes_max, key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max }
+    /// Where and how this handle's validations read and sync files.
+    pub(super) fn file_work(&self) -> FileWork<'_> {
+        FileWork {
+            staging_root: &self.staging_root,
+            limits: ReadLimits { record_bytes_max: self.csv_record_bytes_max, key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max },
+            durable: &self.durable_dirs,
+        }
     }
 }
 
@@ -446,13 +495,25 @@ impl PreparedValidation {
     }
 }
 
-/// Reads what validating `attempt` needs from `snapshot`, observes its files under
-/// `staging_root` (outside any write transaction: it may read whole files), makes a valid
-/// candidate durable, and decides the verdict; each stage of file work reports to `progress`.
+/// Where and how a validation reads an attempt's files and makes them durable.
+pub(super) struct FileWork<'a> {
+    pub(super) staging_root: &'a std::path::Path,
+    pub(super) limits: ReadLimits,
+    /// What this handle already made durable (`files::DurableDirs`).
+    pub(super) durable: &'a files::DurableDirs,
+}
+
+/// The task's expectations as a validation compares with them.
+fn task_spec(task: &TaskKey, record: &TaskRecord) -> TaskSpec {
+    TaskSpec { partition: task.partition.clone(), expected_rows: record.expected_rows, expected_total: record.expected_total }
+}
+
+/// Reads what validating `attempt` needs from `snapshot`, observes its files under the staging
+/// root (outside any write transaction: it may read whole files), makes a valid candidate
+/// durable, and decides the verdict.
 pub(super) fn prepare_validation(
     snapshot: &super::Snapshot,
-    staging_root: &std::path::Path,
-    limits: ReadLimits,
+    work: &FileWork<'_>,
     attempt: &AttemptKey,
     check: FileCheck,
     progress: &dyn Fn(Progress),
@@ -463,41 +524,51 @@ pub(super) fn prepare_validation(
         let run = read_run(meta, &task.dataset, &task.run)?;
         let task_record = read_task(meta, task)?;
         let record: AttemptRecord = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
-        let spec = TaskSpec {
-            partition: task.partition.clone(),
-            expected_rows: task_record.expected_rows,
-            expected_total: task_record.expected_total,
-        };
-        Ok((spec, run, record))
+        Ok((task_spec(task, &task_record), run, record))
     })?;
-    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: staging_root.to_path_buf(), decided };
+    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: work.staging_root.to_path_buf(), decided };
     let (verdict, candidate) = (record.verdict.take(), record.candidate.take());
     let candidate = match rules::attempts::to_validate(attempt, verdict, record.abandoned_at_ms, candidate)? {
         ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
         ToValidate::Candidate(candidate) => candidate,
     };
-    let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check, progress)?;
+    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check, progress)?;
+    Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
+}
+
+/// The verdict on `candidate`, whose files lie in `staging_rel`: observes them (and reads them
+/// at the run's grain), decides, and for a valid candidate makes the files and every directory
+/// on their way durable first (DOMAIN 11: a Valid verdict is stored only once they are; the
+/// directories this handle made durable before are not synced again). A failed sync refuses
+/// the candidate. Each stage of file work reports to `progress`.
+fn decide_verdict(
+    work: &FileWork<'_>,
+    run: &RunRecord,
+    spec: &TaskSpec,
+    staging_rel: &str,
+    candidate: &Candidate,
+    check: FileCheck,
+    progress: &dyn Fn(Progress),
+) -> Result<(Verdict, Reconciliation)> {
+    let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
         Some(grain) => {
-            Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed, progress)?))
+            Some((grain.format, read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed, progress)?))
         }
         None => None,
     };
     let (verdict, reconciliation) =
-        rules::validate::verdict(&run.snapshot, &spec, &candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
-    // DOMAIN 11: a Valid verdict is stored only once every file of the candidate and every
-    // directory from the attempt's up to the staging root is durable. Synced here, outside
-    // the write transaction; a failed sync refuses the candidate.
+        rules::validate::verdict(&run.snapshot, spec, candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
     let verdict = if verdict.is_valid() {
         let mut syncing = Tracker::start(progress, ProgressStage::SyncingFiles, candidate.files.iter().map(|f| f.size_bytes));
-        let failures = files::make_candidate_durable(staging_root, &record.staging_rel, &candidate.files, |file| {
+        let failures = files::make_candidate_durable(work.staging_root, staging_rel, &candidate.files, work.durable, |file| {
             syncing.file_done(file.size_bytes);
         })?;
         rules::validate::after_sync(verdict, &failures)
     } else {
         verdict
     };
-    Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
+    Ok((verdict, reconciliation))
 }
 
 /// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
@@ -615,16 +686,6 @@ impl PreparedBegin {
     /// directory `parent_rel` through `dirs`.
     pub(super) fn make(task: TaskKey, parent_rel: &str, dirs: &mut BeginDirs) -> Result<PreparedBegin> {
         Ok(PreparedBegin { task, dir: dirs.prepare(parent_rel)? })
-    }
-
-    /// Every directory created for this begin, to sync after the commit.
-    pub(super) fn created(&self) -> &[std::path::PathBuf] {
-        self.dir.created()
-    }
-
-    /// The devices of the directories this begin needs durable.
-    pub(super) fn devices(&self) -> Devices {
-        self.dir.devices()
     }
 }
 

@@ -6,9 +6,10 @@
 //! - `publish` fails whenever any one of its syncs fails, the close's included, and prints no
 //!   success document;
 //! - a failed write of the result to stdout leaves no success document to be flushed later;
-//! - a small batch of begins syncs each staging directory once; a large one makes them all
-//!   durable with one `syncfs` of the staging root's file system, and a failed one hands out no
-//!   ticket;
+//! - a batch of begins syncs no staging directory (and never the whole file system): validation
+//!   makes a candidate's directories durable;
+//! - `attempt validate` syncs the candidate's file and every directory from the attempt's up to
+//!   the staging root, each once, before the store file is written with its verdict;
 //! - a batch's begins make every directory with `mkdirat` in a directory handle, reaching their
 //!   run's directory once, the task directories on a thread beside the write's.
 
@@ -198,37 +199,23 @@ fn forty_new_partition_begins(env: &Env) -> String {
 }
 
 #[test]
-fn a_batch_of_many_begins_makes_them_durable_with_one_file_system_sync() {
+fn a_batch_of_begins_syncs_no_staging_directory_and_never_the_file_system() {
     if !strace_available() {
         return;
     }
     let env = Env::new();
-    // 40 new partitions: above the batch size from which one `syncfs` of the staging file
-    // system replaces the 80 directory fsyncs (each partition's directory and its attempt's).
     let input = forty_new_partition_begins(&env);
-    let (run, trace) = batch_under_strace(&env, "fsync,syncfs", None, &input);
+    let (run, trace) = batch_under_strace(&env, "fsync,fdatasync,syncfs,sync", None, &input);
     run.code(0);
     assert_eq!(run.stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 40, "{}", run.stdout);
-    let syncfs: Vec<&str> = trace.lines().filter(|l| l.contains("syncfs(")).collect();
-    assert_eq!(syncfs.len(), 1, "one file system sync for the batch: {syncfs:?}");
-    assert!(traced_path(syncfs[0]).ends_with("/staging") && syncfs[0].contains("= 0"), "of the staging root: {syncfs:?}");
-    let staging_fsyncs: Vec<&str> = trace.lines().filter(|l| l.contains("fsync(") && traced_path(l).contains("/staging")).collect();
-    assert!(staging_fsyncs.is_empty(), "no directory fsync besides it: {staging_fsyncs:?}");
-
-    // If that one sync fails, no begin of the batch is acknowledged (their directories may
-    // not be durable); the attempts are committed and their leases run out, as when a single
-    // begin's directory sync fails.
-    let (run, _) = batch_under_strace(&env, "syncfs", Some("syncfs:error=EIO"), &input);
-    run.code(3);
-    let lines: Vec<serde_json::Value> = run.stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 40);
-    assert!(lines.iter().all(|l| l["ok"] == false && l["error"]["kind"] == "fault"), "{}", run.stdout);
-    assert!(lines[0]["error"]["message"].as_str().is_some_and(|m| m.contains("file system")), "{}", run.stdout);
+    assert!(!trace.contains("syncfs(") && !trace.contains("sync()"), "no file-system sync: {trace}");
+    let staging_syncs: Vec<&str> = trace.lines().filter(|l| traced_path(l).contains("/staging")).collect();
+    assert!(staging_syncs.is_empty(), "no staging sync: {staging_syncs:?}");
 }
 
 /// Each begin of a batch of new partitions of one run: one `mkdirat` of its task's directory
 /// in the run directory's handle before the write, and in the write one `openat` of that
-/// directory, one `fstat`, one `mkdirat` of the attempt's; the run directory is reached once for
+/// directory and one `mkdirat` of the attempt's; the run directory is reached once for
 /// the batch, and nothing below the root is created or inspected by path (no `mkdir`, `statx`
 /// or `newfstatat` of a staging path, each of which resolves the whole path again).
 #[test]
@@ -262,7 +249,6 @@ fn a_batch_of_begins_makes_every_directory_in_a_handle_and_reaches_its_run_direc
     assert_eq!(count("mkdirat(", &format!("{run_dir}, \"p=")), 40, "each task's directory made in the run's handle");
     assert_eq!(count("openat(", &format!("{run_dir}, \"p=")), 40, "and opened from it once, in the write");
     assert_eq!(count("mkdirat(", "\"@attempt-1\""), 40, "each attempt's directory made in its task's handle");
-    assert_eq!(count("fstat(", "/daily/r1/p="), 40, "the task's directory's device read once");
     let run_opens = lines.iter().filter(|l| l.contains("openat(") && l.contains(", \"r1\"") && !l.contains("ENOENT")).count();
     assert_eq!(run_opens, 1, "the run directory is opened once for the batch");
     // The task directories are made on a thread of their own, beside the write's thread that
@@ -276,47 +262,53 @@ fn a_batch_of_begins_makes_every_directory_in_a_handle_and_reaches_its_run_direc
 }
 
 #[test]
-fn a_batch_of_begins_syncs_each_staging_directory_once() {
-    if crate::support::redb_only("counts the fsyncs of a redb store's batch") {
+fn validate_syncs_the_file_and_every_directory_up_to_the_root_once_before_writing_the_verdict() {
+    if crate::support::redb_only("orders the syncs before the writes of a redb store file") {
         return;
     }
     if !strace_available() {
         return;
     }
     let env = Env::new();
-    let (eu, us) = ("date=2026-11-29/region=eu", "date=2026-11-29/region=us");
-    env.declare("r1", "s1", &[(eu, 2, 700), (us, 1, 5)]);
-    let begin = |p: &str| serde_json::json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": p}).to_string();
-    // Two attempts of one partition and one of its sibling: they share every directory above
-    // their own, which a sync per begin would flush again each time.
-    let input = [begin(eu), begin(us), begin(eu)].join("\n") + "\n";
+    let partition = "date=2026-11-29/region=eu";
+    env.declare("r1", "s1", &[(partition, 2, 700)]);
+    let (attempt, dir) = env.begin("r1", partition);
+    let attempt = attempt.to_string();
+    crate::support::write_rows(&dir, 2, 700);
+    let finish_args = ["attempt", "finish", "-d", "daily", "-r", "r1", "-p", partition, "-a", &attempt, "--snapshot", "s1"];
+    env.run(&[&finish_args[..], &["--rows", "2", "--total", "700", "--digest", "sha256:00", "--scan"]].concat()).code(0);
     let tmp = tempfile::tempdir().unwrap();
     let trace = tmp.path().join("trace");
-    let mut child = Command::new("strace")
-        .args(["-f", "-qq", "-y", "-etrace=fsync", "-o"])
-        .arg(&trace)
-        .arg(BIN)
-        .args(env.store_args())
-        .arg("batch")
-        .env_remove("MANIFESTDB_DIR")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "the batch runs");
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(stdout.lines().filter(|l| l.contains("\"ok\":true")).count(), 3, "three begins acknowledged: {stdout}");
-    // `-y` prints each descriptor's path: `fsync(5</tmp/.../staging/daily/r1>) = 0`.
-    let text = std::fs::read_to_string(&trace).unwrap();
-    let mut synced: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
-    for line in text.lines().filter(|l| l.contains("fsync(")) {
-        let path = line.split_once('<').and_then(|(_, rest)| rest.split_once('>')).map(|(path, _)| path).unwrap_or(line);
-        *synced.entry(path).or_default() += 1;
+    let mut args: Vec<String> = vec!["--json".into()];
+    args.extend(env.store_args().iter().map(|a| a.to_string_lossy().into_owned()));
+    args.extend(["attempt", "validate", "-d", "daily", "-r", "r1", "-p", partition, "-a", &attempt].map(String::from));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-qq", "-y", "-etrace=fsync,fdatasync,pwrite64,write", "-o"]).arg(&trace).arg(BIN).args(&refs);
+    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING"] {
+        cmd.env_remove(var);
     }
-    let staging: Vec<_> = synced.iter().filter(|(path, _)| path.contains("/staging")).collect();
-    assert!(staging.len() >= 6, "the attempt directories, their partitions' and the run's are synced: {staging:?}");
-    let twice: Vec<_> = staging.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "a staging directory synced more than once in one batch: {twice:?}");
+    let run = finish(&mut cmd);
+    run.code(0);
+    assert!(run.stdout.contains("valid"), "{}", run.stdout);
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let first_store_write = lines
+        .iter()
+        .position(|l| (l.contains("pwrite64(") || l.contains(" write(")) && traced_path(l).ends_with(".redb"))
+        .expect("the verdict is written to the store file");
+    let staging = env.staging().canonicalize().unwrap();
+    let file = dir.canonicalize().unwrap().join("part.csv");
+    let synced_before = |call: &str, path: &Path| {
+        lines[..first_store_write].iter().filter(|l| l.contains(call) && Path::new(traced_path(l)) == path).count()
+    };
+    assert_eq!(synced_before("fdatasync(", &file), 1, "the file, once, before the verdict: {text}");
+    let mut at = file.parent().unwrap().to_path_buf();
+    loop {
+        assert_eq!(synced_before("fsync(", &at), 1, "{} synced once before the verdict is written: {text}", at.display());
+        if at == staging {
+            break;
+        }
+        at = at.parent().unwrap().to_path_buf();
+    }
 }
