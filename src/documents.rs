@@ -7,12 +7,14 @@
 //! [`reads`] makes each reading verb's document from a snapshot, and [`operator`] holds the
 //! operator verbs' documents, so the tool and the server build every document in one place.
 //!
-//! Besides the documents, the two inputs both front ends read: a run declaration
-//! ([`RunInput`], `run declare --from` and `POST /v1/runs/declare`) and the manifest's totals
-//! ([`totals`]).
+//! Besides the documents, the inputs the front ends read: a run declaration ([`RunInput`],
+//! `run declare --from` and `POST /v1/runs/declare`), the manifest's totals ([`totals`]), and
+//! [`requests`], the served API's request bodies and queries, which the server and the Python
+//! package's in-process dispatch both answer.
 
 pub mod operator;
 pub mod reads;
+pub mod requests;
 pub mod strict;
 
 use std::path::Path;
@@ -20,7 +22,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::batch::BatchOutcome;
+use crate::batch::{BatchOp, BatchOutcome};
 use crate::grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 use crate::lifecycle::AttemptLease;
 use crate::model::{
@@ -28,7 +30,8 @@ use crate::model::{
     FinishOutcome, GateFailure, Generation, GenerationKind, Manifest, ManifestDiff, MarkOutcome, PartitionEntry, PublishOutcome,
     PublishRefusal, RecordedEffect, RefusalReason, RunInfo, RunSpec, TaskRefusal, TaskSpec, Verdict,
 };
-use crate::{Error, Result};
+use crate::store::Snapshot;
+use crate::{Error, ErrorKind, Result};
 
 /// `{"path", "size_bytes", "crc32"}`.
 pub fn file(f: &FileEntry) -> Value {
@@ -401,14 +404,47 @@ pub fn validated(key: &AttemptKey, v: &Verdict, accepted: Option<u32>, r: Option
 /// An attempt whose validation failed with `err` (one line of `attempt validate --pending`):
 /// `{"dataset", "run", "partition", "attempt", "error": {"exit_code", "kind", "message"}}`.
 pub fn validation_failed(key: &AttemptKey, err: &Error) -> Value {
-    let kind = err.kind();
     json!({
         "dataset": key.task.dataset,
         "run": key.task.run,
         "partition": key.task.partition,
         "attempt": key.attempt,
-        "error": { "exit_code": kind.exit_code(), "kind": kind.name(), "message": err.to_string() },
+        "error": error_object(err.kind(), &err.to_string()),
     })
+}
+
+/// `{"exit_code", "kind", "message"}`: the error object of an error document, of a batch line
+/// that failed and of a pending validation that failed.
+pub fn error_object(kind: ErrorKind, message: &str) -> Value {
+    json!({ "exit_code": kind.exit_code(), "kind": kind.name(), "message": message })
+}
+
+/// [`validated`], with the task's accepted attempt and the attempt's figures read from
+/// `snapshot` (one taken after the verdict was stored).
+///
+/// # Errors
+/// Storage and corruption errors of the reads.
+pub fn validated_from(snapshot: &Snapshot, key: &AttemptKey, verdict: &Verdict) -> Result<Value> {
+    let accepted = snapshot.accepted(&key.task)?;
+    let reconciliation = snapshot.attempt(key)?.and_then(|a| a.reconciliation);
+    Ok(validated(key, verdict, accepted, reconciliation.as_ref()))
+}
+
+/// `POST /v1/attempts/validate-pending`'s answer: `{"dataset", "run", "results": [...]}`, a
+/// [`validated_from`] document per attempt validated and a [`validation_failed`] one per attempt
+/// whose validation failed, in the order given.
+///
+/// # Errors
+/// Storage and corruption errors of the reads.
+pub fn pending_validated(snapshot: &Snapshot, dataset: &str, run: &str, results: &[(AttemptKey, Result<Verdict>)]) -> Result<Value> {
+    let lines = results
+        .iter()
+        .map(|(key, verdict)| match verdict {
+            Ok(verdict) => validated_from(snapshot, key, verdict),
+            Err(err) => Ok(validation_failed(key, err)),
+        })
+        .collect::<Result<Vec<Value>>>()?;
+    Ok(json!({ "dataset": dataset, "run": run, "results": lines }))
 }
 
 /// `attempt heartbeat`: `{"dataset", "run", "partition", "attempt", "heartbeat_at_ms",
@@ -465,6 +501,28 @@ pub fn batch_line(line: usize, op: Option<&str>, result: std::result::Result<Val
         Ok(result) => json!({ "line": line, "op": op, "ok": true, "result": result }),
         Err(error) => json!({ "line": line, "op": op, "ok": false, "error": error }),
     }
+}
+
+/// `POST /v1/batch`'s answer, `{"ok", "results": [batch_line]}`: a line per operation in
+/// order, `parsed` as [`requests::BatchBody::parse_ops`] read them (one that is not an
+/// operation fails alone, as usage) and `outcomes` the store's, one per operation that parsed.
+/// `ok` is true when every line is. `None` if the store gave fewer outcomes than operations.
+pub fn batch_answer(parsed: &[std::result::Result<BatchOp, String>], outcomes: Vec<Result<BatchOutcome>>) -> Option<Value> {
+    let mut outcomes = outcomes.into_iter();
+    let mut results = Vec::with_capacity(parsed.len());
+    let mut all_ok = true;
+    for (i, op) in parsed.iter().enumerate() {
+        let line = match op {
+            Err(message) => batch_line(i + 1, None, Err(error_object(ErrorKind::Usage, message))),
+            Ok(op) => match outcomes.next()? {
+                Ok(outcome) => batch_line(i + 1, Some(op.name()), Ok(batch_result(&outcome))),
+                Err(err) => batch_line(i + 1, Some(op.name()), Err(error_object(err.kind(), &err.to_string()))),
+            },
+        };
+        all_ok &= line["ok"] == Value::Bool(true);
+        results.push(line);
+    }
+    Some(json!({ "ok": all_ok, "results": results }))
 }
 
 /// Sizes summed over a manifest's partitions.

@@ -84,6 +84,7 @@ mod model;
 mod ops;
 #[cfg(feature = "postgres")]
 mod pg;
+mod progress;
 mod readers;
 mod records;
 mod rules;
@@ -109,6 +110,7 @@ pub use model::{
     ManifestDiff, MarkOutcome, NondeterminismOverride, PartitionEntry, PublishOptions, PublishOutcome, PublishRefusal, RecordedEffect,
     RefusalReason, RunInfo, RunSpec, RunSummary, TaskKey, TaskRefusal, TaskSpec, Verdict,
 };
+pub use progress::{Progress, ProgressStage};
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{
     ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER,

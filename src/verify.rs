@@ -25,6 +25,7 @@ use crate::codec;
 use crate::error::{Error, Result};
 use crate::meta::MetaRead;
 use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
+use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::records::{
     self, AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
     MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
@@ -174,6 +175,17 @@ impl Store {
     /// # Errors
     /// Storage errors that stop the walk itself. Damage is reported, not returned.
     pub fn verify(&mut self, options: &VerifyOptions) -> Result<VerifyReport> {
+        self.verify_with_progress(options, NO_PROGRESS)
+    }
+
+    /// [`Store::verify`], reporting to `progress` each staging file it checks (with
+    /// `options.files`), in the stage [`ProgressStage::CheckingFiles`]: the totals are the
+    /// files retained generations reference and their recorded sizes; see [`Progress`]. The
+    /// records are decoded and the views checked before and after, unreported.
+    ///
+    /// # Errors
+    /// As [`Store::verify`].
+    pub fn verify_with_progress(&mut self, options: &VerifyOptions, progress: &dyn Fn(Progress)) -> Result<VerifyReport> {
         let poison = self.poison().clone();
         let integrity = if options.integrity_check {
             let checked = poison.contain("checking the store's integrity", || Ok(self.redb_database_mut().map(|db| db.check_integrity())));
@@ -194,7 +206,7 @@ impl Store {
         };
         let failed = matches!(integrity, IntegrityCheck::Failed { .. });
         let mut report = match self.snapshot() {
-            Ok(snapshot) => snapshot.walk_contained(options),
+            Ok(snapshot) => snapshot.walk_contained(options, progress),
             // After a failed integrity check the file may not even open a read; report that.
             Err(err) if failed || err.is_corruption() => VerifyReport::unreadable(&err),
             Err(err) => return Err(err),
@@ -218,8 +230,17 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors that stop the walk itself.
     pub fn verify(&self, options: &VerifyOptions) -> Result<VerifyReport> {
+        self.verify_with_progress(options, NO_PROGRESS)
+    }
+
+    /// [`ReadOnlyStore::verify`], reporting to `progress` each staging file it checks, as
+    /// [`Store::verify_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::verify`].
+    pub fn verify_with_progress(&self, options: &VerifyOptions, progress: &dyn Fn(Progress)) -> Result<VerifyReport> {
         match self.snapshot() {
-            Ok(snapshot) => Ok(snapshot.verify(options)),
+            Ok(snapshot) => Ok(snapshot.verify_reporting(options, progress)),
             Err(err) if err.is_corruption() => Ok(VerifyReport::unreadable(&err)),
             Err(err) => Err(err),
         }
@@ -231,7 +252,11 @@ impl Snapshot {
     /// integrity check needs the writable handle exclusively and is skipped here (use
     /// [`Store::verify`] for it); the report says so.
     pub fn verify(&self, options: &VerifyOptions) -> VerifyReport {
-        let mut report = self.walk_contained(options);
+        self.verify_reporting(options, NO_PROGRESS)
+    }
+
+    fn verify_reporting(&self, options: &VerifyOptions, progress: &dyn Fn(Progress)) -> VerifyReport {
+        let mut report = self.walk_contained(options, progress);
         if options.integrity_check {
             report.integrity = IntegrityCheck::Skipped { reason: "a read snapshot cannot run redb's check; use Store::verify".into() };
         }
@@ -239,14 +264,14 @@ impl Snapshot {
     }
 
     /// The walk, at the boundary with redb: a panic inside it is reported as a finding.
-    fn walk_contained(&self, options: &VerifyOptions) -> VerifyReport {
-        match self.contain("verifying the records", || Ok(self.walk(options))) {
+    fn walk_contained(&self, options: &VerifyOptions, progress: &dyn Fn(Progress)) -> VerifyReport {
+        match self.contain("verifying the records", || Ok(self.walk(options, progress))) {
             Ok(report) => report,
             Err(err) => VerifyReport::unreadable(&err),
         }
     }
 
-    fn walk(&self, options: &VerifyOptions) -> VerifyReport {
+    fn walk(&self, options: &VerifyOptions, progress: &dyn Fn(Progress)) -> VerifyReport {
         let mut walk = Walk {
             report: VerifyReport {
                 integrity: IntegrityCheck::Skipped { reason: "not requested".into() },
@@ -269,7 +294,7 @@ impl Snapshot {
         if let Some(check) = options.files {
             let root = self.staging_root().map(Path::to_path_buf).or_else(|| options.staging_root.clone());
             match root {
-                Some(root) => walk.check_files(&tables, &root, check),
+                Some(root) => walk.check_files(&tables, &root, check, progress),
                 None => walk.report.notes.push("files not checked: no staging root is known (set VerifyOptions::staging_root)".into()),
             }
         }
@@ -863,7 +888,7 @@ impl Walk {
     /// version is above g; so it is referenced by a retained generation when some stored
     /// generation lies in [v, next version). One pass over the versions, each with one binary
     /// search in the sorted generations: O(V log G), not O(G x V).
-    fn check_files(&mut self, t: &Tables, root: &Path, check: FileCheck) {
+    fn check_files(&mut self, t: &Tables, root: &Path, check: FileCheck, progress: &dyn Fn(Progress)) {
         let mut referenced: BTreeSet<(String, String, u64, u32)> = BTreeSet::new();
         let mut versions = t.versions.iter().peekable();
         while let Some(((d, p, v), version)) = versions.next() {
@@ -884,6 +909,7 @@ impl Walk {
                 }
             }
         }
+        let mut checking = Tracker::start(progress, ProgressStage::CheckingFiles, referenced.iter().map(|(_, _, size, _)| *size));
         for (staging_rel, path, size_bytes, crc32) in referenced {
             let file = FileEntry { path, size_bytes, crc32 };
             self.report.files_checked += 1;
@@ -902,6 +928,7 @@ impl Walk {
             if let Some(message) = message {
                 self.find("files", key, message);
             }
+            checking.file_done(file.size_bytes);
         }
     }
 }

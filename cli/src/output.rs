@@ -10,12 +10,14 @@
 //! table cells longer than [`CELL_WIDTH_MAX`] are cut with a marker. `--json` prints every name
 //! exactly.
 
+use std::cell::RefCell;
 use std::io::{self, IsTerminal, Write};
 
 use comfy_table::{Cell, ColumnConstraint, Row, Width};
 use indicatif::{ProgressBar, ProgressStyle};
 use jiff::fmt::friendly::{Designator, SpanPrinter};
 use jiff::{Span, SpanRound, Timestamp, Unit};
+use manifestdb::{Progress, ProgressStage};
 use serde_json::Value;
 
 /// Where results go.
@@ -69,32 +71,29 @@ impl Out {
         write_stdout(text.as_bytes())
     }
 
-    /// A progress bar over `len` steps: drawn on stderr only when stderr is a terminal and the
-    /// output is not JSON, hidden otherwise.
-    pub fn progress(&self, len: u64, message: &'static str) -> ProgressBar {
-        if self.json || !io::stderr().is_terminal() {
-            return ProgressBar::hidden();
-        }
-        let bar = ProgressBar::new(len);
-        if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}{time_left}") {
-            bar.set_style(style.progress_chars("=> ").with_key("time_left", time_left_key));
-        }
-        bar.set_message(message);
-        bar
-    }
-
     /// A progress bar over `bytes` bytes in `files` files (the caller sets the message to the
-    /// files done, [`files_done`]): drawn as [`Out::progress`] is.
+    /// files done, [`files_done`]): drawn on stderr only when stderr is a terminal and the output
+    /// is not JSON, hidden otherwise.
     pub fn progress_bytes(&self, bytes: u64, files: u64, message: &'static str) -> ProgressBar {
         if self.json || !io::stderr().is_terminal() {
             return ProgressBar::hidden();
         }
         let bar = ProgressBar::new(bytes);
-        if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes}{time_left}") {
-            bar.set_style(style.progress_chars("=> ").with_key("time_left", time_left_key));
-        }
+        bar.set_style(bytes_style());
         bar.set_message(files_done(message, 0, files));
         bar
+    }
+}
+
+/// A bar weighed by bytes with the time left, as wide as the terminal leaves room for (a line
+/// longer than the terminal would wrap and redraw as two): `{msg} [=====>    ] 1.2 GiB/4.0 GiB
+/// (about 5s left)`.
+fn bytes_style() -> ProgressStyle {
+    let template = "{msg} [{wide_bar}] {binary_bytes}/{binary_total_bytes}{time_left}";
+    match ProgressStyle::with_template(template) {
+        Ok(style) => style.progress_chars("=> ").with_key("time_left", time_left_key),
+        // The template is a constant that parses; were it not to, a plain bar still draws.
+        Err(_) => ProgressStyle::default_bar(),
     }
 }
 
@@ -132,6 +131,81 @@ impl Out {
         spinner.enable_steady_tick(std::time::Duration::from_millis(120));
         spinner
     }
+
+    /// The drawing of a library operation's progress ([`Progress`], from its
+    /// `*_with_progress` form): a spinner with `message` until the library reports, then a bar
+    /// per stage. Drawn as [`Out::spinner`] is: on stderr, on a terminal, without `--json`.
+    pub fn progress_of(&self, message: &'static str, words: Words) -> ProgressDraw {
+        ProgressDraw { bar: self.spinner(message), stage: std::cell::Cell::new(None), prefix: RefCell::new(String::new()), words }
+    }
+}
+
+/// Draws the [`Progress`] a library operation reports: per stage, a bar weighed by bytes that
+/// counts files and shows the time left (`checksumming 3/10 files [==>  ] 1.2 GiB/4.0 GiB
+/// (about 5s left)`). Nothing is drawn when hidden (not a terminal, or `--json`).
+pub struct ProgressDraw {
+    bar: ProgressBar,
+    stage: std::cell::Cell<Option<ProgressStage>>,
+    /// Put before the stage's words, for work over several operations (`attempt 2/5: `).
+    prefix: RefCell<String>,
+    words: Words,
+}
+
+/// What the words of a drawing say beyond the stage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Words {
+    /// Checking files reads them for their checksums.
+    pub checksums: bool,
+    /// Deleting files is a dry run: paths are re-checked only.
+    pub dry_run: bool,
+}
+
+impl ProgressDraw {
+    /// Draws one report; a new stage starts a new bar (its time left from its own rate).
+    pub fn report(&self, progress: Progress) {
+        if self.bar.is_hidden() {
+            return;
+        }
+        if self.stage.get() != Some(progress.stage) {
+            self.stage.set(Some(progress.stage));
+            self.bar.reset();
+            self.bar.set_length(progress.bytes_total);
+            self.bar.set_style(bytes_style());
+        }
+        self.bar.set_position(progress.bytes_done);
+        self.bar.set_message(format!("{}{}", self.prefix.borrow(), progress_message(progress, self.words)));
+    }
+
+    /// The hook to hand the library.
+    pub fn hook(&self) -> impl Fn(Progress) + '_ {
+        |progress| self.report(progress)
+    }
+
+    /// Sets what goes before the stage's words, and starts the next operation's stages afresh.
+    pub fn set_prefix(&self, prefix: String) {
+        *self.prefix.borrow_mut() = prefix;
+        self.stage.set(None);
+    }
+
+    /// Removes the drawing.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+/// A report's words: `checksumming 3/10 files`.
+pub fn progress_message(progress: Progress, words: Words) -> String {
+    let verb = match progress.stage {
+        ProgressStage::CheckingFiles if words.checksums => "checksumming",
+        ProgressStage::CheckingFiles => "checking",
+        ProgressStage::ReadingRows => "reading rows of",
+        ProgressStage::SyncingFiles => "syncing",
+        ProgressStage::DeletingFiles if words.dry_run => "re-checking (dry run)",
+        ProgressStage::DeletingFiles => "deleting",
+        // A stage this build does not name: the library's own words.
+        other => return format!("{other} {}/{}", progress.files_done, progress.files_total),
+    };
+    files_done(verb, progress.files_done, progress.files_total)
 }
 
 /// The widest a table cell is printed, in terminal columns; a longer one is cut and ends in
@@ -318,6 +392,16 @@ mod tests {
         assert_eq!(time_left(Duration::from_secs(10), 5_000, 10_000), " (about 10s left)");
         assert_eq!(time_left(Duration::from_secs(60), 1, 121), " (about 2h left)");
         assert_eq!(files_done("checksumming", 3, 10), "checksumming 3/10 files");
+    }
+
+    #[test]
+    fn progress_reads_as_its_stage_and_files() {
+        let p = Progress { stage: ProgressStage::CheckingFiles, files_done: 1, files_total: 4, bytes_done: 9, bytes_total: 90 };
+        assert_eq!(progress_message(p, Words::default()), "checking 1/4 files");
+        assert_eq!(progress_message(p, Words { checksums: true, dry_run: false }), "checksumming 1/4 files");
+        let p = Progress { stage: ProgressStage::DeletingFiles, files_done: 1, files_total: 1, bytes_done: 0, bytes_total: 0 };
+        assert_eq!(progress_message(p, Words::default()), "deleting 1/1 file");
+        assert_eq!(progress_message(p, Words { checksums: false, dry_run: true }), "re-checking (dry run) 1/1 file");
     }
 
     #[test]

@@ -15,10 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use manifestdb::documents::requests::{
+    ApplyBody, AttemptRef, AttemptsQuery, BatchBody, DatasetOpt, DatasetQuery, DiffQuery, EffectsQuery, ExecuteBody, ExpireBody,
+    InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery, VerifyBody, ViewQuery, run_mode,
+};
 use manifestdb::documents::{self, operator, reads};
 use manifestdb::{
-    ApplyOptions, BATCH_OPS_MAX, BatchOp, BatchOutcome, CleanupOptions, Error, ErrorKind, FileCheck, PublishOptions, ReadOnlyStore,
-    RetentionPolicy, RunMode, Snapshot, Store, StoreOptions, TaskKey, VerifyOptions, ViewMode, ViewOptions,
+    BatchOp, BatchOutcome, Error, ErrorKind, FileCheck, ReadOnlyStore, Snapshot, Store, StoreOptions, TaskKey, VerifyOptions, ViewMode,
+    ViewOptions,
 };
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -315,193 +319,13 @@ fn mismatched() -> Failure {
     Failure::fault("the store answered an operation with another operation's outcome")
 }
 
-fn run_mode(execute: bool) -> RunMode {
-    if execute { RunMode::Execute } else { RunMode::DryRun }
-}
-
 fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttemptRef {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-}
-
-impl AttemptRef {
-    fn key(&self) -> manifestdb::AttemptKey {
-        TaskKey::new(&self.dataset, &self.run, &self.partition).attempt(self.attempt)
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InvalidateBody {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-    actor: String,
-    reason: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PendingBody {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    checksums: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PublishBody {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    accept_nondeterminism: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RollbackBody {
-    dataset: String,
-    to: u64,
-    actor: String,
-    reason: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteBody {
-    #[serde(default)]
-    execute: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExpireBody {
-    dataset: String,
-    #[serde(default)]
-    keep_last: Option<u64>,
-    #[serde(default)]
-    rollback_window_ms: Option<u64>,
-    #[serde(default)]
-    execute: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanBody {
-    #[serde(default)]
-    age_threshold_ms: Option<u64>,
-    #[serde(default)]
-    force_short_threshold: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanQuery {
-    plan: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApplyBody {
-    plan: u64,
-    #[serde(default)]
-    execute: bool,
-    #[serde(default)]
-    delete_unknown: bool,
-    #[serde(default)]
-    batch_size: Option<usize>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DatasetOpt {
-    #[serde(default)]
-    dataset: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DatasetQuery {
-    dataset: String,
-}
-
-/// `GET /v1/views`: a dataset's view, the current generation's or retained generation N's.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ViewQuery {
-    dataset: String,
-    generation: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunQuery {
-    dataset: String,
-    run: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ManifestQuery {
-    dataset: String,
-    #[serde(default)]
-    generation: Option<u64>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DiffQuery {
-    dataset: String,
-    from: u64,
-    to: u64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttemptsQuery {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    partition: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EffectsQuery {
-    dataset: String,
-    #[serde(default)]
-    run: Option<String>,
-    #[serde(default)]
-    ready: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyBody {
-    #[serde(default)]
-    files: Option<String>,
-    #[serde(default)]
-    integrity: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchBody {
-    ops: Vec<Value>,
-}
-
-/// The served API in-process: each route as `src/server/routes.rs` answers it (same bodies,
-/// same documents, same errors), over this handle.
+/// The served API in-process: each route as `src/server/routes.rs` answers it (the same body
+/// types, `manifestdb::documents::requests`; the same documents; the same errors), over this
+/// handle.
 fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
     match (method, route) {
         ("POST", "runs/declare") => {
@@ -535,42 +359,20 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let store = handle.writer(route)?;
             let op = batch_op("validate", body)?;
             let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
-            let task = TaskKey::new(dataset, run, partition);
-            let key = task.attempt(*attempt);
+            let key = TaskKey::new(dataset, run, partition).attempt(*attempt);
             let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
-            let snapshot = store.snapshot()?;
-            let accepted = snapshot.accepted(&task)?;
-            let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-            Ok(documents::validated(&key, &verdict, accepted, reconciliation.as_ref()))
+            Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
         }
         ("POST", "attempts/validate-pending") => {
             let store = handle.writer(route)?;
             let b = parse::<PendingBody>(route, body)?;
-            let check = if b.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-            let results = store.validate_pending(&b.dataset, &b.run, check)?;
-            let snapshot = store.snapshot()?;
-            let mut lines = Vec::with_capacity(results.len());
-            for (key, verdict) in results {
-                lines.push(match verdict {
-                    Ok(verdict) => {
-                        let accepted = snapshot.accepted(&key.task)?;
-                        let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-                        documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
-                    }
-                    Err(err) => {
-                        let mut line = operator::attempt_key(&key);
-                        line["error"] = error_document(err.kind(), err.to_string());
-                        line
-                    }
-                });
-            }
-            Ok(json!({ "dataset": b.dataset, "run": b.run, "results": lines }))
+            let results = store.validate_pending(&b.dataset, &b.run, b.check())?;
+            Ok(documents::pending_validated(&store.snapshot()?, &b.dataset, &b.run, &results)?)
         }
         ("POST", "publish") => {
             let store = handle.writer(route)?;
             let body = parse::<PublishBody>(route, body)?;
-            let options = PublishOptions { accept_nondeterminism: body.accept_nondeterminism };
-            let outcome = store.publish(&body.dataset, &body.run, &options)?;
+            let outcome = store.publish(&body.dataset, &body.run, &body.options())?;
             Ok(documents::published(&body.dataset, &body.run, &outcome))
         }
         ("POST", "batch") => batch(handle.writer(route)?, parse::<BatchBody>(route, body)?),
@@ -583,7 +385,7 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
         ("POST", "attempts/invalidate") => {
             let store = handle.writer(route)?;
             let b = parse::<InvalidateBody>(route, body)?;
-            let key = TaskKey::new(&b.dataset, &b.run, &b.partition).attempt(b.attempt);
+            let key = b.key();
             let outcome = store.invalidate_attempt(&key, &b.actor, &b.reason)?;
             Ok(operator::invalidated(&key, &outcome))
         }
@@ -604,22 +406,11 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let store = handle.writer(route)?;
             let b = parse::<ExpireBody>(route, body)?;
             reads::require_dataset(&store.snapshot()?, &b.dataset)?;
-            let defaults = RetentionPolicy::default();
-            let policy = RetentionPolicy {
-                keep_last: b.keep_last.unwrap_or(defaults.keep_last),
-                rollback_window: b.rollback_window_ms.map_or(defaults.rollback_window, Duration::from_millis),
-            };
-            Ok(operator::expired(&store.expire_generations(&b.dataset, &policy, run_mode(b.execute))?))
+            Ok(operator::expired(&store.expire_generations(&b.dataset, &b.policy(), run_mode(b.execute))?))
         }
         ("POST", "gc/plan") => {
             let store = handle.writer(route)?;
-            let b = parse::<PlanBody>(route, body)?;
-            let defaults = CleanupOptions::default();
-            let options = CleanupOptions {
-                age_threshold: b.age_threshold_ms.map_or(defaults.age_threshold, Duration::from_millis),
-                force_short_threshold: b.force_short_threshold,
-            };
-            Ok(operator::cleanup_plan(&store.plan_cleanup(&options)?))
+            Ok(operator::cleanup_plan(&store.plan_cleanup(&parse::<PlanBody>(route, body)?.options())?))
         }
         ("GET", "gc/plan") => {
             let store = handle.writer(route)?;
@@ -632,13 +423,7 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
         ("POST", "gc/apply") => {
             let store = handle.writer(route)?;
             let b = parse::<ApplyBody>(route, body)?;
-            let defaults = ApplyOptions::default();
-            let options = ApplyOptions {
-                mode: run_mode(b.execute),
-                delete_unknown: b.delete_unknown,
-                batch_size: b.batch_size.unwrap_or(defaults.batch_size),
-            };
-            Ok(operator::cleanup_applied(&store.apply_cleanup(b.plan, &options)?))
+            Ok(operator::cleanup_applied(&store.apply_cleanup(b.plan, &b.options())?))
         }
         ("POST", "views/sync") => {
             let store = handle.writer(route)?;
@@ -657,12 +442,7 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
         }
         ("POST", "verify") => {
             let b = parse::<VerifyBody>(route, body)?;
-            let files = match b.files.as_deref() {
-                None => None,
-                Some("size") => Some(FileCheck::Size),
-                Some("checksums") => Some(FileCheck::SizeAndChecksum),
-                Some(other) => return Err(Failure::usage(format!("files: {other:?} is not \"size\" or \"checksums\""))),
-            };
+            let files = b.file_check().map_err(Failure::usage)?;
             let snapshot = handle.snapshot()?;
             let options = VerifyOptions { integrity_check: false, files, staging_root: handle.staging_root(&snapshot), views: true };
             if b.integrity {
@@ -683,40 +463,12 @@ fn write_op(handle: &Handle, route: &str, op: &str, body: Value) -> Doc {
     Ok(documents::batch_result(&run_one(store, &op)?))
 }
 
-/// `{"exit_code", "kind", "message"}`: the error object of an error document.
-fn error_document(kind: ErrorKind, message: String) -> Value {
-    json!({ "exit_code": kind.exit_code(), "kind": kind.name(), "message": message })
-}
-
 /// `POST /v1/batch`: every operation in one commit, one result each, in order.
 fn batch(store: &Store, body: BatchBody) -> Doc {
-    if body.ops.len() > BATCH_OPS_MAX {
-        return Err(Failure::usage(format!("a batch holds at most {BATCH_OPS_MAX} operations, not {}", body.ops.len())));
-    }
-    let parsed: Vec<Result<BatchOp, String>> = body
-        .ops
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| serde_json::from_value::<BatchOp>(op).map_err(|e| format!("operation {} is not an operation: {e}", i + 1)))
-        .collect();
+    let parsed = body.parse_ops().map_err(Failure::usage)?;
     let ops: Vec<BatchOp> = parsed.iter().filter_map(|op| op.as_ref().ok().cloned()).collect();
-    let mut outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? }.into_iter();
-    let error = error_document;
-    let mut results = Vec::with_capacity(parsed.len());
-    let mut all_ok = true;
-    for (i, op) in parsed.iter().enumerate() {
-        let line = match op {
-            Err(message) => documents::batch_line(i + 1, None, Err(error(ErrorKind::Usage, message.clone()))),
-            Ok(op) => match outcomes.next() {
-                Some(Ok(outcome)) => documents::batch_line(i + 1, Some(op.name()), Ok(documents::batch_result(&outcome))),
-                Some(Err(err)) => documents::batch_line(i + 1, Some(op.name()), Err(error(err.kind(), err.to_string()))),
-                None => return Err(Failure::fault("the store returned fewer outcomes than operations")),
-            },
-        };
-        all_ok &= line["ok"] == Value::Bool(true);
-        results.push(line);
-    }
-    Ok(json!({ "ok": all_ok, "results": results }))
+    let outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? };
+    documents::batch_answer(&parsed, outcomes).ok_or_else(|| Failure::fault("the store returned fewer outcomes than operations"))
 }
 
 /// The read routes: each one document from one snapshot.

@@ -162,12 +162,14 @@ fn decode_key(mut encoded: &[u8], key_order: &[usize]) -> Vec<String> {
 /// verdict: the caller may retry); [`Error::InvalidInput`] for a Parquet grain in a build
 /// without the `parquet` feature.
 /// `open` opens one reported file (the store does it through directory handles, without
-/// following symlinks); `Ok(None)` means no regular file is there any more.
+/// following symlinks); `Ok(None)` means no regular file is there any more. `file_read` is
+/// told of each file once it is read (or found missing or malformed).
 pub(crate) fn read_partition(
     grain: &Grain,
     staging_rel: &str,
     files: &[FileEntry],
     mut open: impl FnMut(&FileEntry) -> io::Result<Option<(File, u64)>>,
+    mut file_read: impl FnMut(&FileEntry),
     options: &ReadOptions,
 ) -> Result<PartitionFigures> {
     if grain.format == DataFormat::Parquet && !cfg!(feature = "parquet") {
@@ -179,6 +181,7 @@ pub(crate) fn read_partition(
         let path = format!("{staging_rel}/{}", entry.path);
         let Some((file, size)) = open(entry).map_err(|e| Error::io(format!("opening {path} in the staging root"), e))? else {
             sink.file_failure(GateFailure::FileMissing { path: entry.path.clone() });
+            file_read(entry);
             continue;
         };
         files_read += 1;
@@ -211,6 +214,7 @@ pub(crate) fn read_partition(
                 });
             }
         }
+        file_read(entry);
     }
     sink.finish(files_read, bytes)
 }

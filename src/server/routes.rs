@@ -12,17 +12,17 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use parking_lot::RwLock;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::kind;
 use crate::ErrorKind;
-use crate::documents::{self, operator, reads};
-use crate::{
-    ApplyOptions, BATCH_OPS_MAX, BatchOp, BatchOutcome, CleanupOptions, Error, FileCheck, IntegrityCheck, PublishOptions, RetentionPolicy,
-    RunMode, Store, TaskKey, VerifyOptions, describe_file,
+use crate::documents::requests::{
+    ApplyBody, AttemptRef, AttemptsQuery, BatchBody, DatasetOpt, DatasetQuery, DiffQuery, EffectsQuery, ExecuteBody, ExpireBody,
+    InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery, VerifyBody, ViewQuery, run_mode,
 };
+use crate::documents::{self, operator, reads};
+use crate::{BatchOp, BatchOutcome, Error, IntegrityCheck, Store, TaskKey, VerifyOptions, describe_file};
 
 /// The store a server serves, behind a gate: every request holds it shared for its store
 /// call; `verify --integrity` (redb's check, which needs the handle exclusively) holds it
@@ -300,7 +300,7 @@ impl From<reads::DocumentError> for ApiError {
 impl ApiError {
     /// `{"exit_code", "kind", "message"}`: the error object of an error document.
     fn document(&self) -> Value {
-        json!({ "exit_code": self.kind.exit_code(), "kind": self.kind.name(), "message": self.message })
+        documents::error_object(self.kind, &self.message)
     }
 }
 
@@ -422,15 +422,6 @@ async fn declare(State(state): State<AppState>, Body(body): Body<documents::RunI
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttemptRef {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-}
-
 /// A write route's body: the fields of the [`BatchOp`] the route names, without its `op` tag
 /// (the route is the tag), so a route and a batch line read one shape.
 fn batch_op(op: &'static str, mut body: serde_json::Map<String, Value>) -> Result<BatchOp, ApiError> {
@@ -469,7 +460,7 @@ async fn begin(State(state): State<AppState>, Body(body): Body<serde_json::Map<S
 
 async fn heartbeat(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {
     blocking(&state, move |store| {
-        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
+        let key = body.key();
         let lease = store.heartbeat(&key)?;
         Ok(axum::Json(documents::heartbeat(&key, &lease)))
     })
@@ -516,24 +507,11 @@ async fn validate(State(state): State<AppState>, Body(body): Body<serde_json::Ma
     let op = batch_op("validate", body)?;
     blocking(&state, move |store| {
         let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
-        let task = TaskKey::new(dataset, run, partition);
-        let key = task.attempt(*attempt);
+        let key = TaskKey::new(dataset, run, partition).attempt(*attempt);
         let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
-        let snapshot = store.snapshot()?;
-        let accepted = snapshot.accepted(&task)?;
-        let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-        Ok(axum::Json(documents::validated(&key, &verdict, accepted, reconciliation.as_ref())))
+        Ok(axum::Json(documents::validated_from(&store.snapshot()?, &key, &verdict)?))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PendingBody {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    checksums: bool,
 }
 
 /// `attempt validate --pending`: validates every finished, unvalidated attempt of the run
@@ -542,38 +520,15 @@ struct PendingBody {
 /// answer is 200 (an unknown run is 404).
 async fn validate_pending(State(state): State<AppState>, Body(body): Body<PendingBody>) -> Answer {
     blocking(&state, move |store| {
-        let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-        let results = store.validate_pending(&body.dataset, &body.run, check)?;
-        let snapshot = store.snapshot()?;
-        let mut lines = Vec::with_capacity(results.len());
-        for (key, verdict) in results {
-            lines.push(match verdict {
-                Ok(verdict) => {
-                    let accepted = snapshot.accepted(&key.task)?;
-                    let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
-                    documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
-                }
-                Err(err) => documents::validation_failed(&key, &err),
-            });
-        }
-        Ok(axum::Json(json!({ "dataset": body.dataset, "run": body.run, "results": lines })))
+        let results = store.validate_pending(&body.dataset, &body.run, body.check())?;
+        Ok(axum::Json(documents::pending_validated(&store.snapshot()?, &body.dataset, &body.run, &results)?))
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PublishBody {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    accept_nondeterminism: Option<String>,
-}
-
 async fn publish(State(state): State<AppState>, Body(body): Body<PublishBody>) -> Answer {
     blocking(&state, move |store| {
-        let options = PublishOptions { accept_nondeterminism: body.accept_nondeterminism };
-        let outcome = store.publish(&body.dataset, &body.run, &options)?;
+        let outcome = store.publish(&body.dataset, &body.run, &body.options())?;
         Ok(axum::Json(documents::published(&body.dataset, &body.run, &outcome)))
     })
     .await
@@ -593,45 +548,18 @@ async fn effect_mark_emitted(State(state): State<AppState>, Body(body): Body<ser
     op_route(&state, "mark_emitted", body).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchBody {
-    /// The operations, each a batch line's JSON object (`{"op": "begin", ...}`).
-    ops: Vec<Value>,
-}
-
 /// `POST /v1/batch`: every operation in one commit, one result each, in order:
 /// `{"ok", "results": [{"line", "op", "ok", "result"|"error"}]}` (`line` counts from 1). An
 /// operation that is not one, or that is refused, fails alone; a storage fault fails the
 /// request.
 async fn batch(State(state): State<AppState>, Body(body): Body<BatchBody>) -> Answer {
-    if body.ops.len() > BATCH_OPS_MAX {
-        return Err(ApiError::new(ErrorKind::Usage, format!("a batch holds at most {BATCH_OPS_MAX} operations, not {}", body.ops.len())));
-    }
-    let parsed: Vec<Result<BatchOp, String>> = body
-        .ops
-        .into_iter()
-        .enumerate()
-        .map(|(i, op)| serde_json::from_value::<BatchOp>(op).map_err(|e| format!("operation {} is not an operation: {e}", i + 1)))
-        .collect();
+    let parsed = body.parse_ops().map_err(|message| ApiError::new(ErrorKind::Usage, message))?;
     blocking(&state, move |store| {
         let ops: Vec<BatchOp> = parsed.iter().filter_map(|op| op.as_ref().ok().cloned()).collect();
-        let mut outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? }.into_iter();
-        let mut results = Vec::with_capacity(parsed.len());
-        let mut all_ok = true;
-        for (i, op) in parsed.iter().enumerate() {
-            let line = match op {
-                Err(message) => documents::batch_line(i + 1, None, Err(ApiError::new(ErrorKind::Usage, message.clone()).document())),
-                Ok(op) => match outcomes.next() {
-                    Some(Ok(outcome)) => documents::batch_line(i + 1, Some(op.name()), Ok(documents::batch_result(&outcome))),
-                    Some(Err(err)) => documents::batch_line(i + 1, Some(op.name()), Err(ApiError::from(err).document())),
-                    None => return Err(ApiError::new(ErrorKind::Fault, "the store returned fewer outcomes than operations")),
-                },
-            };
-            all_ok &= line["ok"] == Value::Bool(true);
-            results.push(line);
-        }
-        Ok(axum::Json(json!({ "ok": all_ok, "results": results })))
+        let outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? };
+        documents::batch_answer(&parsed, outcomes)
+            .map(axum::Json)
+            .ok_or_else(|| ApiError::new(ErrorKind::Fault, "the store returned fewer outcomes than operations"))
     })
     .await
 }
@@ -650,25 +578,8 @@ async fn read_route(
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunQuery {
-    dataset: String,
-    run: String,
-}
-
 async fn run_show(State(state): State<AppState>, Query(query): Query<RunQuery>) -> Answer {
     read_route(&state, move |_, snapshot| reads::run_show(snapshot, &query.dataset, &query.run)).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EffectsQuery {
-    dataset: String,
-    #[serde(default)]
-    run: Option<String>,
-    #[serde(default)]
-    ready: bool,
 }
 
 async fn effects_list(State(state): State<AppState>, Query(query): Query<EffectsQuery>) -> Answer {
@@ -679,45 +590,16 @@ async fn datasets(State(state): State<AppState>) -> Answer {
     read_route(&state, |_, snapshot| reads::datasets(snapshot)).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DatasetQuery {
-    dataset: String,
-}
-
 async fn current(State(state): State<AppState>, Query(query): Query<DatasetQuery>) -> Answer {
     read_route(&state, move |_, snapshot| reads::current(snapshot, &query.dataset)).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ManifestQuery {
-    dataset: String,
-    #[serde(default)]
-    generation: Option<u64>,
 }
 
 async fn manifest(State(state): State<AppState>, Query(query): Query<ManifestQuery>) -> Answer {
     read_route(&state, move |store, snapshot| reads::show(snapshot, &query.dataset, query.generation, Some(store.staging_root()))).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HistoryQuery {
-    #[serde(default)]
-    dataset: Option<String>,
-}
-
-async fn history(State(state): State<AppState>, Query(query): Query<HistoryQuery>) -> Answer {
+async fn history(State(state): State<AppState>, Query(query): Query<DatasetOpt>) -> Answer {
     read_route(&state, move |_, snapshot| reads::history(snapshot, query.dataset.as_deref())).await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DiffQuery {
-    dataset: String,
-    from: u64,
-    to: u64,
 }
 
 async fn diff(State(state): State<AppState>, Query(query): Query<DiffQuery>) -> Answer {
@@ -732,15 +614,6 @@ async fn run_list(State(state): State<AppState>, Query(query): Query<DatasetQuer
     read_route(&state, move |_, snapshot| reads::run_list(snapshot, &query.dataset)).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttemptsQuery {
-    dataset: String,
-    run: String,
-    #[serde(default)]
-    partition: Option<String>,
-}
-
 async fn attempt_list(State(state): State<AppState>, Query(query): Query<AttemptsQuery>) -> Answer {
     read_route(&state, move |_, snapshot| reads::attempt_list(snapshot, &query.dataset, &query.run, query.partition.as_deref(), now_ms()))
         .await
@@ -752,17 +625,7 @@ fn now_ms() -> u64 {
 }
 
 async fn attempt_show(State(state): State<AppState>, Query(query): Query<AttemptRef>) -> Answer {
-    read_route(&state, move |store, snapshot| {
-        let key = TaskKey::new(&query.dataset, &query.run, &query.partition).attempt(query.attempt);
-        reads::attempt_show(snapshot, &key, Some(store.staging_root()))
-    })
-    .await
-}
-
-#[derive(Deserialize)]
-struct ViewQuery {
-    dataset: String,
-    generation: Option<u64>,
+    read_route(&state, move |store, snapshot| reads::attempt_show(snapshot, &query.key(), Some(store.staging_root()))).await
 }
 
 async fn view_show(State(state): State<AppState>, Query(query): Query<ViewQuery>) -> Answer {
@@ -773,40 +636,20 @@ async fn view_show(State(state): State<AppState>, Query(query): Query<ViewQuery>
 
 async fn abandon(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {
     blocking(&state, move |store| {
-        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
+        let key = body.key();
         let outcome = store.abandon_attempt(&key)?;
         Ok(axum::Json(operator::abandoned(&key, &outcome)))
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct InvalidateBody {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-    actor: String,
-    reason: String,
-}
-
 async fn invalidate(State(state): State<AppState>, Body(body): Body<InvalidateBody>) -> Answer {
     blocking(&state, move |store| {
-        let key = TaskKey::new(&body.dataset, &body.run, &body.partition).attempt(body.attempt);
+        let key = body.key();
         let outcome = store.invalidate_attempt(&key, &body.actor, &body.reason)?;
         Ok(axum::Json(operator::invalidated(&key, &outcome)))
     })
     .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RollbackBody {
-    dataset: String,
-    to: u64,
-    actor: String,
-    reason: String,
 }
 
 /// A rollback: 200 whether rolled back or refused (a refusal is a value, `"outcome":
@@ -820,17 +663,6 @@ async fn rollback(State(state): State<AppState>, Body(body): Body<RollbackBody>)
     .await
 }
 
-fn run_mode(execute: bool) -> RunMode {
-    if execute { RunMode::Execute } else { RunMode::DryRun }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteBody {
-    #[serde(default)]
-    execute: bool,
-}
-
 async fn gc_abandon(State(state): State<AppState>, Body(body): Body<ExecuteBody>) -> Answer {
     blocking(&state, move |store| {
         let mode = run_mode(body.execute);
@@ -840,57 +672,17 @@ async fn gc_abandon(State(state): State<AppState>, Body(body): Body<ExecuteBody>
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExpireBody {
-    dataset: String,
-    #[serde(default)]
-    keep_last: Option<u64>,
-    #[serde(default)]
-    rollback_window_ms: Option<u64>,
-    #[serde(default)]
-    execute: bool,
-}
-
 async fn gc_expire(State(state): State<AppState>, Body(body): Body<ExpireBody>) -> Answer {
     blocking(&state, move |store| {
         reads::require_dataset(&store.snapshot()?, &body.dataset)?;
-        let defaults = RetentionPolicy::default();
-        let policy = RetentionPolicy {
-            keep_last: body.keep_last.unwrap_or(defaults.keep_last),
-            rollback_window: body.rollback_window_ms.map_or(defaults.rollback_window, Duration::from_millis),
-        };
-        let report = store.expire_generations(&body.dataset, &policy, run_mode(body.execute))?;
+        let report = store.expire_generations(&body.dataset, &body.policy(), run_mode(body.execute))?;
         Ok(axum::Json(operator::expired(&report)))
     })
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanBody {
-    #[serde(default)]
-    age_threshold_ms: Option<u64>,
-    #[serde(default)]
-    force_short_threshold: bool,
-}
-
 async fn gc_plan(State(state): State<AppState>, Body(body): Body<PlanBody>) -> Answer {
-    blocking(&state, move |store| {
-        let defaults = CleanupOptions::default();
-        let options = CleanupOptions {
-            age_threshold: body.age_threshold_ms.map_or(defaults.age_threshold, Duration::from_millis),
-            force_short_threshold: body.force_short_threshold,
-        };
-        Ok(axum::Json(operator::cleanup_plan(&store.plan_cleanup(&options)?)))
-    })
-    .await
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanQuery {
-    plan: u64,
+    blocking(&state, move |store| Ok(axum::Json(operator::cleanup_plan(&store.plan_cleanup(&body.options())?)))).await
 }
 
 async fn gc_plan_show(State(state): State<AppState>, Query(query): Query<PlanQuery>) -> Answer {
@@ -901,39 +693,11 @@ async fn gc_plan_show(State(state): State<AppState>, Query(query): Query<PlanQue
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApplyBody {
-    plan: u64,
-    #[serde(default)]
-    execute: bool,
-    #[serde(default)]
-    delete_unknown: bool,
-    #[serde(default)]
-    batch_size: Option<usize>,
-}
-
 async fn gc_apply(State(state): State<AppState>, Body(body): Body<ApplyBody>) -> Answer {
-    blocking(&state, move |store| {
-        let defaults = ApplyOptions::default();
-        let options = ApplyOptions {
-            mode: run_mode(body.execute),
-            delete_unknown: body.delete_unknown,
-            batch_size: body.batch_size.unwrap_or(defaults.batch_size),
-        };
-        Ok(axum::Json(operator::cleanup_applied(&store.apply_cleanup(body.plan, &options)?)))
-    })
-    .await
+    blocking(&state, move |store| Ok(axum::Json(operator::cleanup_applied(&store.apply_cleanup(body.plan, &body.options())?)))).await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SyncBody {
-    #[serde(default)]
-    dataset: Option<String>,
-}
-
-async fn views_sync(State(state): State<AppState>, Body(body): Body<SyncBody>) -> Answer {
+async fn views_sync(State(state): State<AppState>, Body(body): Body<DatasetOpt>) -> Answer {
     blocking(&state, move |store| {
         if let Some(dataset) = &body.dataset {
             reads::require_dataset(&store.snapshot()?, dataset)?;
@@ -950,30 +714,9 @@ async fn views_sync(State(state): State<AppState>, Body(body): Body<SyncBody>) -
     .await
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct VerifyBody {
-    /// Check the files of retained generations: `"size"` or `"checksums"`; none by default.
-    #[serde(default)]
-    files: Option<String>,
-    /// Run redb's integrity check too (needs the handle alone: the server lets the requests in
-    /// flight finish and holds the next ones meanwhile).
-    #[serde(default)]
-    integrity: bool,
-}
-
 async fn verify(State(state): State<AppState>, Body(body): Body<VerifyBody>) -> Answer {
-    let files = match body.files.as_deref() {
-        None => None,
-        Some("size") => Some(FileCheck::Size),
-        Some("checksums") => Some(FileCheck::SizeAndChecksum),
-        Some(other) => {
-            return Err(ApiError::new(
-                ErrorKind::Usage,
-                format!("the request body is not valid: files: {other:?} is not \"size\" or \"checksums\""),
-            ));
-        }
-    };
+    let files =
+        body.file_check().map_err(|message| ApiError::new(ErrorKind::Usage, format!("the request body is not valid: {message}")))?;
     let served = Arc::clone(&state.store);
     let run = move || -> Result<Value, ApiError> {
         if body.integrity {

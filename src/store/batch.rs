@@ -157,12 +157,11 @@ impl Store {
             }
             BatchOp::Validate { dataset, run, partition, attempt, checksums } => {
                 let key = BatchOp::attempt(dataset, run, partition, *attempt);
-                write::prepare_validation(snapshot, &self.file_work(), &key, BatchOp::file_check(*checksums)).map(|prepared| match prepared
-                    .stored_verdict()
-                {
-                    Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
-                    None => Prepared::Validate(prepared),
-                })
+                write::prepare_validation(snapshot, &self.file_work(), &key, BatchOp::file_check(*checksums), crate::progress::NO_PROGRESS)
+                    .map(|prepared| match prepared.stored_verdict() {
+                        Some(verdict) => Prepared::Settled(Ok(BatchOutcome::Validate(verdict.clone()))),
+                        None => Prepared::Validate(prepared),
+                    })
             }
             BatchOp::RecordEffect { dataset, run, effect, partition, payload, payload_hex } => {
                 let key = BatchOp::effect(dataset, run, effect, partition);

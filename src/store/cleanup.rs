@@ -19,6 +19,7 @@ use crate::lifecycle::{
 };
 use crate::model::AttemptKey;
 use crate::ops;
+use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::records::{CleanupBatchRecord, CleanupPlanRecord};
 use crate::rules::cleanup::{self, AttemptFact, Class, Facts};
 
@@ -137,6 +138,17 @@ impl Store {
     /// storage and corruption errors; [`Error::Io`] if a directory sync fails. A file that
     /// cannot be deleted is reported, not an error.
     pub fn apply_cleanup(&self, id: u64, options: &ApplyOptions) -> Result<ApplyReport> {
+        self.apply_cleanup_with_progress(id, options, NO_PROGRESS)
+    }
+
+    /// [`Store::apply_cleanup`], reporting to `progress` each planned path it took (deleted,
+    /// skipped, or in a dry run re-checked), in the stage [`ProgressStage::DeletingFiles`]: the
+    /// totals are the paths it takes (the candidates, and the unknown files with
+    /// `options.delete_unknown`) and their planned sizes; see [`Progress`].
+    ///
+    /// # Errors
+    /// As [`Store::apply_cleanup`].
+    pub fn apply_cleanup_with_progress(&self, id: u64, options: &ApplyOptions, progress: &dyn Fn(Progress)) -> Result<ApplyReport> {
         self.poison.contain("apply cleanup", || {
             let plan = self
                 .snapshot()?
@@ -171,6 +183,7 @@ impl Store {
                 }
             }
             let mut next_batch = self.next_batch_number(id)?;
+            let mut deleting = Tracker::start(progress, ProgressStage::DeletingFiles, todo.iter().map(|p| p.size_bytes));
             for chunk in todo.chunks(options.batch_size.max(1)) {
                 // Re-read by key, for this batch's paths only, from a fresh snapshot.
                 let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, chunk))?;
@@ -198,6 +211,7 @@ impl Store {
                             Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
                         },
                     }
+                    deleting.file_done(planned.size_bytes);
                 }
                 if execute {
                     for path in &batch.deleted {

@@ -248,12 +248,13 @@ struct ChainDir {
 /// retried sync would prove nothing), for the validation rule to refuse the candidate; nothing
 /// is recorded in `durable` then. Failing to open a file or directory (it vanished or changed
 /// since it was observed) is an error: nothing was decided, and validating again observes the
-/// change.
+/// change. `file_synced` is told of each file once its sync returned (failed or not).
 pub(crate) fn make_candidate_durable(
     root: &Path,
     staging_rel: &str,
     files: &[FileEntry],
     durable: &DurableDirs,
+    mut file_synced: impl FnMut(&FileEntry),
 ) -> Result<Vec<NotDurable>> {
     if files.is_empty() {
         return Ok(Vec::new());
@@ -309,6 +310,7 @@ pub(crate) fn make_candidate_durable(
         if let Err(e) = sync_handle(fd.as_fd(), &path, SyncTarget::File) {
             failures.push(NotDurable { path: file.path.clone(), message: format!("fdatasync of {} failed: {e}", path.display()) });
         }
+        file_synced(file);
     }
     // The directories to sync: those holding the files, and the parent of every directory whose
     // entry is not known durable (the root's own entry was made durable when it was created).

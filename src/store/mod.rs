@@ -1085,6 +1085,20 @@ impl ReadOnlyStore {
     /// [`Error::InvalidInput`] without a staging root; otherwise as
     /// [`Store::validate_attempt`].
     pub fn prepare_validation(&self, attempt: &crate::AttemptKey, check: crate::FileCheck) -> Result<PreparedValidation> {
+        self.prepare_validation_with_progress(attempt, check, crate::progress::NO_PROGRESS)
+    }
+
+    /// [`ReadOnlyStore::prepare_validation`], reporting how far its file work has come to
+    /// `progress`, as [`Store::validate_attempt_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`ReadOnlyStore::prepare_validation`].
+    pub fn prepare_validation_with_progress(
+        &self,
+        attempt: &crate::AttemptKey,
+        check: crate::FileCheck,
+        progress: &dyn Fn(crate::Progress),
+    ) -> Result<PreparedValidation> {
         let Some(root) = &self.staging_root else {
             return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
         };
@@ -1096,7 +1110,7 @@ impl ReadOnlyStore {
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
             let work = write::FileWork { staging_root: root, limits, durable: &self.durable_dirs };
-            write::prepare_validation(&snapshot, &work, attempt, check)
+            write::prepare_validation(&snapshot, &work, attempt, check, progress)
         })
     }
 

@@ -13,6 +13,7 @@ use crate::model::{
     PublishOptions, PublishOutcome, RecordedEffect, RunSpec, TaskKey, TaskSpec, Verdict,
 };
 use crate::ops;
+use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::readers;
 use crate::records::{AttemptRecord, RunRecord, TaskRecord};
 use crate::rules::attempts::ToValidate;
@@ -162,9 +163,20 @@ impl Store {
     /// directory of a valid candidate cannot be opened to sync it (nothing is stored: validate
     /// again), storage errors.
     pub fn validate_attempt(&self, attempt: &AttemptKey, check: FileCheck) -> Result<Verdict> {
+        self.validate_attempt_with_progress(attempt, check, NO_PROGRESS)
+    }
+
+    /// [`Store::validate_attempt`], reporting how far its file work has come to `progress`
+    /// (stages [`ProgressStage::CheckingFiles`], then at a grain [`ProgressStage::ReadingRows`],
+    /// then for a valid candidate [`ProgressStage::SyncingFiles`]; see [`Progress`]). A verdict
+    /// stored before the call reports nothing.
+    ///
+    /// # Errors
+    /// As [`Store::validate_attempt`].
+    pub fn validate_attempt_with_progress(&self, attempt: &AttemptKey, check: FileCheck, progress: &dyn Fn(Progress)) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
             let snapshot = self.snapshot()?;
-            let prepared = prepare_validation(&snapshot, &self.file_work(), attempt, check)?;
+            let prepared = prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)?;
             drop(snapshot);
             self.store_validation(&prepared)
         })
@@ -202,7 +214,7 @@ impl Store {
             // Where the begin made the attempt's directory; the write checks that its record
             // names the same one.
             let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
-            let (verdict, reconciliation) = decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check)?;
+            let (verdict, reconciliation) = decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check, NO_PROGRESS)?;
             let finished = self.write_grouped("finishing and validating an attempt", |meta| {
                 ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
             })?;
@@ -249,9 +261,23 @@ impl Store {
     /// # Errors
     /// As [`Store::validate_attempt`].
     pub fn prepare_validation(&self, attempt: &AttemptKey, check: FileCheck) -> Result<PreparedValidation> {
+        self.prepare_validation_with_progress(attempt, check, NO_PROGRESS)
+    }
+
+    /// [`Store::prepare_validation`], reporting how far its file work has come to `progress`,
+    /// as [`Store::validate_attempt_with_progress`] does.
+    ///
+    /// # Errors
+    /// As [`Store::validate_attempt`].
+    pub fn prepare_validation_with_progress(
+        &self,
+        attempt: &AttemptKey,
+        check: FileCheck,
+        progress: &dyn Fn(Progress),
+    ) -> Result<PreparedValidation> {
         self.poison.contain("preparing a validation", || {
             let snapshot = self.snapshot()?;
-            prepare_validation(&snapshot, &self.file_work(), attempt, check)
+            prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)
         })
     }
 
@@ -318,7 +344,7 @@ impl Store {
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
             let observe = |accepted: &rules::publish::Accepted| {
-                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size)
+                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size, NO_PROGRESS)
             };
             let now = meta.now_ms();
             ops::publish::publish(meta, dataset, run, options.accept_nondeterminism.as_deref(), now, observe)
@@ -490,6 +516,7 @@ pub(super) fn prepare_validation(
     work: &FileWork<'_>,
     attempt: &AttemptKey,
     check: FileCheck,
+    progress: &dyn Fn(Progress),
 ) -> Result<PreparedValidation> {
     check_task_key(&attempt.task)?;
     let task = &attempt.task;
@@ -505,7 +532,7 @@ pub(super) fn prepare_validation(
         ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
         ToValidate::Candidate(candidate) => candidate,
     };
-    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check)?;
+    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check, progress)?;
     Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
 }
 
@@ -513,7 +540,7 @@ pub(super) fn prepare_validation(
 /// at the run's grain), decides, and for a valid candidate makes the files and every directory
 /// on their way durable first (DOMAIN 11: a Valid verdict is stored only once they are; the
 /// directories this handle made durable before are not synced again). A failed sync refuses
-/// the candidate.
+/// the candidate. Each stage of file work reports to `progress`.
 fn decide_verdict(
     work: &FileWork<'_>,
     run: &RunRecord,
@@ -521,16 +548,22 @@ fn decide_verdict(
     staging_rel: &str,
     candidate: &Candidate,
     check: FileCheck,
+    progress: &dyn Fn(Progress),
 ) -> Result<(Verdict, Reconciliation)> {
-    let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check)?;
+    let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
-        Some(grain) => Some((grain.format, read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed)?)),
+        Some(grain) => {
+            Some((grain.format, read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed, progress)?))
+        }
         None => None,
     };
     let (verdict, reconciliation) =
         rules::validate::verdict(&run.snapshot, spec, candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
     let verdict = if verdict.is_valid() {
-        let failures = files::make_candidate_durable(work.staging_root, staging_rel, &candidate.files, work.durable)?;
+        let mut syncing = Tracker::start(progress, ProgressStage::SyncingFiles, candidate.files.iter().map(|f| f.size_bytes));
+        let failures = files::make_candidate_durable(work.staging_root, staging_rel, &candidate.files, work.durable, |file| {
+            syncing.file_done(file.size_bytes);
+        })?;
         rules::validate::after_sync(verdict, &failures)
     } else {
         verdict
@@ -560,6 +593,7 @@ fn read_candidate_data(
     staging_rel: &str,
     candidate: &Candidate,
     observed: &[FileObservation],
+    progress: &dyn Fn(Progress),
 ) -> Result<rules::validate::Computed> {
     let present: Vec<FileEntry> = candidate
         .files
@@ -576,7 +610,8 @@ fn read_candidate_data(
     // Each file is opened through directory handles from the staging root, without
     // following a symlink: what is read is what observation saw (or the file is missing).
     let open = |file: &FileEntry| super::handles::open_regular_file(staging_root, staging_rel, &file.path);
-    let computed = readers::read_partition(grain, staging_rel, &present, open, &options)?;
+    let mut reading = Tracker::start(progress, ProgressStage::ReadingRows, present.iter().map(|f| f.size_bytes));
+    let computed = readers::read_partition(grain, staging_rel, &present, open, |file| reading.file_done(file.size_bytes), &options)?;
     tracing::debug!(
         rows = computed.rows,
         files = computed.files,
@@ -612,16 +647,29 @@ pub(super) fn store_verdict_body(
 /// What is seen of each reported file of an attempt, through directory handles from the
 /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
 /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
-fn observe_files(staging_root: &std::path::Path, staging_rel: &str, files: &[FileEntry], check: FileCheck) -> Result<Vec<FileObservation>> {
+fn observe_files(
+    staging_root: &std::path::Path,
+    staging_rel: &str,
+    files: &[FileEntry],
+    check: FileCheck,
+    progress: &dyn Fn(Progress),
+) -> Result<Vec<FileObservation>> {
+    let mut checking = Tracker::start(progress, ProgressStage::CheckingFiles, files.iter().map(|f| f.size_bytes));
     files
         .iter()
-        .map(|file| match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
-            Ok(Some((size_bytes, crc32))) => Ok(FileObservation::Present { size_bytes, crc32 }),
-            Ok(None) => Ok(FileObservation::Missing),
-            Err(e) => Err(Error::io(
-                format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
-                e,
-            )),
+        .map(|file| {
+            let observed = match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+                Ok(Some((size_bytes, crc32))) => FileObservation::Present { size_bytes, crc32 },
+                Ok(None) => FileObservation::Missing,
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("checking file {:?} of {staging_rel} (retry once the cause is fixed; no verdict was stored)", file.path),
+                        e,
+                    ));
+                }
+            };
+            checking.file_done(file.size_bytes);
+            Ok(observed)
         })
         .collect()
 }

@@ -20,6 +20,7 @@ mod io_errors;
 mod kill;
 mod pending;
 mod pg;
+mod progress;
 mod publish;
 mod readers;
 mod redb_panics;

@@ -13,7 +13,7 @@ use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, Invalid
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, count, duration_s, escape, opt, shell_quote, text, utc};
+use crate::output::{Out, Table, Words, count, duration_s, escape, opt, shell_quote, text, utc};
 use crate::remote::{self, Remote};
 
 fn task_key(args: &TaskArgs) -> TaskKey {
@@ -211,6 +211,7 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
     };
     let task = TaskKey::new(&args.dataset, &args.run, partition);
     let key = task.attempt(attempt);
+    let words = Words { checksums: args.checksums, dry_run: false };
     let doc = match Remote::find(location)? {
         Some(mut server) => server.post(
             "/v1/attempts/validate",
@@ -221,7 +222,10 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
             // The files are read (and made durable) through a read-only handle, before the
             // store is opened for writing: checksumming a big file never blocks other writers.
             let reader = location.open_reader()?;
-            let prepared = reader.prepare_validation(&key, check)?;
+            let draw = out.progress_of("validating", words);
+            let prepared = reader.prepare_validation_with_progress(&key, check, &draw.hook());
+            draw.finish();
+            let prepared = prepared?;
             crate::location::close_reader(reader)?;
             let store = location.open_writer()?;
             let verdict = store.store_validation(&prepared)?;
@@ -284,16 +288,19 @@ fn validate_pending(location: &LocationArgs, out: &mut Out, args: &ValidateArgs)
         None => {
             let reader = location.open_reader()?;
             let pending = reader.snapshot()?.pending_attempts(&args.dataset, &args.run)?;
-            let bar = out.progress(pending.len() as u64, "validating");
+            // Each attempt's files drawn as the library reports them, under the attempt's count.
+            let draw = out.progress_of("validating", Words { checksums: args.checksums, dry_run: false });
+            let total = pending.len();
             let prepared: Vec<_> = pending
                 .into_iter()
-                .map(|key| {
-                    let prepared = reader.prepare_validation(&key, check);
-                    bar.inc(1);
+                .enumerate()
+                .map(|(i, key)| {
+                    draw.set_prefix(format!("attempt {}/{total}: ", i + 1));
+                    let prepared = reader.prepare_validation_with_progress(&key, check, &draw.hook());
                     (key, prepared)
                 })
                 .collect();
-            bar.finish_and_clear();
+            draw.finish();
             crate::location::close_reader(reader)?;
             let mut lines = Vec::with_capacity(prepared.len());
             if !prepared.is_empty() {

@@ -9,7 +9,7 @@ use crate::args::{GcAbandonArgs, GcApplyArgs, GcExpireArgs, GcPlanArgs};
 use crate::exit::Exit;
 use crate::json::{operator, reads};
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, duration, escape, text, utc};
+use crate::output::{Out, Table, Words, duration, escape, text, utc};
 use crate::remote;
 
 fn mode(execute: bool) -> RunMode {
@@ -162,14 +162,16 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
     let body = json!({
         "plan": args.plan, "execute": args.execute, "delete_unknown": args.delete_unknown, "batch_size": options.batch_size,
     });
-    let spinner = out.spinner("applying the cleanup plan");
+    // Through a server: a spinner; here: the library's counts of the plan's paths.
+    let draw = out.progress_of("applying the cleanup plan", Words { checksums: false, dry_run: !args.execute });
     let doc = remote::write(location, "/v1/gc/apply", &body, || {
         let store = location.open_writer()?;
-        let report = store.apply_cleanup(args.plan, &options)?;
+        let report = store.apply_cleanup_with_progress(args.plan, &options, &draw.hook())?;
         crate::location::close_writer(store)?;
         Ok(operator::cleanup_applied(&report))
-    })?;
-    spinner.finish_and_clear();
+    });
+    draw.finish();
+    let doc = doc?;
     out.emit(&doc, |w| {
         let verb = if doc["mode"] == "execute" { "deleted" } else { "would delete (dry run; --execute to delete)" };
         writeln!(w, "plan {}: {verb} {} file(s), {} bytes", text(&doc["plan"]), items(&doc["deleted"]).len(), text(&doc["bytes_deleted"]))?;

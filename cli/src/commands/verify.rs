@@ -7,7 +7,7 @@ use crate::args::VerifyArgs;
 use crate::exit::Exit;
 use crate::json::operator;
 use crate::location::LocationArgs;
-use crate::output::{Out, text};
+use crate::output::{Out, Words, text};
 use crate::remote;
 
 /// The report as the library's `VerifyReport` displays it, from its document.
@@ -48,24 +48,26 @@ pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyh
         (false, false) => (None, None),
     };
     let options = VerifyOptions { integrity_check: args.integrity, files, staging_root: location.staging_root(), views: true };
-    // The walk reports no progress of its own; a spinner shows it is alive on a terminal.
-    let spinner = out.spinner("verifying");
+    // A spinner while the records are walked (or a server verifies), then the library's
+    // counts of the staging files checked.
+    let draw = out.progress_of("verifying", Words { checksums: args.checksums, dry_run: false });
     let doc = remote::write(location, "/v1/verify", &json!({ "files": files_name, "integrity": args.integrity }), || {
         let report = if args.integrity {
             // redb's own check needs the store exclusively: no other process may hold it.
             let mut store = location.open_writer()?;
-            let report = store.verify(&options)?;
+            let report = store.verify_with_progress(&options, &draw.hook())?;
             crate::location::close_writer(store)?;
             report
         } else {
             let store = location.open_reader()?;
-            let report = store.verify(&options)?;
+            let report = store.verify_with_progress(&options, &draw.hook())?;
             crate::location::close_reader(store)?;
             report
         };
         Ok(operator::verified(&report))
-    })?;
-    spinner.finish_and_clear();
+    });
+    draw.finish();
+    let doc = doc?;
     out.emit(&doc, |w| writeln!(w, "{}", report_text(&doc)))?;
     Ok(if doc["clean"] == true { Exit::Success } else { Exit::Corrupt })
 }

@@ -7,6 +7,7 @@ mod grain;
 mod maintain;
 mod messages;
 mod operator;
+mod progress;
 mod readonly;
 mod refusals;
 mod remote;
