@@ -160,3 +160,54 @@ fn without_cross_process_readers_a_reader_elsewhere_is_refused_until_the_writer_
     let reader = ReadOnlyStore::open_with_backend(backend.another_process(), &StoreOptions::default()).unwrap();
     assert!(reader.snapshot().unwrap().run("ds", "r1").unwrap().is_some());
 }
+
+const CHILD_ENV: &str = "MANIFESTDB_LAZY_CHILD_DIR";
+
+/// The child of the kill test below: begins p=1 without a flush, says so, and waits to be
+/// killed.
+#[test]
+#[ignore = "the kill test's child process; does nothing unless started by it"]
+fn child_begins_without_a_flush_and_waits() {
+    let Some(dir) = std::env::var_os(CHILD_ENV).map(std::path::PathBuf::from) else { return };
+    let store = Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options(false)).expect("child opens the store");
+    declare(&store);
+    let ticket = store.begin_attempt(&task("p=1")).expect("child begins");
+    println!("BEGUN {}", ticket.key.attempt);
+    std::thread::sleep(std::time::Duration::from_secs(120));
+}
+
+/// A writer SIGKILLed after a begin without a flush; `Store::recover` (what `manifestdb
+/// recover` and a reader's open run) repairs the file and settles the run, so the next writer
+/// (with cross-process readers, as the CLI opens it) never issues that attempt number again.
+#[test]
+fn a_killed_writer_s_begin_is_settled_by_recover_and_never_issued_again() {
+    if crate::support::redb_only("redb recovery of a killed writer's file") {
+        return;
+    }
+    use std::io::{BufRead, BufReader};
+    let base = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "lazy_begins::child_begins_without_a_flush_and_waits", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, base.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the child");
+    let stdout = child.stdout.take().unwrap();
+    let begun = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.split_once("BEGUN ").map(|(_, number)| number.trim().to_owned()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(begun.as_deref(), Some("1"), "the child began attempt 1");
+    let path = base.path().join("store.redb");
+    assert!(Store::recover(&path).unwrap(), "the killed writer's store needed recovery");
+    let store = Store::open(&path, base.path().join("staging")).unwrap();
+    // A kill loses no page the child wrote, only what it had not written: attempt 1 may be on
+    // record or not; either way the next begin skips the number after the durable one.
+    let kept = store.snapshot().unwrap().attempt(&task("p=1").attempt(1)).unwrap().is_some();
+    let next = store.begin_attempt(&task("p=1")).unwrap().key.attempt;
+    assert_eq!(next, if kept { 3 } else { 2 }, "attempt 1 kept: {kept}");
+    assert_eq!(store.begin_attempt(&task("p=2")).unwrap().key.attempt, 2, "every task of the run skipped one number");
+}
