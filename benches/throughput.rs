@@ -1034,7 +1034,7 @@ fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
 /// (the store opened in the shipped mode, as `Store::open` opens a file) and the staging syncs
 /// through the store's sync seam. One task writing one file; the first begin of a task creates
 /// its directories, a retry's begin only its own.
-fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
+fn fsyncs_per_operation(report: &mut Report, prefix: &str, options: &manifestdb::StoreOptions) -> Res<()> {
     use manifestdb::testing::{FaultyBackend, observe_syncs};
     use std::cell::Cell;
     use std::rc::Rc;
@@ -1048,8 +1048,8 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
         op()?;
         let redb = backend.op_counts().2 - redb_before;
         let staging = staging_syncs.get() - staging_before;
-        report.put(&format!("fsyncs_{name}_redb"), redb as f64, "fsync/fdatasync of the store file");
-        report.put(&format!("fsyncs_{name}_staging"), staging as f64, "fsync/fdatasync of staging files and directories");
+        report.put(&format!("fsyncs_{prefix}{name}_redb"), redb as f64, "fsync/fdatasync of the store file");
+        report.put(&format!("fsyncs_{prefix}{name}_staging"), staging as f64, "fsync/fdatasync of staging files and directories");
         Ok(())
     };
     observe_syncs(
@@ -1060,7 +1060,7 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
         || -> Res<()> {
             let mut store = None;
             count(report, "create", &mut || {
-                store = Some(Store::open_with_backend(backend.clone(), staging.path(), &manifestdb::StoreOptions::default())?);
+                store = Some(Store::open_with_backend(backend.clone(), staging.path(), options)?);
                 Ok(())
             })?;
             let opened = store.take().ok_or("no store")?;
@@ -1118,7 +1118,7 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
             let mut opened = Some(opened);
             count(report, "close", &mut || Ok(opened.take().ok_or("no store")?.close()?))?;
             count(report, "reopen", &mut || {
-                opened = Some(Store::open_with_backend(backend.clone(), staging.path(), &manifestdb::StoreOptions::default())?);
+                opened = Some(Store::open_with_backend(backend.clone(), staging.path(), options)?);
                 Ok(())
             })?;
             drop(opened);
@@ -1128,7 +1128,7 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
     // Whole attempt cycles, store and staging syncs together.
     let sum = |report: &Report, ops: &[&str]| -> f64 {
         ops.iter()
-            .flat_map(|op| ["redb", "staging"].map(|side| format!("fsyncs_{op}_{side}")))
+            .flat_map(|op| ["redb", "staging"].map(|side| format!("fsyncs_{prefix}{op}_{side}")))
             .map(|key| report.figures.get(&key).and_then(Value::as_f64).unwrap_or(f64::NAN))
             .sum()
     };
@@ -1148,9 +1148,20 @@ fn fsyncs_per_operation(report: &mut Report) -> Res<()> {
     ];
     for (key, ops, note) in cycles {
         let total = sum(report, ops);
-        report.put(key, total, note);
+        // `syncs_per_attempt_cycle_first` becomes `syncs_per_attempt_cycle_exclusive_first`.
+        let key = match prefix.strip_suffix('_') {
+            Some(mode) => key.replacen("cycle_", &format!("cycle_{mode}_"), 1),
+            None => key.to_owned(),
+        };
+        report.put(&key, total, note);
     }
     Ok(())
+}
+
+/// A writer without cross-process readers: redb's `ExclusiveWriter` mode (one flush per
+/// commit) and begins without a flush of their own.
+fn exclusive_options() -> manifestdb::StoreOptions {
+    manifestdb::StoreOptions { cross_process_readers: false, ..manifestdb::StoreOptions::default() }
 }
 
 fn main() -> Res<()> {
@@ -1167,7 +1178,8 @@ fn main() -> Res<()> {
     if args.iter().any(|a| a == "--fsyncs") {
         // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
         let mut report = Report::new();
-        fsyncs_per_operation(&mut report)?;
+        fsyncs_per_operation(&mut report, "", &manifestdb::StoreOptions::default())?;
+        fsyncs_per_operation(&mut report, "exclusive_", &exclusive_options())?;
         report.finish(&args, "fsyncs", false)?;
         return Ok(());
     }
@@ -1222,6 +1234,8 @@ fn main() -> Res<()> {
     // manifestdb's mode, a manifestdb publish, a SQLite publish, a SQLite commit, and again),
     // so that every figure samples the same moments of a noisy shared disk.
     let store = Store::open(dir.join("main.redb"), &staging)?;
+    // The same operations on a writer without cross-process readers (`exclusive_options`).
+    let exclusive = Store::open_with_options(dir.join("exclusive.redb"), dir.join("exclusive-staging"), &exclusive_options())?;
     let sqlite_db = dir.join("main.sqlite");
     let sqlite_staging = dir.join("sqlite-staging");
     let mut conn = sqlite_open(&sqlite_db)?;
@@ -1229,7 +1243,15 @@ fn main() -> Res<()> {
     let mut redb_exclusive = BareRedb::open(&dir.join("bare-exclusive.redb"), ConcurrencyMode::ExclusiveWriter)?;
     let mut redb_single = BareRedb::open(&dir.join("bare-single.redb"), ConcurrencyMode::SingleWriter)?;
     let mut sqlite_bare = BareSqlite::open(&dir.join("bare.sqlite"))?;
-    let names = ["fsync_4k", "redb_commit", "redb_single_writer_commit", "publish_1task", "sqlite_publish_1task", "sqlite_commit"];
+    let names = [
+        "fsync_4k",
+        "redb_commit",
+        "redb_single_writer_commit",
+        "publish_1task",
+        "sqlite_publish_1task",
+        "sqlite_commit",
+        "publish_1task_exclusive",
+    ];
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(sizes.interleaved); names.len()];
     for i in 0..sizes.interleaved {
         samples[0].push(raw.op()?);
@@ -1238,6 +1260,7 @@ fn main() -> Res<()> {
         samples[3].extend(md_one_task_publishes(&store, "pub", &format!("one-{i}"), &partition(0), 1)?);
         samples[4].extend(sqlite_one_task_publishes(&mut conn, &sqlite_staging, "pub", &format!("one-{i}"), 1)?);
         samples[5].push(sqlite_bare.op()?);
+        samples[6].extend(md_one_task_publishes(&exclusive, "pub", &format!("one-{i}"), &partition(0), 1)?);
     }
     drop((raw, redb_exclusive, redb_single, sqlite_bare));
     for (name, times) in names.iter().zip(samples) {
@@ -1268,6 +1291,10 @@ fn main() -> Res<()> {
             if threads == 1 {
                 let cpu = cpu_seconds()?;
                 add("attempt_cycles_fused_per_s_1t".to_owned(), cpu, md_cycles_fused(&store, &run, sizes.measure)?)?;
+                let cpu = cpu_seconds()?;
+                add("attempt_cycles_exclusive_per_s_1t".to_owned(), cpu, md_cycles(&exclusive, &run, 1, sizes.measure)?)?;
+                let cpu = cpu_seconds()?;
+                add("attempt_cycles_fused_exclusive_per_s_1t".to_owned(), cpu, md_cycles_fused(&exclusive, &run, sizes.measure)?)?;
             }
             let cpu = cpu_seconds()?;
             add(
@@ -1344,7 +1371,8 @@ fn main() -> Res<()> {
     drop(store);
     report.put("rss_mib_1m_attempts", rss_of_child(&dir.join("main.redb"), &staging, big_partitions)?, "MiB (VmHWM of a child)");
 
-    fsyncs_per_operation(&mut report)?;
+    fsyncs_per_operation(&mut report, "", &manifestdb::StoreOptions::default())?;
+    fsyncs_per_operation(&mut report, "exclusive_", &exclusive_options())?;
 
     // Ratios.
     report.ratio("publish_vs_redb", "publish_1task_per_s", "redb_commit_per_s");
@@ -1354,6 +1382,9 @@ fn main() -> Res<()> {
     report.ratio("publish_vs_sqlite", "publish_1task_per_s", "sqlite_publish_1task_per_s");
     report.ratio("attempts_vs_sqlite_1t", "attempt_cycles_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
     report.ratio("attempts_fused_vs_sqlite_1t", "attempt_cycles_fused_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
+    report.ratio("attempts_exclusive_vs_sqlite_1t", "attempt_cycles_exclusive_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
+    report.ratio("attempts_fused_exclusive_vs_sqlite_1t", "attempt_cycles_fused_exclusive_per_s_1t", "sqlite_attempt_cycles_per_s_1t");
+    report.ratio("publish_exclusive_vs_sqlite", "publish_1task_exclusive_per_s", "sqlite_publish_1task_per_s");
     report.ratio("attempts_vs_sqlite_8t", "attempt_cycles_per_s_8t", "sqlite_attempt_cycles_per_s_8t");
     // CPU per cycle at one thread against SQLite's (issue 15's target: at most 1).
     report.ratio("attempt_cpu_vs_sqlite_1t", "attempt_cycles_cpu_us_per_cycle_1t", "sqlite_attempt_cycles_cpu_us_per_cycle_1t");

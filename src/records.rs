@@ -78,6 +78,26 @@ impl Checked for ViewsRecord {
     }
 }
 
+/// The runs a writable handle begins attempts in without a commit of their own (key
+/// `lazy_begins` of `meta_v1`; redb only): written, durably, before the first such begin of a
+/// run, and removed by the next open. Found by an open that had to repair the store (its
+/// writer crashed), it means a begin of each of those runs may have been acknowledged and then
+/// forgotten: every task of the run skips one attempt number (see `store::lazy`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LazyBeginsRecord {
+    /// (dataset, run) pairs, each once.
+    pub(crate) runs: Vec<(String, String)>,
+}
+impl Checked for LazyBeginsRecord {
+    const TABLE: Def = schema::META;
+    fn check(&self) -> Result<(), String> {
+        if self.runs.iter().any(|(dataset, run)| dataset.is_empty() || run.is_empty()) {
+            return Err("a lazy-begins run with an empty name".into());
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct RunRecord {
     pub(crate) snapshot: String,

@@ -69,6 +69,12 @@ pub(crate) const META_FORMAT_KEY: &[u8] = b"format";
 /// for a store that publishes no views. A separate key, so the format record is unchanged.
 pub(crate) const META_VIEWS_KEY: &[u8] = b"views";
 
+/// The key of the runs a writer begins attempts in without a commit of their own in `meta_v1`
+/// (a [`crate::records::LazyBeginsRecord`]); absent unless a writer opened without
+/// cross-process readers began attempts since the last open. A separate key, so the format
+/// record is unchanged.
+pub(crate) const META_LAZY_BEGINS_KEY: &[u8] = b"lazy_begins";
+
 /// Joins text fields with NUL: `a\0b\0c`.
 pub(crate) fn key(fields: &[&str]) -> Vec<u8> {
     let mut out = Vec::with_capacity(fields.iter().map(|f| f.len() + 1).sum());

@@ -1057,6 +1057,8 @@ fn tempdir() -> Result<tempfile::TempDir, String> {
 #[derive(Debug)]
 pub struct Reference {
     ops: Vec<Op>,
+    /// The options every store of the run, crash runs and recoveries is opened with.
+    options: StoreOptions,
     /// `states[i]` is the dump after the first `i` ops (`states[0]`: freshly created store).
     pub states: Vec<Vec<String>>,
     /// Each op's outcome (`Err` as its message).
@@ -1105,9 +1107,22 @@ impl Reference {
     /// # Errors
     /// A message if the fault-free run fails in a way that is not an op's own refusal.
     pub fn new(ops: &[Op]) -> Result<Reference, String> {
+        Reference::with_options(ops, &harness_options())
+    }
+
+    /// As [`Reference::new`], with every store (of this run, the crash runs and the
+    /// recoveries) opened with `options`, for example without cross-process readers
+    /// (`StoreOptions::cross_process_readers`: one-phase commits). Begins without a flush
+    /// (`StoreOptions::durable_begins` false) may be forgotten by a power loss, which the
+    /// acknowledged-state check does not allow: give `durable_begins: true` with them.
+    ///
+    /// # Errors
+    /// As [`Reference::new`].
+    pub fn with_options(ops: &[Op], options: &StoreOptions) -> Result<Reference, String> {
+        let options = StoreOptions { cache_size_bytes: 4 * 1024 * 1024, ..options.clone() };
         let backend = FaultyBackend::new();
         let staging = tempdir()?;
-        let store = Store::open_with_backend(backend.clone(), staging.path(), &harness_options()).map_err(|e| format!("open: {e}"))?;
+        let store = Store::open_with_backend(backend.clone(), staging.path(), &options).map_err(|e| format!("open: {e}"))?;
         let mut states = vec![dump(&store.snapshot().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?];
         let mut outcomes = Vec::new();
         for op in ops {
@@ -1119,7 +1134,7 @@ impl Reference {
             states.push(dump(&store.snapshot().map_err(|e| e.to_string())?).map_err(|e| e.to_string())?);
         }
         drop(store);
-        Ok(Reference { ops: ops.to_vec(), states, outcomes, storage_ops: backend.ops() })
+        Ok(Reference { ops: ops.to_vec(), options, states, outcomes, storage_ops: backend.ops() })
     }
 
     /// Runs the workload on a backend that loses power at mutating storage operation `k`, until
@@ -1141,7 +1156,7 @@ impl Reference {
             acknowledged_publishes: Vec::new(),
             recovered: std::sync::atomic::AtomicBool::new(false),
         };
-        let store = match Store::open_with_backend(backend.clone(), run.staging.path(), &harness_options()) {
+        let store = match Store::open_with_backend(backend.clone(), run.staging.path(), &self.options) {
             Ok(store) => store,
             Err(e) if backend.powered_off() => {
                 run.interrupted = true;
@@ -1187,7 +1202,7 @@ impl Reference {
             return Err("this crash run was already recovered once; make a crash run per image".to_owned());
         }
         let backend = FaultyBackend::from_image(image);
-        let opened = Store::open_with_backend(backend, crashed.staging.path(), &harness_options());
+        let opened = Store::open_with_backend(backend, crashed.staging.path(), &self.options);
         let mut store = match opened {
             Ok(store) => store,
             // The store's creation was never acknowledged: a backend image carries no creation

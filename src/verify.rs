@@ -28,12 +28,12 @@ use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
 use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::records::{
     self, AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
-    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
+    LazyBeginsRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
 };
 use crate::rules::{ids, validate::FileObservation};
 use crate::schema::{
     ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META,
-    META_FORMAT_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number, text_fields,
+    META_FORMAT_KEY, META_LAZY_BEGINS_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number, text_fields,
 };
 use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
 
@@ -515,7 +515,12 @@ impl Walk {
         let walked = meta.each_frame(def, &mut |key, value| {
             count += 1;
             if !select(key) {
-                if let Err(err) = records::decode::<ViewsRecord>(def.name, key, value) {
+                let decoded = if key == META_LAZY_BEGINS_KEY {
+                    records::decode::<LazyBeginsRecord>(def.name, key, value).map(drop)
+                } else {
+                    records::decode::<ViewsRecord>(def.name, key, value).map(drop)
+                };
+                if let Err(err) = decoded {
                     findings.push((codec::printable_key(key), finding_message(err)));
                 }
                 return;
@@ -553,7 +558,7 @@ impl Walk {
         self.decode_table_where(
             meta,
             META,
-            |k| k != META_VIEWS_KEY,
+            |k| k != META_VIEWS_KEY && k != META_LAZY_BEGINS_KEY,
             |key, record| {
                 formats.push((key.to_vec(), record));
                 true

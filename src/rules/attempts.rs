@@ -20,6 +20,24 @@ pub(crate) fn begin(task: &TaskKey, published_generation: Option<u64>, next_atte
     Ok((next_attempt, next))
 }
 
+/// Whether a begin may commit without a flush of its own (made durable by the handle's next
+/// durable commit). Only on a handle that allows it (`enabled`: a redb writer opened without
+/// cross-process readers and without durable begins), in a run recorded, durably, as one such
+/// begins happen in (`run_recorded`), and for a task with no begin of this kind since the
+/// handle's last durable commit (`task_pending`). So after a crash at most one begin per task
+/// was forgotten, its number is the task's durable next number, and
+/// [`next_after_forgotten_begin`] never issues it again.
+pub(crate) fn begin_without_flush(enabled: bool, run_recorded: bool, task_pending: bool) -> bool {
+    enabled && run_recorded && !task_pending
+}
+
+/// The task's next attempt number after a crash of a writer that began attempts of its run
+/// without a flush: its durable next number (`durable_next`) may have been issued, by a begin
+/// acknowledged and then forgotten, whose worker may still hold its directory. It is skipped.
+pub(crate) fn next_after_forgotten_begin(task: &TaskKey, durable_next: u32) -> Result<u32> {
+    durable_next.checked_add(1).ok_or_else(|| Error::invalid("task", &task.partition, "has used every attempt number"))
+}
+
 /// Refuses a change to an attempt of a published run (`published_generation`): its accepted
 /// attempts are frozen, and published content changes only by a new run or a rollback.
 pub(crate) fn refuse_if_published(task: &TaskKey, published_generation: Option<u64>) -> Result<()> {
@@ -304,6 +322,17 @@ mod tests {
         assert_eq!(begin(&task, None, 1).unwrap(), (1, 2));
         assert!(matches!(begin(&task, Some(4), 1), Err(Error::RunPublished { generation: 4, .. })));
         assert!(matches!(begin(&task, None, u32::MAX), Err(Error::InvalidInput { .. })));
+    }
+
+    #[test]
+    fn a_begin_skips_its_flush_only_once_per_task_between_durable_commits_and_a_crash_skips_the_number() {
+        assert!(begin_without_flush(true, true, false));
+        assert!(!begin_without_flush(true, true, true), "a second begin of the task before a durable commit flushes");
+        assert!(!begin_without_flush(true, false, false), "a run not yet recorded: the begin flushes");
+        assert!(!begin_without_flush(false, true, false), "durable begins or cross-process readers");
+        let task = key().task;
+        assert_eq!(next_after_forgotten_begin(&task, 3).unwrap(), 4);
+        assert!(matches!(next_after_forgotten_begin(&task, u32::MAX), Err(Error::InvalidInput { .. })));
     }
 
     #[test]

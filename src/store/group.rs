@@ -14,7 +14,8 @@
 //! the outcome of the commit crosses threads.
 //!
 //! Invariant: a grouped call returns success only after the transaction holding its write has
-//! committed with immediate durability, and a call whose body refused (an error that is not a
+//! committed with immediate durability (a begin allowed to skip its flush, `lazy.rs`, only
+//! after it committed without one: durable with the handle's next durable commit), and a call whose body refused (an error that is not a
 //! storage error, or [`TxnEnd::Abort`]) returns its refusal only after the batch it saw has
 //! committed, because its refusal may rest on writes of earlier members of the same batch.
 //! A body must check everything before its first write (the write helper's contract), so a
@@ -30,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use redb::WriteTransaction;
+use redb::{Durability, WriteTransaction};
 
 use super::TxnEnd;
 use super::contain::Poison;
@@ -103,6 +104,10 @@ struct BatchState {
     ran: usize,
     /// True once a member's body asked for a commit.
     wrote: bool,
+    /// True once a member that asked for a commit needs it durable (every member but a begin
+    /// allowed to skip its flush, see `lazy.rs`). A batch no member of which needs it commits
+    /// with redb's `Durability::None`.
+    durable: bool,
     /// The first failure that dooms the transaction.
     failure: Option<String>,
     /// Set by the leader once the transaction is committed or abandoned: `Err` names the cause.
@@ -130,6 +135,20 @@ impl RedbLayer {
         context: &'static str,
         body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
     ) -> Result<T> {
+        self.write_grouped_as(poison, context, || true, body)
+    }
+
+    /// As [`RedbLayer::write_grouped`]; `durable`, asked once `body` has asked for a commit,
+    /// says whether its write needs a durable commit. If no member of the batch needs one, the
+    /// batch commits without a flush (redb's `Durability::None`) and the call returns once that
+    /// commit is in this process's memory: a later durable commit makes it durable.
+    pub(super) fn write_grouped_as<T>(
+        &self,
+        poison: &Poison,
+        context: &'static str,
+        durable: impl FnOnce() -> bool,
+        body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<T> {
         poison.check()?;
         let group = &self.group;
         let (batch, leader) = {
@@ -152,7 +171,7 @@ impl RedbLayer {
         if leader {
             own_error = self.open_batch(poison, context, &batch).err();
         }
-        let ran = run_member(&batch, body);
+        let ran = run_member(&batch, body, durable);
         if leader && let Err(err) = self.settle_batch(poison, &batch) {
             own_error = Some(err);
         }
@@ -213,12 +232,12 @@ impl RedbLayer {
     /// failed transaction), poisons the handle on failure, wakes the members and hands the
     /// queue to the next batch. Returns the leader's own error for a failed commit.
     fn settle_batch(&self, poison: &Poison, batch: &Batch) -> Result<()> {
-        let (txn, wrote, failure, members) = {
+        let (txn, wrote, mut durable, failure, members) = {
             let mut state = batch.state.lock();
             while state.ran < state.members {
                 batch.changed.wait(&mut state);
             }
-            (state.txn.take(), state.wrote, state.failure.take(), state.members)
+            (state.txn.take(), state.wrote, state.durable, state.failure.take(), state.members)
         };
         let commit_started = Instant::now();
         let result = match (failure, txn) {
@@ -227,20 +246,29 @@ impl RedbLayer {
                 drop(txn);
                 Err((cause, None))
             }
-            (None, Some(txn)) => poison
-                .contain("committing a group of writes", || {
-                    if wrote {
-                        txn.commit().map_err(|e| Error::storage("committing a group of writes", e))
-                    } else {
-                        txn.abort().map_err(|e| Error::storage("committing a group of writes", e))
-                    }
-                })
-                .map_err(|err| (err.to_string(), Some(err))),
+            (None, Some(mut txn)) => {
+                // redb refuses a commit without a flush in a mode shared between processes:
+                // the commit is then durable.
+                if wrote && !durable && txn.set_durability(Durability::None).is_err() {
+                    durable = true;
+                }
+                poison
+                    .contain("committing a group of writes", || {
+                        if wrote {
+                            txn.commit().map_err(|e| Error::storage("committing a group of writes", e))
+                        } else {
+                            txn.abort().map_err(|e| Error::storage("committing a group of writes", e))
+                        }
+                    })
+                    .map_err(|err| (err.to_string(), Some(err)))
+            }
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
             Ok(()) => {
-                if wrote {
+                // The undo log and the pending begins restart at a durable commit only: the
+                // state a damaged handle puts back is one the file durably had.
+                if wrote && durable {
                     self.commit_done();
                 }
                 (Ok(()), None)
@@ -275,7 +303,7 @@ const WROTE_THEN_REFUSED: &str =
 
 /// Runs one member's body in the batch's transaction, once the leader has opened it, and
 /// records whether it wrote or failed.
-fn run_member<T>(batch: &Batch, body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Ran<T> {
+fn run_member<T>(batch: &Batch, body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>, durable: impl FnOnce() -> bool) -> Ran<T> {
     let mut state = batch.state.lock();
     while !state.open {
         batch.changed.wait(&mut state);
@@ -301,7 +329,12 @@ fn run_member<T>(batch: &Batch, body: impl FnOnce(&mut dyn Meta) -> Result<TxnEn
         }
     }
     match &ran {
-        Ran::Returned(Ok(TxnEnd::Commit(_))) => state.wrote = true,
+        Ran::Returned(Ok(TxnEnd::Commit(_))) => {
+            state.wrote = true;
+            if durable() {
+                state.durable = true;
+            }
+        }
         Ran::Returned(Err(err @ Error::Storage { .. })) => {
             state.failure.get_or_insert_with(|| err.to_string());
         }

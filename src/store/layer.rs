@@ -48,6 +48,9 @@ pub(crate) struct RedbLayer {
     pub(super) db: DropContained<Database>,
     /// The queue of grouped writes (see `group.rs`).
     pub(super) group: GroupCommit,
+    /// Begins without a flush (`lazy.rs`): `Some` on a writer opened without cross-process
+    /// readers and without durable begins.
+    pub(super) lazy: Option<super::lazy::LazyBegins>,
     /// The store file's undo log (`undo.rs`), told of every commit; `None` on a custom backend.
     pub(super) undo: Option<Arc<UndoLog>>,
 }
@@ -122,10 +125,14 @@ impl Layer {
 }
 
 impl RedbLayer {
-    /// After a successful commit: what it wrote stands (the undo log restarts).
+    /// After a successful durable commit: what it wrote stands (the undo log restarts), and
+    /// every begin before it is durable.
     pub(super) fn commit_done(&self) {
         if let Some(undo) = &self.undo {
             undo.commit_done();
+        }
+        if let Some(lazy) = &self.lazy {
+            lazy.durable_commit_done();
         }
     }
 
@@ -217,6 +224,7 @@ mod tests {
         "store/layer.rs",
         "store/engine_error.rs",
         "store/undo.rs",
+        "store/lazy.rs",
         "store/mod.rs",
         "verify.rs",
         "testing.rs",

@@ -16,12 +16,12 @@ use crate::error::{Error, Result};
 use crate::meta::{Meta, MetaRead, note_write};
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
-    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord, MetaRecord,
-    PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
+    AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord, LazyBeginsRecord,
+    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
 };
 use crate::schema::{
     self, ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, GENERATIONS, META, META_FORMAT_KEY,
-    META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
+    META_LAZY_BEGINS_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
 
 type RawTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -67,6 +67,21 @@ impl<'t> RedbMeta<'t> {
             None => txn.open_table(tables::definition(def)).map_err(|e| Error::storage("opening a table", e))?,
         };
         Ok(slot.insert(table))
+    }
+
+    /// The runs begun in without a flush (`store::lazy`), if a writer recorded any.
+    pub(crate) fn lazy_begins(&mut self) -> Result<Option<LazyBeginsRecord>> {
+        get(self.table(META)?, META, META_LAZY_BEGINS_KEY)
+    }
+
+    /// Records the runs begun in without a flush.
+    pub(crate) fn put_lazy_begins(&mut self, record: &LazyBeginsRecord) -> Result<()> {
+        put(self.table_mut(META)?, META_LAZY_BEGINS_KEY, record)
+    }
+
+    /// Removes the record of runs begun in without a flush.
+    pub(crate) fn remove_lazy_begins(&mut self) -> Result<()> {
+        self.remove(META, META_LAZY_BEGINS_KEY, "removing the record of lazy begins")
     }
 
     /// Removes the record under `raw` from `def` (a counted write).

@@ -15,6 +15,7 @@ mod files;
 mod group;
 mod handles;
 mod layer;
+mod lazy;
 mod meta_redb;
 mod read;
 mod retention;
@@ -26,7 +27,8 @@ mod write;
 use std::fs;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, WriteTransaction};
@@ -46,6 +48,7 @@ pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 use crate::error::{Error, Result};
 use crate::meta::Meta;
 pub(crate) use crate::meta::TxnEnd;
+use crate::model::TaskKey;
 use crate::records::{MetaRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
@@ -100,6 +103,24 @@ pub struct StoreOptions {
     /// for the group ([`crate::server::ServerOptions::socket_group_access`]). Only what is
     /// created is given a mode: an existing file or directory keeps its own (`chmod` it).
     pub group_access: bool,
+    /// Whether processes other than the writer may open the store read-only ([`ReadOnlyStore`],
+    /// the CLI's read verbs) while it is open for writing. `true` (the default): redb's
+    /// `SingleWriter` mode, whose every commit is two-phase (two flushes of the store file) so
+    /// that another process never follows a commit whose pages are not on disk. `false`: redb's
+    /// `ExclusiveWriter` mode, which locks the whole file: every commit is one flush, and begins
+    /// may skip theirs (see [`StoreOptions::durable_begins`]); a reader in another process is
+    /// refused ([`Error::AlreadyOpen`]) until the writer closes. For an embedded scheduler
+    /// that reads through its own handle. redb file only; the PostgreSQL layer ignores it.
+    pub cross_process_readers: bool,
+    /// With [`StoreOptions::cross_process_readers`] `false`: `false` (the default) lets
+    /// [`Store::begin_attempt`] commit without a flush of its own, made durable by the handle's
+    /// next durable commit (a finish, a verdict, a publish, the close). A power loss or a crash
+    /// may then forget an acknowledged begin; its attempt number and staging directory are never
+    /// issued again (the task's next begin takes the number after it), and its worker's
+    /// finish gets [`Error::UnknownAttempt`], so the task is retried (see the book's
+    /// crash-safety chapter). `true`: every begin is durable when it returns. Ignored (every
+    /// begin durable) with cross-process readers, which redb allows no commit without a flush.
+    pub durable_begins: bool,
 }
 
 /// The mode of a directory a writable open creates (see [`StoreOptions::group_access`]).
@@ -121,6 +142,8 @@ impl Default for StoreOptions {
             csv_record_bytes_max: 16 * 1024 * 1024,
             grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
             group_access: false,
+            cross_process_readers: true,
+            durable_begins: false,
         }
     }
 }
@@ -193,8 +216,19 @@ fn refuse_postgres_url(location: &Path) -> Result<()> {
 
 fn builder(options: &StoreOptions) -> Builder {
     let mut builder = Builder::new();
-    builder.set_cache_size(options.cache_size_bytes).set_concurrency_mode(ConcurrencyMode::SingleWriter);
+    let mode = if options.cross_process_readers { ConcurrencyMode::SingleWriter } else { ConcurrencyMode::ExclusiveWriter };
+    builder.set_cache_size(options.cache_size_bytes).set_concurrency_mode(mode);
     builder
+}
+
+/// A builder for a writable open that tells whether redb had to repair the store (its last
+/// writer crashed): `lazy::settle_after_open` needs to know.
+fn writable_builder(options: &StoreOptions) -> (Builder, Arc<AtomicBool>) {
+    let repaired = Arc::new(AtomicBool::new(false));
+    let mut builder = builder(options);
+    let flag = Arc::clone(&repaired);
+    builder.set_repair_callback(move |_| flag.store(true, Ordering::Release));
+    (builder, repaired)
 }
 
 fn open_error(path: &Path, err: DatabaseError) -> Error {
@@ -398,9 +432,11 @@ impl Store {
                 create_file(db_path, options, lease_ms, &root)?;
             }
             let (backend, undo) = open_store_file(db_path, &poison)?;
-            let db = builder(options).create_with_backend(backend).map_err(|e| open_error(db_path, e))?;
+            let (builder, repaired) = writable_builder(options);
+            let db = builder.create_with_backend(backend).map_err(|e| open_error(db_path, e))?;
             undo.opened();
-            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), Some(undo))
+            let repaired = repaired.load(Ordering::Acquire);
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), Some(undo), repaired)
         })
     }
 
@@ -418,11 +454,14 @@ impl Store {
         let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
         let poison = Poison::default();
         poison.contain("opening the store", || {
-            let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            Store::finish_open(db, None, root, lease_ms, options, poison.clone(), None)
+            let (builder, repaired) = writable_builder(options);
+            let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
+            let repaired = repaired.load(Ordering::Acquire);
+            Store::finish_open(db, None, root, lease_ms, options, poison.clone(), None, repaired)
         })
     }
 
+    #[expect(clippy::too_many_arguments, reason = "the parts of an open, each its own kind")]
     fn finish_open(
         db: Database,
         db_path: Option<PathBuf>,
@@ -431,16 +470,19 @@ impl Store {
         options: &StoreOptions,
         poison: Poison,
         undo: Option<std::sync::Arc<UndoLog>>,
+        repaired: bool,
     ) -> Result<Store> {
         // Owned at the boundary from here on, so that dropping it on a failed open is contained.
         let db = DropContained::new(db);
-        let layer = RedbLayer { db, group: group::GroupCommit::default(), undo };
+        let lazy = (!options.cross_process_readers && !options.durable_begins).then(lazy::LazyBegins::default);
+        let layer = RedbLayer { db, group: group::GroupCommit::default(), undo, lazy };
         let checked = (|| -> Result<(Initialized, Option<Views>)> {
             let txn = layer.db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
             let init = initialize(&txn, lease_ms, &root, None)?;
+            let settled = lazy::settle_after_open(&txn, repaired)?;
             let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
             // Only a store that needed a change pays a commit: reopening one costs no sync.
-            if init.wrote || configured {
+            if init.wrote || configured || settled {
                 txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
                 layer.commit_done();
             } else {
@@ -787,6 +829,58 @@ impl Store {
         Ok(value)
     }
 
+    /// A begin of `task` through [`Store::write_grouped`], committed without a flush where
+    /// `lazy.rs` allows it (a redb writer opened without cross-process readers and without
+    /// durable begins): the task's run is first recorded by a durable commit of its own, once
+    /// per handle.
+    fn write_begin<T>(&self, context: &'static str, task: &TaskKey, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
+        let lazy_layer = match &self.layer {
+            Layer::Redb(redb) => redb.lazy.as_ref().map(|lazy| (redb, lazy)),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => None,
+        };
+        let Some((redb, lazy)) = lazy_layer else { return self.write_grouped(context, body) };
+        if !lazy.run_recorded(task) {
+            self.poison.check()?;
+            match self.poison.contain(context, || lazy.record_run(&redb.db, task)) {
+                Ok(()) => redb.commit_done(),
+                Err(err @ Error::Storage { .. }) => {
+                    if err.is_corruption() {
+                        self.poison.set_damaged(&err);
+                    } else {
+                        self.poison.set(&err);
+                    }
+                    return Err(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        let lease = std::cell::Cell::new(false);
+        let without_flush = std::cell::Cell::new(false);
+        let value = redb
+            .write_grouped_as(
+                &self.poison,
+                context,
+                || !without_flush.get(),
+                |meta| {
+                    let end = self.with_lease(meta, &lease, &mut body)?;
+                    if matches!(end, TxnEnd::Commit(_)) {
+                        without_flush.set(lazy.claim(task));
+                    }
+                    Ok(end)
+                },
+            )
+            .inspect_err(|err| {
+                if err.is_corruption() {
+                    self.poison.saw_damage();
+                }
+            })?;
+        if lease.get() {
+            self.lease_recorded();
+        }
+        Ok(value)
+    }
+
     /// Runs `body`, and after a body that commits, records this handle's longer lease in the
     /// same transaction (setting `recorded` if it wrote it).
     fn with_lease<T>(
@@ -898,6 +992,17 @@ fn set_mode(path: &Path, mode: u32) -> Result<()> {
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| Error::io(format!("setting the mode of {}", path.display()), e))
 }
 
+/// A recovering open's part of `lazy::settle_after_open`, in a transaction of its own.
+fn settle_lost_begins(db: &Database, repaired: bool) -> Result<()> {
+    let context = "settling the begins a crashed writer may have forgotten";
+    let txn = db.begin_write().map_err(|e| Error::storage(context, e))?;
+    if lazy::settle_after_open(&txn, repaired)? {
+        txn.commit().map_err(|e| Error::storage(context, e))
+    } else {
+        txn.abort().map_err(|e| Error::storage(context, e))
+    }
+}
+
 /// How long a reader waits, in total, for a writer that holds a crashed store to finish the
 /// recovery its own open performs.
 const RECOVERY_WAIT_MS_MAX: u64 = 5_000;
@@ -909,9 +1014,13 @@ const RECOVERY_WAIT_MS_MAX: u64 = 5_000;
 fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
     let started = std::time::Instant::now();
     loop {
-        match builder(options).open(db_path) {
+        let (writable, repaired) = writable_builder(options);
+        match writable.open(db_path) {
             Ok(db) => {
                 tracing::info!(path = %db_path.display(), "recovered a store whose writer crashed");
+                // What the crashed writer may have forgotten is settled here too: the next
+                // writer's open finds the store repaired already.
+                settle_lost_begins(&db, repaired.load(Ordering::Acquire))?;
                 return db.close().map_err(|e| Error::storage("closing the store after recovering it", e));
             }
             Err(DatabaseError::DatabaseAlreadyOpen) => {

@@ -88,7 +88,7 @@ impl Store {
             let snapshot = self.snapshot()?;
             let mut prepared = self.prepare_begin(&snapshot, task, None)?;
             drop(snapshot);
-            self.write_grouped("beginning an attempt", |meta| self.begin_body(meta, &mut prepared))
+            self.write_begin("beginning an attempt", task, |meta| self.begin_body(meta, &mut prepared))
         })
     }
 

@@ -18,6 +18,7 @@ mod hostile;
 mod inputs;
 mod io_errors;
 mod kill;
+mod lazy_begins;
 mod pending;
 mod pg;
 mod progress;
