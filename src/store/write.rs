@@ -429,7 +429,13 @@ pub(super) fn prepare_validation(
     };
     let observed = observe_files(staging_root, &record.staging_rel, &candidate.files, check)?;
     let computed = match &run.grain {
-        Some(grain) => Some((grain.format, read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed)?)),
+        Some(grain) => {
+            let dataset_columns = published_columns(snapshot, staging_root, &task.dataset, grain)?;
+            Some((
+                grain.format,
+                read_candidate_data(staging_root, limits, grain, &record.staging_rel, &candidate, &observed, dataset_columns)?,
+            ))
+        }
         None => None,
     };
     let (verdict, reconciliation) =
@@ -444,6 +450,37 @@ pub(super) fn prepare_validation(
         verdict
     };
     Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
+}
+
+/// For a Parquet grain, the typed columns of the dataset's current generation's first Parquet
+/// file (read from its footer), which every new Parquet file must have; `None` for CSV, before
+/// the first publish, or if that file cannot be read (then only the grain's columns are
+/// checked).
+fn published_columns(
+    snapshot: &super::Snapshot,
+    staging_root: &std::path::Path,
+    dataset: &str,
+    grain: &crate::grain::Grain,
+) -> Result<Option<Vec<String>>> {
+    if grain.format != crate::grain::DataFormat::Parquet || !cfg!(feature = "parquet") {
+        return Ok(None);
+    }
+    let Some(manifest) = snapshot.manifest(dataset, None)? else { return Ok(None) };
+    let Some((partition, file)) =
+        manifest.partitions.iter().find_map(|p| p.files.iter().find(|f| f.path.ends_with(".parquet")).map(|f| (p, f)))
+    else {
+        return Ok(None);
+    };
+    let Ok(Some((opened, _))) = super::handles::open_regular_file(staging_root, &partition.staging_rel, &file.path) else {
+        return Ok(None);
+    };
+    #[cfg(feature = "parquet")]
+    return Ok(readers::parquet_typed_columns(opened));
+    #[cfg(not(feature = "parquet"))]
+    {
+        drop(opened);
+        Ok(None)
+    }
 }
 
 /// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
@@ -468,6 +505,7 @@ fn read_candidate_data(
     staging_rel: &str,
     candidate: &Candidate,
     observed: &[FileObservation],
+    dataset_columns: Option<Vec<String>>,
 ) -> Result<rules::validate::Computed> {
     let present: Vec<FileEntry> = candidate
         .files
@@ -480,6 +518,7 @@ fn read_candidate_data(
         record_bytes_max: limits.record_bytes_max,
         key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
         spill_parent: staging_root.to_path_buf(),
+        dataset_columns,
     };
     // Each file is opened through directory handles from the staging root, without
     // following a symlink: what is read is what observation saw (or the file is missing).

@@ -210,3 +210,227 @@ fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
     }
     assert_eq!(check_retained(&store), 2);
 }
+
+const DELTA_READERS: &str = r#"
+import json, sys
+from deltalake import DeltaTable
+import polars as pl
+path, versions = sys.argv[1], json.loads(sys.argv[2])
+def rows(t):
+    t = t.group_by(["date", "region"]).aggregate([("units", "sum")])
+    return sorted([str(d), str(r), int(s)] for d, r, s in zip(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist()))
+out = {"latest": DeltaTable(path).version()}
+out["deltalake"] = rows(DeltaTable(path).to_pyarrow_table())
+g = pl.read_delta(path).group_by(["date", "region"]).agg(pl.col("units").sum())
+out["polars"] = sorted([str(d), str(r), int(s)] for d, r, s in zip(g["date"].to_list(), g["region"].to_list(), g["units"].to_list()))
+for v in versions:
+    out[f"deltalake@{v}"] = rows(DeltaTable(path, version=v).to_pyarrow_table())
+    g = pl.read_delta(path, version=v).group_by(["date", "region"]).agg(pl.col("units").sum())
+    out[f"polars@{v}"] = sorted([str(d), str(r), int(s)] for d, r, s in zip(g["date"].to_list(), g["region"].to_list(), g["units"].to_list()))
+try:
+    DeltaTable(path, version=versions[0] - 1)
+    out["before_oldest"] = "readable"
+except Exception as e:
+    out["before_oldest"] = type(e).__name__
+import duckdb
+con = duckdb.connect()
+try:
+    con.sql("LOAD delta")
+    out["duckdb"] = sorted([str(d), str(r), int(s)] for d, r, s in con.sql(
+        f"SELECT CAST(date AS VARCHAR), region, sum(units) FROM delta_scan('{path}') GROUP BY ALL").fetchall())
+except Exception as e:
+    out["duckdb_skipped"] = "the delta extension is not installed (it would be a download): " + str(e).splitlines()[0][:120]
+print(json.dumps(out))
+"#;
+
+fn deltalake_available() -> bool {
+    let ok = Command::new("python3").args(["-c", "import deltalake, polars, duckdb"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true but Python lacks deltalake or polars (.ci/run installs them)");
+        println!("SKIPPED: python3 cannot import deltalake and polars (pip install deltalake polars)");
+    }
+    ok
+}
+
+/// The Delta table over every retained generation: the latest version read by deltalake and
+/// polars (and DuckDB's `delta_scan` where its extension is installed) sums what the store's
+/// current generation says; `version = N - 1` for every retained N equals generation N; the
+/// table's version is the current generation - 1.
+fn check_delta(store: &Store) -> serde_json::Value {
+    let snapshot = store.snapshot().unwrap();
+    let history = snapshot.history(DATASET).unwrap();
+    let table = store.view_root().unwrap().join(DATASET);
+    let versions: Vec<u64> = history.iter().map(|g| g.number - 1).collect();
+    let out = Command::new("python3")
+        .args(["-c", DELTA_READERS])
+        .arg(&table)
+        .arg(serde_json::to_string(&versions).unwrap())
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "Delta readers failed over {}: {}", table.display(), String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("readers' JSON");
+    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+            .collect()
+    };
+    let current = snapshot.current(DATASET).unwrap().unwrap().number;
+    assert_eq!(doc["latest"], current - 1, "Delta version = generation - 1");
+    for engine in ["deltalake", "polars", "duckdb"] {
+        if doc.get(engine).is_some() {
+            assert_eq!(rows(&doc[engine]), store_says(store, current), "{engine} over the latest version");
+        }
+    }
+    if let Some(reason) = doc.get("duckdb_skipped") {
+        println!("DuckDB delta_scan skipped: {reason}");
+    }
+    for generation in &history {
+        for engine in ["deltalake", "polars"] {
+            assert_eq!(
+                rows(&doc[format!("{engine}@{}", generation.number - 1)]),
+                store_says(store, generation.number),
+                "{engine} at version {} (generation {})",
+                generation.number - 1,
+                generation.number
+            );
+        }
+    }
+    doc
+}
+
+/// The actions of one Delta commit: (adds, removes, every add's numRecords present).
+fn delta_actions(table: &Path, version: u64) -> (usize, usize, bool) {
+    let text = std::fs::read_to_string(table.join("_delta_log").join(format!("{version:020}.json"))).expect("the commit");
+    let (mut adds, mut removes, mut stats) = (0, 0, true);
+    for line in text.lines() {
+        let action: serde_json::Value = serde_json::from_str(line).expect("a JSON action");
+        if let Some(add) = action.get("add") {
+            adds += 1;
+            let s: serde_json::Value = serde_json::from_str(add["stats"].as_str().unwrap_or("{}")).unwrap_or_default();
+            stats &= s["numRecords"].as_i64().is_some_and(|n| n > 0);
+        }
+        if action.get("remove").is_some() {
+            removes += 1;
+        }
+    }
+    (adds, removes, stats)
+}
+
+#[test]
+fn deltalake_and_polars_read_every_retained_generation_as_its_delta_version() {
+    if !readers_available() || !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    let table = store.view_root().unwrap().join(DATASET);
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
+    assert_eq!(delta_actions(&table, 0), (4, 0, true));
+    assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
+    assert_eq!(delta_actions(&table, 1), (2, 2, true), "version 1 replaces exactly the two partitions generation 2 replaced");
+    assert_eq!(publish(&store, "r3", &[(3, 33)], &[3]), 3);
+    assert_eq!(delta_actions(&table, 2), (1, 1, true));
+    check_delta(&store);
+
+    // A rollback is a new version restoring the rolled-back generation's files.
+    let RollbackOutcome::RolledBack(rolled) = store.rollback(DATASET, 1, "ops", "bad upstream").expect("rollback") else {
+        panic!("refused");
+    };
+    assert_eq!(rolled.number, 4);
+    assert_eq!(delta_actions(&table, 3), (3, 3, true));
+    check_delta(&store);
+
+    // Expiry: a checkpoint at the oldest retained version; older versions are gone from the
+    // log (reading one fails), the retained ones read exactly; the data files of expired
+    // versions alone are gone.
+    let report = store
+        .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
+        .expect("expire");
+    assert_eq!(report.expired, [1, 2]);
+    let doc = check_delta(&store);
+    assert_ne!(doc["before_oldest"], "readable", "version 1 (generation 2, expired) is still readable");
+    assert!(table.join("_delta_log").join(format!("{:020}.checkpoint.parquet", 2)).exists(), "a checkpoint at the oldest retained version");
+    assert!(!table.join("_delta_log").join(format!("{:020}.json", 0)).exists());
+    // A reader of the staging tree still overcounts; the table does not.
+    assert_eq!(publish(&store, "r5", &[(0, 105)], &[]), 5);
+    check_delta(&store);
+}
+
+#[test]
+fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    store.declare_run(&crate::support::run_spec("csv", "r1", "s1", &[("p=1", 2, 10)])).expect("declare");
+    let ticket = crate::support::run_attempt(&store, &TaskKey::new("csv", "r1", "p=1"), "s1", 2, 10);
+    store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
+    let PublishOutcome::Published(_) = store.publish("csv", "r1", &PublishOptions::default()).expect("publish") else { panic!() };
+    let status = store.sync_view("csv").unwrap().unwrap();
+    assert_eq!(status.table_version, None);
+    assert!(views.join("csv/current").exists());
+    assert!(!views.join("csv/_delta_log").exists());
+    match store.delta_table("csv") {
+        Err(Error::ViewRefused { reason, .. }) => assert!(reason.contains("Delta table's data files are Parquet"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Parquet file whose columns have other types than the dataset's published files is refused
+/// at validation (`ColumnsMismatch`, naming both), before it could give the Delta table two
+/// schemas; the same columns and types pass.
+#[test]
+fn a_parquet_file_of_another_schema_is_refused_at_validation() {
+    let dir = TestDir::new();
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
+    store
+        .declare_run(&RunSpec {
+            dataset: DATASET.into(),
+            run: "r2".into(),
+            snapshot: "sales@r2".into(),
+            tasks: vec![TaskSpec { partition: PARTITIONS[0].into(), expected_rows: 2, expected_total: Some(100) }],
+            grain: Some(Grain::new(DataFormat::Parquet, &["store", "item"], "units")),
+        })
+        .expect("declare");
+    let ticket = store.begin_attempt(&TaskKey::new(DATASET, "r2", PARTITIONS[0])).expect("begin");
+    // `store` as a 32-bit integer: a valid grain key, but not the dataset's type.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("store", DataType::Int32, false),
+        Field::new("item", DataType::Utf8, false),
+        Field::new("units", DataType::Int64, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::Int32Array::from(vec![0, 1])),
+        Arc::new(StringArray::from(vec!["apple"; 2])),
+        Arc::new(Int64Array::from(vec![99, 1])),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    let file = std::fs::File::create(ticket.staging_dir.join("part-0.parquet")).expect("create");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+    let entry = describe_file(&ticket.staging_dir, "part-0.parquet").expect("describe");
+    let candidate = Candidate { snapshot: "sales@r2".into(), rows: None, total: None, digest: None, files: vec![entry] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    match store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate") {
+        manifestdb::Verdict::Invalid(failures) => {
+            let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            assert!(
+                failures.iter().any(|f| matches!(f, manifestdb::GateFailure::ColumnsMismatch { got, expected, .. }
+                    if got.contains(&"store Int32".to_owned()) && expected.contains(&"store Int64".to_owned()))),
+                "{text:?}"
+            );
+        }
+        other => panic!("a file of another schema passed: {other:?}"),
+    }
+    // The dataset's own schema passes.
+    let ticket = store.begin_attempt(&TaskKey::new(DATASET, "r2", PARTITIONS[0])).expect("begin");
+    let entry = write_parquet(&ticket.staging_dir, &[99, 1]);
+    let candidate = Candidate { snapshot: "sales@r2".into(), rows: None, total: None, digest: None, files: vec![entry] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate").is_valid());
+}
