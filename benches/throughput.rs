@@ -35,6 +35,7 @@
 //! by one from the main thread, each publish a real durable one. Candidates report no files
 //! (zero expected rows), so setup pays for the store, not for writing test files.
 
+mod figures;
 mod instructions;
 mod postgres;
 
@@ -111,12 +112,36 @@ const QUICK: Sizes = Sizes {
 /// The figures collected so far, printed as they come and as JSON at the end.
 struct Report {
     figures: Map<String, Value>,
+    /// The unit of each figure `put` printed, for the book's figures table.
+    units: BTreeMap<String, String>,
 }
 
 impl Report {
+    fn new() -> Report {
+        Report { figures: Map::new(), units: BTreeMap::new() }
+    }
+
     fn put(&mut self, key: &str, value: f64, unit: &str) {
         println!("{key:<44} {value:>14.2} {unit}");
         self.figures.insert(key.to_owned(), json!((value * 1000.0).round() / 1000.0));
+        self.units.insert(key.to_owned(), unit.to_owned());
+    }
+
+    /// Prints the figures as one JSON line (the harness's last line) and, with `--record`,
+    /// keeps them for the book's figures table as the run `throughput[-section][-quick]`.
+    fn finish(&self, args: &[String], section: &str, quick: bool) -> Res<()> {
+        println!("{}", serde_json::to_string(&self.figures)?);
+        if figures::requested(args) {
+            let run = format!(
+                "throughput{}{}",
+                if section.is_empty() { String::new() } else { format!("-{section}") },
+                if quick { "-quick" } else { "" }
+            );
+            let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| *a != "--record" && *a != "--bench").collect();
+            let command = format!("cargo bench --bench throughput{}{}", if flags.is_empty() { "" } else { " -- " }, flags.join(" "));
+            figures::record(&run, &command, &self.figures, &self.units)?;
+        }
+        Ok(())
     }
 
     fn get(&self, key: &str) -> f64 {
@@ -965,7 +990,10 @@ fn md_prepare_parquet(store: &Store, dataset: &str, run: &str, partitions: &[usi
         dataset: dataset.to_owned(),
         run: run.to_owned(),
         snapshot: format!("snap-{run}"),
-        tasks: partitions.iter().map(|i| TaskSpec { partition: format!("region={i:03}"), expected_rows: 100, expected_total: None }).collect(),
+        tasks: partitions
+            .iter()
+            .map(|i| TaskSpec { partition: format!("region={i:03}"), expected_rows: 100, expected_total: None })
+            .collect(),
         grain: grain.then(|| manifestdb::Grain::new(manifestdb::DataFormat::Parquet, &["store", "item"], "units")),
     };
     store.declare_run(&spec)?;
@@ -1040,7 +1068,11 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
     match out {
         Ok(out) if out.status.success() => {
             let doc: Value = serde_json::from_slice(&out.stdout)?;
-            report.put("deltalake_overwrite_ms_1_of_100p", doc["median_ms"].as_f64().unwrap_or(f64::NAN), "ms (median: write_deltalake overwrite with a predicate, delta-rs from PyPI)");
+            report.put(
+                "deltalake_overwrite_ms_1_of_100p",
+                doc["median_ms"].as_f64().unwrap_or(f64::NAN),
+                "ms (median: write_deltalake overwrite with a predicate, delta-rs from PyPI)",
+            );
             report.ratio("delta_publish_vs_deltalake_ratio", "delta_publish_ms_1_of_100p", "deltalake_overwrite_ms_1_of_100p");
         }
         Ok(out) => println!("deltalake comparison skipped: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")),
@@ -1175,48 +1207,48 @@ fn main() -> Res<()> {
     }
     if args.iter().any(|a| a == "--fsyncs") {
         // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
-        let mut report = Report { figures: Map::new() };
+        let mut report = Report::new();
         fsyncs_per_operation(&mut report)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "fsyncs", false)?;
         return Ok(());
     }
     let sizes = if args.iter().any(|a| a == "--quick") { QUICK } else { FULL };
     let root = tempfile::Builder::new().prefix("manifestdb-throughput-").tempdir_in(env!("CARGO_TARGET_TMPDIR"))?;
     let dir = root.path();
     let staging = dir.join("staging");
-    let mut report = Report { figures: Map::new() };
+    let mut report = Report::new();
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
     if args.iter().any(|a| a == "--instructions") {
         // Instructions per operation under callgrind (issue 15): `cargo bench --bench throughput -- --instructions`.
         instructions::figures(dir, &mut report, sizes.quick)?;
         report.figures.insert("instructions_mode".to_owned(), json!(if sizes.quick { "quick" } else { "full" }));
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "instructions", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--cli-batch-only") {
         // Only the batch of begins against separate CLI begins (issue 12):
         // `cargo bench --bench throughput -- --cli-batch-only [--quick]`.
         cli_batch_figures(&cli_binary()?, &dir.join("cli-batch"), &mut report, if sizes.quick { 201 } else { 1002 })?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "cli-batch", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--server-only") {
         // Only the server's figures (issue 12): `cargo bench --bench throughput -- --server-only`.
         server_figures(dir, &mut report, sizes)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "server", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--postgres-only") {
         // Only the PostgreSQL section (issue 14): `cargo bench --bench throughput -- --postgres-only`.
         postgres::figures(dir, &mut report, sizes)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "postgres", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--verify-only") {
         // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
         verify_figures(dir, &mut report)?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "verify", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--views-only") {
@@ -1224,7 +1256,7 @@ fn main() -> Res<()> {
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
         view_expiry_figure(dir, &mut report)?;
         delta_figures(dir, &mut report, if sizes.quick { 5 } else { 15 })?;
-        println!("{}", serde_json::to_string(&report.figures)?);
+        report.finish(&args, "views", sizes.quick)?;
         return Ok(());
     }
 
@@ -1383,7 +1415,7 @@ fn main() -> Res<()> {
         ("attempts_1m", json!(big_partitions)),
     ]);
     report.figures.insert("sizes".to_owned(), json!(sizes_json));
-    println!("{}", serde_json::to_string(&report.figures)?);
+    report.finish(&args, "", sizes.quick)?;
     Ok(())
 }
 
@@ -1493,7 +1525,7 @@ fn cli_batch_figures(cli: &Path, dir: &Path, report: &mut Report, separate: usiz
     for round in 0..CLI_BATCH_ROUNDS {
         for (run, count) in [(format!("separate-{round}"), per_round), (format!("batch-{round}"), BATCH)] {
             let tasks: Vec<Value> = (0..count).map(|i| json!({"partition": partition(i), "expected_rows": 0})).collect();
-            let spec = json!({"dataset": "cli", "run": run, "snapshot": "s", "tasks": tasks}).to_string();
+            let spec = json!({"dataset": "cli", "run": run, "snapshot": "s", "tasks": tasks, "trust_reported_figures": true}).to_string();
             cli_run(cli, dir, &["run", "declare", "--from", "-"], Some(&spec))?;
         }
     }
@@ -1571,7 +1603,7 @@ fn cli_cycles(cli: &Path, dir: &Path, run: &str, measure: Duration) -> Res<(u64,
         Ok(serde_json::from_slice(&output.stdout)?)
     };
     let snapshot = format!("snap-{run}");
-    call(&["run", "declare", "-d", "cycles", "-r", run, "--snapshot", &snapshot, "--task", "p=0:0"])?;
+    call(&["run", "declare", "--trust-reported-figures", "-d", "cycles", "-r", run, "--snapshot", &snapshot, "--task", "p=0:0"])?;
     let mut count = 0;
     let start = Instant::now();
     while start.elapsed() < measure {

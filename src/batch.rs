@@ -60,7 +60,9 @@ pub enum BatchOp {
     },
     /// [`crate::Store::validate_attempt`]. Its files are checked before the batch's
     /// transaction, against the store as it was when the batch began: an attempt finished in
-    /// the same batch is not finished yet for it (validate in a later batch).
+    /// the same batch is not finished yet for it, so a batch holding a validation after the
+    /// finish of the same attempt is refused whole, up front ([`crate::Error::InvalidInput`],
+    /// nothing runs): validate in a later batch.
     Validate {
         /// Dataset.
         dataset: String,
@@ -196,4 +198,55 @@ pub enum BatchOutcome {
     ClaimEffect(ClaimOutcome),
     /// A mark's outcome.
     MarkEmitted(MarkOutcome),
+}
+
+/// The first validation in `ops` that names an attempt an earlier operation of the same batch
+/// finishes, as `(finish index, validate index)`: [`crate::Store::run_batch`] refuses such a
+/// batch whole, since a validation is prepared against the store as it was before the batch,
+/// where that attempt has not finished yet (it would fail as not finished, or as unknown,
+/// although its finish succeeds). A front end may call it first to name its own input lines.
+pub fn validation_after_its_finish<'a>(ops: impl IntoIterator<Item = &'a BatchOp>) -> Option<(usize, usize)> {
+    let mut finished = std::collections::HashMap::new();
+    for (i, op) in ops.into_iter().enumerate() {
+        match op {
+            BatchOp::Finish { dataset, run, partition, attempt, .. } => {
+                finished.entry((dataset, run, partition, *attempt)).or_insert(i);
+            }
+            BatchOp::Validate { dataset, run, partition, attempt, .. } => {
+                if let Some(&at) = finished.get(&(dataset, run, partition, *attempt)) {
+                    return Some((at, i));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finish(partition: &str, attempt: u32) -> BatchOp {
+        BatchOp::Finish {
+            dataset: "d".into(),
+            run: "r".into(),
+            partition: partition.into(),
+            attempt,
+            candidate: Candidate { snapshot: "s".into(), rows: Some(1), total: None, digest: Some("x".into()), files: Vec::new() },
+        }
+    }
+
+    fn validate(partition: &str, attempt: u32) -> BatchOp {
+        BatchOp::Validate { dataset: "d".into(), run: "r".into(), partition: partition.into(), attempt, checksums: false }
+    }
+
+    #[test]
+    fn a_validation_after_the_finish_of_its_attempt_in_one_batch_is_found() {
+        assert_eq!(validation_after_its_finish(&[finish("p", 1), validate("p", 1)]), Some((0, 1)));
+        assert_eq!(validation_after_its_finish(&[finish("q", 1), finish("p", 2), validate("q", 2), validate("p", 2)]), Some((1, 3)));
+        // Before its finish (refused alone, as not finished), another attempt, another task: fine.
+        assert_eq!(validation_after_its_finish(&[validate("p", 1), finish("p", 1)]), None);
+        assert_eq!(validation_after_its_finish(&[finish("p", 1), validate("p", 2), validate("q", 1)]), None);
+    }
 }

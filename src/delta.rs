@@ -233,10 +233,8 @@ fn hex_digit(b: u8) -> Option<u8> {
 }
 
 fn paths_of_ref(data: &dyn delta_kernel::EngineData) -> DResult<Vec<String>> {
-    let arrow = data
-        .any_ref()
-        .downcast_ref::<ArrowEngineData>()
-        .ok_or_else(|| DeltaError("the kernel's scan rows are not Arrow data".into()))?;
+    let arrow =
+        data.any_ref().downcast_ref::<ArrowEngineData>().ok_or_else(|| DeltaError("the kernel's scan rows are not Arrow data".into()))?;
     let batch = arrow.record_batch();
     let column = batch
         .column_by_name("path")
@@ -251,8 +249,7 @@ fn add_metadata(
     write_state: &Arc<delta_kernel::transaction::WriteState>,
     file: &DeltaFile,
 ) -> DResult<Box<dyn delta_kernel::EngineData>> {
-    let values: HashMap<String, Scalar> =
-        file.partition_values.iter().map(|(k, v)| (k.clone(), Scalar::String(v.clone()))).collect();
+    let values: HashMap<String, Scalar> = file.partition_values.iter().map(|(k, v)| (k.clone(), Scalar::String(v.clone()))).collect();
     let context = write_state.write_context_builder().with_partition_values(values).build()?;
     let mut location = table.clone();
     {

@@ -1,7 +1,7 @@
 //! The JSON documents of every outcome, built field by field from the library's types: the
 //! shapes the command-line tool prints with `--json` and the server answers, so a worker sees
 //! one document per outcome whether it calls the tool or the server. They are a stable
-//! contract (documented in the README, `--help` and `docs/openapi.json`), not whatever a
+//! contract (documented in the book, `--help` and `docs/openapi.json`), not whatever a
 //! library type's derived serialisation happens to be.
 //!
 //! [`reads`] makes each reading verb's document from a snapshot, and [`operator`] holds the
@@ -13,6 +13,7 @@
 
 pub mod operator;
 pub mod reads;
+pub mod strict;
 
 use std::path::Path;
 
@@ -397,6 +398,19 @@ pub fn validated(key: &AttemptKey, v: &Verdict, accepted: Option<u32>, r: Option
     })
 }
 
+/// An attempt whose validation failed with `err` (one line of `attempt validate --pending`):
+/// `{"dataset", "run", "partition", "attempt", "error": {"exit_code", "kind", "message"}}`.
+pub fn validation_failed(key: &AttemptKey, err: &Error) -> Value {
+    let kind = err.kind();
+    json!({
+        "dataset": key.task.dataset,
+        "run": key.task.run,
+        "partition": key.task.partition,
+        "attempt": key.attempt,
+        "error": { "exit_code": kind.exit_code(), "kind": kind.name(), "message": err.to_string() },
+    })
+}
+
 /// `attempt heartbeat`: `{"dataset", "run", "partition", "attempt", "heartbeat_at_ms",
 /// "expires_at_ms"}`.
 pub fn heartbeat(key: &AttemptKey, lease: &AttemptLease) -> Value {
@@ -503,8 +517,11 @@ pub fn manifest(m: &Manifest, current_generation: Option<u64>, staging_root: Opt
 
 /// A run declaration as JSON (`run declare --from`, `POST /v1/runs/declare`):
 /// `{"dataset", "run", "snapshot", "tasks": [{"partition", "expected_rows", "expected_total"}],
-/// "grain": {"format", "keys", "measure", "scale"}}` (`grain` optional; `format` defaults to
-/// csv, `scale` to 0). Unknown fields are refused.
+/// "grain": {"format", "keys", "measure", "scale"}, "trust_reported_figures": BOOL}`
+/// (`format` defaults to csv, `scale` to 0). Exactly one of `grain` and
+/// `"trust_reported_figures": true` is required: a declaration without a grain makes the
+/// worker's figures the published ones, reported and not checked, and that must be said, not
+/// fall out of a field left off. Unknown fields are refused.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunInput {
@@ -514,6 +531,8 @@ pub struct RunInput {
     tasks: Vec<TaskInput>,
     #[serde(default)]
     grain: Option<GrainInput>,
+    #[serde(default)]
+    trust_reported_figures: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -549,8 +568,26 @@ pub fn grain_from(format: &str, keys: Vec<String>, measure: String, scale: u32) 
 }
 
 impl RunInput {
-    /// The run it declares. Errors: `Error::InvalidInput` for an unknown grain format.
+    /// The run it declares. Errors: `Error::InvalidInput` for an unknown grain format, and
+    /// unless exactly one of a grain and `"trust_reported_figures": true` is given.
     pub fn into_spec(self) -> Result<RunSpec> {
+        match (&self.grain, self.trust_reported_figures) {
+            (Some(_), true) => {
+                return Err(Error::invalid(
+                    "run declaration",
+                    &self.run,
+                    "declares a grain and trust_reported_figures: with a grain the store reads the data and checks the figures; give one of the two",
+                ));
+            }
+            (None, false) => {
+                return Err(Error::invalid(
+                    "run declaration",
+                    &self.run,
+                    "declares no grain: give \"grain\" ({\"keys\", \"measure\"}) so that validation reads the data, or \"trust_reported_figures\": true to publish the figures workers report, unchecked",
+                ));
+            }
+            _ => {}
+        }
         Ok(RunSpec {
             grain: self.grain.map(|g| grain_from(&g.format, g.keys, g.measure, g.scale)).transpose()?,
             dataset: self.dataset,

@@ -9,7 +9,25 @@ use std::path::PathBuf;
 
 /// Everything that can go wrong in manifestdb.
 ///
-/// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm.
+/// The enum is `#[non_exhaustive]`: match the variants you act on and keep a catch-all arm, or
+/// branch on [`Error::kind`], the classification the command-line tool's exit codes and the
+/// server's statuses come from.
+///
+/// ```
+/// use manifestdb::{Error, ErrorKind, Store, TaskKey};
+///
+/// # fn main() -> Result<(), Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// match store.begin_attempt(&TaskKey::new("daily", "never-declared", "region=eu")) {
+///     Err(Error::UnknownRun { dataset, run }) => println!("declare {dataset}/{run} first"),
+///     Err(other) if other.kind() == ErrorKind::Busy => println!("retry later: {other}"),
+///     Err(other) => return Err(other),
+///     Ok(ticket) => println!("attempt {}", ticket.key.attempt),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -181,6 +199,23 @@ pub enum Error {
         operation: &'static str,
         /// The state it needs.
         needed: &'static str,
+    },
+
+    /// Something the store did not make stands at the staging path of a task's next attempt
+    /// (a file, a symlink, or a directory holding files): the begin is refused, nothing is
+    /// written, and every later begin of the task is refused the same way until it is moved
+    /// away. manifestdb never skips the number: the entry may be another writer's output, which
+    /// an operator should look at, and attempt numbers stay consecutive.
+    #[error(
+        "the staging directory of the next attempt, {}, is taken: {detail}; it was not made by this store: move it away \
+         (after checking whose it is) and begin again",
+        path.display()
+    )]
+    StagingPathTaken {
+        /// The attempt's staging directory.
+        path: PathBuf,
+        /// What stands there.
+        detail: String,
     },
 
     /// The side effect is unknown.
@@ -438,7 +473,7 @@ fn corrupted_message(table: &str, key: &str, detail: &Corruption) -> String {
 impl fmt::Display for Corruption {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Corruption::Truncated { len } => write!(f, "value of {len} bytes is shorter than its frame header"),
+            Corruption::Truncated { len } => write!(f, "value of {} is shorter than its frame header", count(*len as u64, "byte")),
             Corruption::UnknownVersion { version } => write!(f, "unknown record version {version}"),
             Corruption::ChecksumMismatch { expected, got } => {
                 write!(f, "checksum mismatch: stored crc32 {expected:#010x}, computed {got:#010x}")
@@ -511,6 +546,7 @@ impl Error {
             | Error::ForeignSnapshot { .. }
             | Error::CandidateConflict { .. }
             | Error::AttemptState { .. }
+            | Error::StagingPathTaken { .. }
             | Error::EffectNotReady { .. }
             | Error::AttemptAbandoned { .. }
             | Error::GenerationExpired { .. }
@@ -521,6 +557,7 @@ impl Error {
                 StorageErrorKind::Busy | StorageErrorKind::Conflict => ErrorKind::Busy,
                 StorageErrorKind::Corrupt | StorageErrorKind::NotAStore => ErrorKind::Corrupt,
                 StorageErrorKind::Io | StorageErrorKind::Other => ErrorKind::Fault,
+                StorageErrorKind::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             },
             Error::Io { .. } | Error::Poisoned { .. } | Error::ViewLagging { .. } | Error::NeedsRecovery { .. } => ErrorKind::Fault,
         }
@@ -551,10 +588,16 @@ pub enum ErrorKind {
     /// A request to the server lacks the right bearer token. Only the server answers with it
     /// ([`Error::kind`] never gives it); the command-line tool exits 1 for it.
     Unauthorized,
+    /// The call may or may not have taken effect: a write whose COMMIT was sent but whose
+    /// outcome could not be learnt (a shared database unreachable for the whole settling
+    /// time). Calling the same operation again settles it (every write is idempotent under its
+    /// natural key; a publish answers with its generation); a scheduler retries exactly these.
+    /// Any other failure of a write left nothing committed.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 7] = [
+    const ALL: [ErrorKind; 8] = [
         ErrorKind::Fault,
         ErrorKind::Usage,
         ErrorKind::NotFound,
@@ -562,6 +605,7 @@ impl ErrorKind {
         ErrorKind::Busy,
         ErrorKind::Corrupt,
         ErrorKind::Unauthorized,
+        ErrorKind::OutcomeUnknown,
     ];
 
     /// The command-line tool's exit code for this kind (the server's error documents carry it
@@ -574,6 +618,7 @@ impl ErrorKind {
             ErrorKind::Conflict => 5,
             ErrorKind::Busy => 6,
             ErrorKind::Corrupt => 7,
+            ErrorKind::OutcomeUnknown => 8,
         }
     }
 
@@ -587,6 +632,7 @@ impl ErrorKind {
             ErrorKind::Busy => "busy",
             ErrorKind::Corrupt => "corrupt",
             ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 
@@ -626,6 +672,9 @@ pub enum StorageErrorKind {
     Conflict,
     /// Anything else the engine reported (a misuse or a limit of the engine).
     Other,
+    /// A commit was sent and its outcome could not be learnt: the transaction may or may not
+    /// have committed ([`ErrorKind::OutcomeUnknown`]). The same call again settles it.
+    OutcomeUnknown,
 }
 
 impl StorageError {
@@ -657,9 +706,19 @@ impl std::error::Error for StorageError {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1 (`1 task`, `2 tasks`), for messages.
+pub(crate) fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// An optional figure in a message: its value, or "none".
+pub(crate) fn figure<T: fmt::Display>(value: Option<T>) -> String {
+    value.map_or_else(|| "none".to_owned(), |v| v.to_string())
+}
+
 /// Shortens a caller value for an error message so that a megabyte of garbage does not end up
 /// in a log line.
-fn shorten(value: &str) -> String {
+pub(crate) fn shorten(value: &str) -> String {
     const SHOWN_CHARS_MAX: usize = 120;
     if value.chars().count() <= SHOWN_CHARS_MAX {
         value.to_owned()

@@ -53,6 +53,14 @@ impl std::fmt::Display for DataFormat {
 ///
 /// Every file of a partition holds exactly the columns `keys` and `measure` (in any order, no
 /// other column), so the canonical digest covers the whole content of a row.
+///
+/// ```
+/// use manifestdb::{DataFormat, Grain};
+///
+/// // One row per invoice line; the measure in cents, written with two decimals (`12.50`).
+/// let grain = Grain { measure_scale: 2, ..Grain::new(DataFormat::Parquet, &["invoice_id", "line"], "amount") };
+/// assert_eq!(grain.keys, ["invoice_id", "line"]);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Grain {
     /// The format of the partition's files.

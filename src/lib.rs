@@ -98,7 +98,7 @@ pub mod testing;
 mod verify;
 mod views;
 
-pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome};
+pub use batch::{BATCH_OPS_MAX, BatchOp, BatchOutcome, validation_after_its_finish};
 pub use error::{Corruption, Error, ErrorKind, Result, StorageError, StorageErrorKind};
 pub use grain::{DataFormat, Grain, ReconcileBasis, Reconciliation};
 pub use lifecycle::{
@@ -118,3 +118,19 @@ pub use store::{
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals};
+
+/// The README's example and the Rust blocks of the book's chapters, compiled and run by
+/// `cargo test --doc` exactly as printed (the book hides the lines starting with `# `). Doctests
+/// rather than `mdbook test`: they build against this crate with its dev-dependencies, which
+/// `mdbook test` cannot link in a workspace.
+#[cfg(doctest)]
+mod doc_examples {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/src/library.md")]
+    struct LibraryChapter;
+    #[doc = include_str!("../docs/src/retention.md")]
+    struct RetentionChapter;
+    #[doc = include_str!("../docs/src/postgres.md")]
+    struct PostgresChapter;
+}

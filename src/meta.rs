@@ -148,6 +148,10 @@ pub(crate) trait MetaRead {
 /// first read. Each scope names the narrowest part of the store that holds everything the
 /// operation touches.
 #[derive(Debug, Clone, Copy)]
+#[cfg_attr(
+    not(feature = "postgres"),
+    expect(dead_code, reason = "only the PostgreSQL layer reads what a scope names; redb's single writer needs no locks")
+)]
 pub(crate) enum Scope<'a> {
     /// One task's own records (the task, its attempts, its accepted entry) to read and write,
     /// and its run's record to read: begin, heartbeat, finish, verdicts, abandon, invalidate.

@@ -57,7 +57,22 @@ impl std::fmt::Display for AttemptKey {
 }
 
 /// A run to declare: one execution of a step over one pinned input snapshot, with its tasks.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Build it field by field, or with [`RunSpec::new`] and the `with_` methods:
+///
+/// ```
+/// use manifestdb::{DataFormat, Grain, RunSpec, TaskSpec};
+///
+/// let run = RunSpec::new("daily_units", "2026-11-29", "sales@v42")
+///     .with_task(TaskSpec::new("region=eu", 2).with_total(700))
+///     .with_task(TaskSpec::new("region=us", 3).with_total(450))
+///     .with_grain(Grain::new(DataFormat::Csv, &["store", "item"], "units"));
+/// assert_eq!(run.tasks.len(), 2);
+/// // The same, spelled out; fields left out take their defaults (no tasks, no grain).
+/// let spelled = RunSpec { dataset: "daily_units".into(), run: "2026-11-29".into(), snapshot: "sales@v42".into(), ..RunSpec::default() };
+/// assert_eq!(spelled.grain, None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunSpec {
     /// The dataset the run writes.
     pub dataset: String,
@@ -68,13 +83,47 @@ pub struct RunSpec {
     /// The tasks, one per partition, with the expectations derived from the input.
     pub tasks: Vec<TaskSpec>,
     /// The output's declared grain (format, key columns, measure). With one, validation reads
-    /// every file and computes rows, total, duplicate keys and the canonical digest itself;
-    /// without one (`None`), it compares the figures the worker reported.
+    /// every file and computes rows, total, duplicate keys and the canonical digest itself.
+    /// Without one (`None`) the figures are the worker's, *reported, not checked*: validation
+    /// compares the reported rows and total with the expectations, but nothing reads the data,
+    /// so a 0-byte file reported as 5 rows is valid and published as 5 rows. Choose `None` only
+    /// where the worker's figures are trusted; every document that shows such figures says so
+    /// (`"figures": "reported"`). The command-line tool and the server ask for that choice in
+    /// words (`--trust-reported-figures`, `"trust_reported_figures": true`).
     pub grain: Option<Grain>,
 }
 
+impl RunSpec {
+    /// A run of `dataset` with id `run` over the input `snapshot`, with no tasks and no grain
+    /// yet.
+    pub fn new(dataset: impl Into<String>, run: impl Into<String>, snapshot: impl Into<String>) -> RunSpec {
+        RunSpec { dataset: dataset.into(), run: run.into(), snapshot: snapshot.into(), tasks: Vec::new(), grain: None }
+    }
+
+    /// The run with one more task.
+    #[must_use]
+    pub fn with_task(mut self, task: TaskSpec) -> RunSpec {
+        self.tasks.push(task);
+        self
+    }
+
+    /// The run with its output's grain declared, so validation reads the files.
+    #[must_use]
+    pub fn with_grain(mut self, grain: Grain) -> RunSpec {
+        self.grain = Some(grain);
+        self
+    }
+}
+
 /// One declared task and what its output must reconcile to at the declared grain.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// ```
+/// use manifestdb::TaskSpec;
+///
+/// let task = TaskSpec::new("date=2026-11-29/region=eu", 2).with_total(700);
+/// assert_eq!((task.expected_rows, task.expected_total), (2, Some(700)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskSpec {
     /// The partition the task owns.
     pub partition: String,
@@ -82,6 +131,21 @@ pub struct TaskSpec {
     pub expected_rows: u64,
     /// The total the output must sum to (an integer such as cents), if the run declares one.
     pub expected_total: Option<i64>,
+}
+
+impl TaskSpec {
+    /// A task owning `partition` whose output must hold `expected_rows` rows, with no expected
+    /// total.
+    pub fn new(partition: impl Into<String>, expected_rows: u64) -> TaskSpec {
+        TaskSpec { partition: partition.into(), expected_rows, expected_total: None }
+    }
+
+    /// The task with the total its output must sum to.
+    #[must_use]
+    pub fn with_total(mut self, expected_total: i64) -> TaskSpec {
+        self.expected_total = Some(expected_total);
+        self
+    }
 }
 
 /// What [`crate::Store::declare_run`] did.
@@ -121,7 +185,21 @@ pub struct FileEntry {
 /// As JSON (a batch line's, `attempt finish --from`'s): `{"snapshot", "rows", "total",
 /// "digest", "files": [{"path", "size_bytes", "crc32"}]}`; the optional figures and `files`
 /// may be left out, and an unknown field is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// For a run with a grain, the snapshot and the files are all a worker must report: the store
+/// reads the rows itself, and the figures are optional cross-checks.
+///
+/// ```
+/// use manifestdb::{Candidate, FileEntry};
+///
+/// let file = FileEntry { path: "part.csv".into(), size_bytes: 33, crc32: 0x1234_5678 };
+/// let candidate = Candidate::new("sales@v42").with_file(file.clone());
+/// assert_eq!((candidate.rows, candidate.files.len()), (None, 1));
+/// // A run without a grain needs the worker's figures: rows and digest (and the total).
+/// let reported = Candidate { rows: Some(2), total: Some(700), digest: Some("sha256:...".into()), ..Candidate::new("sales@v42") };
+/// assert_eq!(reported.snapshot, "sales@v42");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Candidate {
     /// The input snapshot the attempt read; must be its run's.
@@ -138,6 +216,20 @@ pub struct Candidate {
     /// The files written, relative to the staging directory.
     #[serde(default)]
     pub files: Vec<FileEntry>,
+}
+
+impl Candidate {
+    /// A candidate that read `snapshot`, with no files and no reported figures yet.
+    pub fn new(snapshot: impl Into<String>) -> Candidate {
+        Candidate { snapshot: snapshot.into(), ..Candidate::default() }
+    }
+
+    /// The candidate with one more file (see [`crate::describe_file`]).
+    #[must_use]
+    pub fn with_file(mut self, file: FileEntry) -> Candidate {
+        self.files.push(file);
+        self
+    }
 }
 
 /// What [`crate::Store::finish_attempt`] did.
@@ -313,7 +405,7 @@ impl std::fmt::Display for GateFailure {
             GateFailure::TotalMismatch { expected, got: None } => write!(f, "no total reported, expected {expected}"),
             GateFailure::FileMissing { path } => write!(f, "file {path:?} is missing or not a regular file"),
             GateFailure::FileSizeMismatch { path, expected, got } => {
-                write!(f, "file {path:?} has {got} bytes, reported {expected}")
+                write!(f, "file {path:?} has {}, reported {expected}", crate::error::count(*got, "byte"))
             }
             GateFailure::FileChecksumMismatch { path, expected, got } => {
                 write!(f, "file {path:?} has crc32 {got:#010x}, reported {expected:#010x}")
@@ -324,7 +416,9 @@ impl std::fmt::Display for GateFailure {
             }
             GateFailure::FigureNotReported { figure } => write!(f, "no {figure} reported, and the run declares no grain to compute it"),
             GateFailure::DuplicateGrainKey { duplicates, key } => {
-                write!(f, "{duplicates} rows repeat a grain key; first repeated key ({})", key.join(", "))
+                let rows = crate::error::count(*duplicates, "row");
+                let verb = if *duplicates == 1 { "repeats" } else { "repeat" };
+                write!(f, "{rows} {verb} a grain key; first repeated key ({})", key.join(", "))
             }
             GateFailure::MissingKey { path, location, column } => write!(f, "file {path:?} {location}: no value for key column {column:?}"),
             GateFailure::UnparsableRow { path, location, message } => write!(f, "file {path:?} {location}: unparsable row: {message}"),
@@ -578,7 +672,26 @@ pub struct ManifestDiff<'a> {
     pub unchanged: u64,
 }
 
-/// What a publish did.
+/// What a publish did. A refusal is a value, not an error: nothing was written and the report
+/// names every task that stopped it.
+///
+/// ```
+/// use manifestdb::{PublishOptions, PublishOutcome, RunSpec, Store, TaskSpec};
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// match store.publish("daily", "r1", &PublishOptions::default())? {
+///     PublishOutcome::Published(generation) | PublishOutcome::AlreadyPublished(generation) => {
+///         println!("readers now see generation {}", generation.number);
+///     }
+///     // No attempt of region=eu is valid yet: the pointer did not move.
+///     PublishOutcome::Refused(report) => assert_eq!(report.tasks[0].partition, "region=eu"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum PublishOutcome {
     /// The run is now the dataset's current generation.

@@ -66,8 +66,9 @@ impl Default for VerifyOptions {
 pub enum IntegrityCheck {
     /// Every page checksum and the allocator state were correct.
     Passed,
-    /// The check failed and redb repaired the file (rebuilt its allocator state); the records
-    /// were then walked on the repaired file.
+    /// The check failed and redb repaired its allocator state in this handle; the records were
+    /// then walked. The repair is not kept: a handle that found the store damaged puts back what
+    /// it wrote when it closes, so the file is left as it was (see the book, Crash safety).
     Repaired,
     /// The check found damage redb could not repair.
     Failed {
@@ -142,7 +143,7 @@ impl fmt::Display for VerifyReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.integrity {
             IntegrityCheck::Passed => writeln!(f, "redb integrity check: passed")?,
-            IntegrityCheck::Repaired => writeln!(f, "redb integrity check: FAILED, repaired by redb")?,
+            IntegrityCheck::Repaired => writeln!(f, "redb integrity check: FAILED (redb's repair of its allocator state was not kept)")?,
             IntegrityCheck::Failed { message } => writeln!(f, "redb integrity check: FAILED: {message}")?,
             IntegrityCheck::Skipped { reason } => writeln!(f, "redb integrity check: skipped ({reason})")?,
         }
@@ -153,7 +154,7 @@ impl fmt::Display for VerifyReport {
         if self.findings.is_empty() {
             write!(f, "no findings")
         } else {
-            write!(f, "{} finding(s):", self.findings.len())?;
+            write!(f, "{}:", crate::error::count(self.findings.len() as u64, "finding"))?;
             for finding in &self.findings {
                 write!(f, "\n  {finding}")?;
             }
@@ -199,6 +200,13 @@ impl Store {
             Err(err) => return Err(err),
         };
         report.integrity = integrity;
+        // Damage of the store itself (not of staging files or views): this handle found the
+        // store damaged, so its close puts back what it wrote (`store/undo.rs`).
+        if !matches!(report.integrity, IntegrityCheck::Passed | IntegrityCheck::Skipped { .. })
+            || report.findings.iter().any(|f| f.table != "files" && f.table != "views")
+        {
+            poison.saw_damage();
+        }
         Ok(report)
     }
 }
@@ -585,8 +593,9 @@ impl Walk {
         let undecodable = self.report.findings.len();
         if undecodable > 0 {
             self.report.notes.push(format!(
-                "{undecodable} record(s) could not be decoded; the reference checks below treat them as missing, so some of their \
-                 findings may follow from those"
+                "{} could not be decoded; the reference checks below treat them as missing, so some of their \
+                 findings may follow from those",
+                crate::error::count(undecodable as u64, "record")
             ));
         }
         let index = Index::new(t);
@@ -602,7 +611,7 @@ impl Walk {
             let key = || format!("{d}/{r}");
             let tasks = index.tasks_per_run.get(&(d.as_str(), r.as_str())).copied().unwrap_or(0);
             if tasks != run.task_count {
-                self.find(RUNS.name, key(), format!("run declares {} tasks but {tasks} are stored", run.task_count));
+                self.find(RUNS.name, key(), format!("run declares {} but {tasks} are stored", crate::error::count(run.task_count, "task")));
             }
             if let Some(g) = run.published_generation {
                 match index.generation(d, g) {
@@ -726,7 +735,11 @@ impl Walk {
                 self.find(
                     GENERATIONS.name,
                     key(),
-                    format!("generation replaced {} partitions but {written} version entries are stored", generation.partitions_replaced),
+                    format!(
+                        "generation replaced {} but {} stored",
+                        crate::error::count(generation.partitions_replaced, "partition"),
+                        if written == 1 { "1 version entry is".to_owned() } else { format!("{written} version entries are") }
+                    ),
                 );
             }
             if generation.kind == GenerationKind::Publish {
@@ -735,7 +748,11 @@ impl Walk {
                     Some(run) => self.find(
                         GENERATIONS.name,
                         key(),
-                        format!("run {:?} records generation {:?}, not this one", generation.run, run.published_generation),
+                        format!(
+                            "run {:?} records {}, not this one",
+                            generation.run,
+                            run.published_generation.map_or_else(|| "no published generation".to_owned(), |g| format!("generation {g}"))
+                        ),
                     ),
                     None => self.report.notes.push(format!(
                         "generation {} was published by run {:?}, which no longer exists",
@@ -875,7 +892,7 @@ impl Walk {
                 FileObservation::Missing => Some("file is missing or not a regular file".to_owned()),
                 FileObservation::Unreadable(message) => Some(format!("file is unreadable: {message}")),
                 FileObservation::Present { size_bytes, .. } if size_bytes != file.size_bytes => {
-                    Some(format!("file has {size_bytes} bytes, recorded {}", file.size_bytes))
+                    Some(format!("file has {}, recorded {}", crate::error::count(size_bytes, "byte"), file.size_bytes))
                 }
                 FileObservation::Present { crc32: Some(crc32), .. } if crc32 != file.crc32 => {
                     Some(format!("file has crc32 {crc32:#010x}, recorded {:#010x}", file.crc32))

@@ -435,14 +435,6 @@ fn inside(path: &Path, base: &Path) -> bool {
     path.starts_with(base)
 }
 
-/// Opens a directory by path and syncs it (the view root's parent after creating the root).
-fn sync_dir_path(dir: &Path) -> Result<()> {
-    let fd = rustix::fs::openat(CWD, dir, dir_flags(), Mode::empty())
-        .map_err(errno)
-        .map_err(|e| Error::io(format!("opening directory {} to sync it", dir.display()), e))?;
-    rustix::fs::fsync(&fd).map_err(errno).map_err(|e| Error::io(format!("syncing directory {}", dir.display()), e))
-}
-
 /// Objects of a view build at or above which the syncs run on threads.
 const SYNC_THREADED_MIN: usize = 32;
 /// Most threads syncing one build at once. Each mostly waits on the device: concurrent fsyncs
@@ -538,9 +530,9 @@ struct Listing {
 
 impl Views {
     /// Checks and prepares the view root for a store whose staging root is `staging_root`
-    /// (canonical): created if missing, canonicalised, not nested with the staging root, and
+    /// (canonical): created if missing (with `dir_mode`), canonicalised, not nested with the staging root, and
     /// for hard links on the staging root's file system.
-    pub(crate) fn open(options: &ViewOptions, staging_root: &Path) -> Result<Views> {
+    pub(crate) fn open(options: &ViewOptions, staging_root: &Path, dir_mode: u32) -> Result<Views> {
         let given = &options.root;
         let refuse = |reason: String| Error::ViewRoot { root: given.clone(), reason };
         if given.as_os_str().is_empty() {
@@ -558,12 +550,9 @@ impl Views {
             Ok(meta) if meta.file_type().is_symlink() => {}
             Ok(meta) if !meta.is_dir() => return Err(refuse("exists and is not a directory".into())),
             Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(&absolute).map_err(|e| Error::io(format!("creating view root {}", absolute.display()), e))?;
-                if let Some(parent) = absolute.parent() {
-                    sync_dir_path(parent)?;
-                }
-            }
+            // Made with `dir_mode` (private unless the store grants its group access), every
+            // directory made synced into its parent.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => crate::store::create_dir_all_durable(&absolute, dir_mode)?,
             Err(e) => return Err(Error::io(format!("inspecting view root {}", absolute.display()), e)),
         }
         let root = std::fs::canonicalize(&absolute).map_err(|e| Error::io(format!("resolving view root {}", absolute.display()), e))?;
@@ -1414,7 +1403,11 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
                 continue;
             }
             let Some(n) = rule::parse_view_name(&name) else {
-                if name != rule::MARKER && name != rule::CURRENT && name != crate::rules::delta::LOG_DIR && name != crate::rules::delta::DATA_DIR {
+                if name != rule::MARKER
+                    && name != rule::CURRENT
+                    && name != crate::rules::delta::LOG_DIR
+                    && name != crate::rules::delta::DATA_DIR
+                {
                     notes.push(format!("{}: not a view; left alone", here(&name)));
                 }
                 continue;

@@ -7,6 +7,7 @@ use manifestdb::TaskSpec;
 
 use crate::location::LocationArgs;
 use crate::logging::LogFormat;
+use crate::values::parse_duration;
 
 const ABOUT: &str = "Drive manifestdb's publish-exactly-once protocol and inspect a store.";
 
@@ -163,8 +164,8 @@ pub enum Command {
     /// concurrent requests share the store's group commits. Listens on the Unix socket
     /// `manifestdb.sock` in the store's directory (mode 0600, or 0660 with --socket-group) unless
     /// --listen names a TCP address; a non-loopback address requires --token-file.
-    #[command(after_long_help = crate::commands::serve::SERVE_HELP)]
-    Serve(crate::commands::serve::ServeArgs),
+    #[command(after_long_help = SERVE_HELP)]
+    Serve(ServeArgs),
 
     /// Print a shell completion script for SHELL on stdout (e.g. `manifestdb completions bash
     /// > /etc/bash_completion.d/manifestdb`).
@@ -324,42 +325,6 @@ pub struct GcApplyArgs {
     pub batch_size: Option<usize>,
 }
 
-/// Parses a duration the way an operator writes one (jiff's friendly format): `250ms`, `90s`,
-/// `30m`, `1h 30m`, `7d` (a day is 24 hours), or ISO 8601 (`PT1H30M`). A unit is required;
-/// negative durations, months and years are refused.
-pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
-    if value.trim().bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{value:?} needs a unit (e.g. 250ms, 90s, 30m, 1h 30m, 7d)"));
-    }
-    let span: jiff::Span = value.parse().map_err(|e| format!("{value:?} is not a duration (e.g. 250ms, 90s, 30m, 1h 30m, 7d): {e}"))?;
-    if span.is_negative() {
-        return Err(format!("{value:?} is negative"));
-    }
-    let exact =
-        span.to_duration(jiff::SpanRelativeTo::days_are_24_hours()).map_err(|e| format!("{value:?}: {e} (use days or smaller units)"))?;
-    std::time::Duration::try_from(exact).map_err(|e| format!("{value:?}: {e}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::parse_duration;
-
-    #[test]
-    fn durations_need_a_known_unit() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("3 days"), Ok(Duration::from_secs(3 * 86_400)));
-        for bad in ["", "5", "s", "5x", "-1s", "1s ago", "2mo", "1y", "99999999999999999999d"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-}
-
 /// `run` verbs.
 #[derive(Debug, Subcommand)]
 pub enum RunCommand {
@@ -406,7 +371,8 @@ pub struct DeclareArgs {
     pub tasks: Vec<TaskSpec>,
     /// The output's grain key columns, comma separated (e.g. store,item). With a grain,
     /// validation reads every file and computes rows, total, duplicate keys and the canonical
-    /// digest itself; `attempt finish` then needs no --rows/--total/--digest.
+    /// digest itself; `attempt finish` then needs no --rows/--total/--digest. Without a grain,
+    /// --trust-reported-figures is required.
     #[arg(long, value_name = "COLUMNS", value_delimiter = ',', requires = "measure")]
     pub grain: Vec<String>,
     /// The grain's measure column, whose sum is each task's expected total (e.g. units).
@@ -418,8 +384,15 @@ pub struct DeclareArgs {
     /// The measure's decimal scale: 2 reads 12.50 as 1250 (cents).
     #[arg(long, value_name = "DIGITS", default_value_t = 0, requires = "grain")]
     pub scale: u32,
-    /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure"])]
+    /// Declare the run without a grain: the rows, totals and digests workers report are
+    /// published as they are, reported and not checked (nothing reads the data; a 0-byte file
+    /// reported as 5 rows validates). Required unless --grain is given; every output showing
+    /// such figures says "reported, not checked".
+    #[arg(long, conflicts_with_all = ["grain", "measure"])]
+    pub trust_reported_figures: bool,
+    /// Read the whole run from a JSON file ('-' for stdin) instead of the flags above; it gives
+    /// "grain" or "trust_reported_figures": true itself.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dataset", "run", "snapshot", "tasks", "grain", "measure", "trust_reported_figures"])]
     pub from: Option<PathBuf>,
 }
 
@@ -460,8 +433,9 @@ pub enum AttemptCommand {
     #[command(after_long_help = FINISH_JSON)]
     Finish(FinishArgs),
 
-    /// Validate a finished attempt against its run and task. Exit 0 when valid, 3 when
-    /// invalid (the failed checks are printed).
+    /// Validate a finished attempt against its run and task (or, with --pending, every finished
+    /// attempt of the run that awaits validation). Exit 0 when valid, 3 when invalid (the
+    /// failed checks are printed).
     #[command(after_long_help = VALIDATE_JSON)]
     Validate(ValidateArgs),
 
@@ -537,9 +511,14 @@ pub struct BeginArgs {
     #[command(flatten)]
     pub task: TaskArgs,
     /// Print shell assignments MANIFESTDB_ATTEMPT=N and MANIFESTDB_STAGING_DIR=... (quoted) for
-    /// `env=$(manifestdb attempt begin --env ...) || exit $?; eval "$env"`. On failure, prints
-    /// `unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; (exit N)`, so `eval` fails too. Not
-    /// with --json.
+    /// `env=$(manifestdb attempt begin --env ...) || exit $?; eval "$env"`. On failure, when
+    /// stdout is a pipe (what `$(...)` gives `eval`), also prints `unset MANIFESTDB_ATTEMPT
+    /// MANIFESTDB_STAGING_DIR; ! :  # ... (exit N)`, so `eval "$(manifestdb attempt begin --env
+    /// ...)"` fails too (status 1); on a terminal or into a file a failure prints nothing on
+    /// stdout. The line never ends a `set -e` shell by itself: a wrapper that collects several
+    /// tries' output and evals it gets the successful try's assignments. Retry around the whole
+    /// assignment: `until env=$(manifestdb attempt begin --env ...); do sleep 1; done; eval
+    /// "$env"`. Not with --json.
     #[arg(long, conflicts_with = "json")]
     pub env: bool,
 }
@@ -583,12 +562,23 @@ pub struct FinishArgs {
 /// `attempt validate` flags.
 #[derive(Debug, Args)]
 pub struct ValidateArgs {
-    /// The task.
-    #[command(flatten)]
-    pub task: TaskArgs,
+    /// Dataset name.
+    #[arg(long, short = 'd')]
+    pub dataset: String,
+    /// Run id.
+    #[arg(long, short = 'r')]
+    pub run: String,
+    /// Partition key of the task (e.g. date=2026-11-29/region=eu).
+    #[arg(long, short = 'p', required_unless_present = "pending")]
+    pub partition: Option<String>,
     /// The attempt number.
-    #[arg(long, short = 'a')]
-    pub attempt: u32,
+    #[arg(long, short = 'a', required_unless_present = "pending")]
+    pub attempt: Option<u32>,
+    /// Validate every attempt of the run that finished and awaits validation (a candidate
+    /// recorded, no verdict yet), in partition and attempt order, one result line each:
+    /// what a coordinator runs after its workers finished, instead of finding them itself.
+    #[arg(long, conflicts_with_all = ["partition", "attempt"])]
+    pub pending: bool,
     /// Also compare each file's CRC32 with the reported one (reads every byte); by default
     /// only presence and size are checked.
     #[arg(long)]
@@ -653,9 +643,10 @@ pub enum EffectsCommand {
     #[command(after_long_help = EFFECT_RECORD_JSON)]
     Record(EffectRecordArgs),
     /// Claim a ready side effect for a lease, so that of several emitters only one emits it.
-    /// Exit 0: claimed (emit, then mark-emitted with the same --claimant); exit 3: refused,
-    /// another emitter holds a live claim or it was already emitted (do not emit); exit 5 if
-    /// its run is not published yet. An expired claim is taken over.
+    /// Exit 0: claimed (emit, then mark-emitted with the same --claimant); exit 3: held by
+    /// another emitter's live claim (do not emit now; claim again after its lease, it may run
+    /// out); exit 9: already emitted (done: do not emit, nothing to wait for); exit 5 if its run
+    /// is not published yet. An expired claim is taken over.
     #[command(after_long_help = EFFECT_CLAIM_JSON)]
     Claim(EffectClaimArgs),
     /// Mark a ready side effect emitted (exit 5 if its run is not published yet). Marking it
@@ -671,7 +662,9 @@ pub struct EffectClaimArgs {
     /// The effect.
     #[command(flatten)]
     pub key: EffectKeyArgs,
-    /// Who claims it: any identifier unique to this emitter (e.g. host and process id).
+    /// Who claims it: an identifier unique to this emitter, e.g. host and process id
+    /// (`worker-3:4711`): 1 to 200 bytes of printable text, without '/' or control characters,
+    /// not '.' or '..' (the same rules as a dataset name; anything else is refused, exit 2).
     #[arg(long)]
     pub claimant: String,
     /// How long the claim lasts (e.g. 30s, 5m; at most 1d); claiming again renews it.
@@ -685,7 +678,8 @@ pub struct EffectMarkArgs {
     /// The effect.
     #[command(flatten)]
     pub key: EffectKeyArgs,
-    /// The claimant that claimed it with `effects claim` (omit if this emitter does not claim).
+    /// The claimant that claimed it with `effects claim` (omit if this emitter does not claim);
+    /// the rules of `effects claim --claimant`.
     #[arg(long)]
     pub claimant: Option<String>,
 }
@@ -752,7 +746,8 @@ fn parse_task(value: &str) -> Result<TaskSpec, String> {
 const DECLARE_JSON: &str = "\
 Input (--from): {\"dataset\", \"run\", \"snapshot\",
                  \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"?}],
-                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?}}
+                 \"grain\"?: {\"format\"?: \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"?},
+                 \"trust_reported_figures\"?: BOOL} (exactly one of grain and trust_reported_figures: true)
 JSON: {\"dataset\", \"run\", \"snapshot\", \"outcome\": \"declared\"|\"already_declared\",
        \"grain\": GRAIN|null, \"tasks\": [{\"partition\", \"expected_rows\", \"expected_total\"}]}
 GRAIN: {\"format\": \"csv\"|\"parquet\", \"keys\": [COLUMN], \"measure\", \"scale\"}";
@@ -803,7 +798,12 @@ JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"outcome\": \"recorded
 const VALIDATE_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"partition\", \"attempt\", \"verdict\": \"valid\"|\"invalid\",
        \"failures\": [{\"kind\", \"message\", ...}], \"accepted_attempt\": N|null, \"reconciliation\": FIGURES}
-(failure kinds and FIGURES: see `manifestdb run show --help`)";
+(failure kinds and FIGURES: see `manifestdb run show --help`)
+With --pending: one line per attempt validated, each that document or
+       {\"dataset\", \"run\", \"partition\", \"attempt\", \"error\": {\"exit_code\", \"kind\", \"message\"}}
+       (with --json one JSON object per line; none pending prints nothing). Exit 0 when every
+       one is valid (or none was pending), 3 when any is invalid, and the first failed one's code
+       when any failed (e.g. 1 for a file that could not be read).";
 
 const PUBLISH_JSON: &str = "\
 JSON: {\"dataset\", \"run\", \"outcome\": \"published\"|\"already_published\"|\"refused\",
@@ -821,7 +821,7 @@ JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": P
                         \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
-               \"Reading published data\"); files are named g<S>-a<A>-<name> after the partition version
+               docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
                                   \"repaired\": [N], \"removed\": [N]}]}
@@ -876,7 +876,10 @@ OUTPUT, one line per input line: {\"line\": N, \"op\": STR|null, \"ok\": true, \
   or {\"line\": N, \"op\": STR|null, \"ok\": false, \"error\": {\"exit_code\", \"kind\", \"message\"}}
 RESULT: begin as `attempt begin --json`; finish {\"outcome\"}; validate {\"verdict\", \"failures\"};
   record_effect as `effects record`; claim_effect as `effects claim`; mark_emitted as
-  `effects mark-emitted`.";
+  `effects mark-emitted`.
+A validate reads its attempt's files against the store as it was before the batch, so it
+cannot follow the finish of the same attempt in one batch: such a batch is refused up front
+(exit 2, naming both lines; nothing runs). Send the validate in a later batch.";
 const EFFECT_CLAIM_JSON: &str = concat!(
     "JSON: {\"outcome\": \"claimed\"|\"held_by_other\"|\"already_emitted\", \"took_over_from\": STR|null,
        \"effect\": EFFECT}\n",
@@ -935,3 +938,52 @@ JSON: {\"plan\", \"mode\": \"dry_run\"|\"execute\", \"deleted\": [PATH], \"bytes
        \"attempt_records_removed\": [{\"dataset\", \"run\", \"partition\", \"attempt\"}]}
 skip reasons: missing, changed, now_protected (detail: the keep reason), owner_changed,
 unknown_not_requested, delete_failed (detail: the OS message)";
+
+/// The `--help` text after the flags: what is printed, and where to look next.
+pub const SERVE_HELP: &str = "\
+Once listening, prints one line (with --json: {\"listening\": ADDRESS, \"store\": PATH}) and
+serves until SIGINT or SIGTERM, then finishes the requests in flight, removes the socket and
+closes the store. ADDRESS is unix:PATH or http://HOST:PORT. Every answer is JSON; an error is
+{\"error\": {\"exit_code\", \"kind\", \"message\"}} with the codes listed below.";
+
+/// Flags of `serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Listen on this TCP address (e.g. 127.0.0.1:7070) instead of the Unix socket.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "socket")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// The Unix socket's path (default: manifestdb.sock in the store's directory, where the
+    /// tool looks for a running server).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// Create the socket with mode 0660, so the store owner's group may connect too.
+    #[arg(long)]
+    pub socket_group: bool,
+
+    /// A file holding the bearer token every request must carry (`Authorization: Bearer
+    /// TOKEN`). Required with a non-loopback --listen address. A file other users may read gets
+    /// a warning (chmod 600 it).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+
+    /// A name clients may give as the `Host` of a TCP request (repeat for several; e.g. the
+    /// host's DNS name). Without it a TCP request must name a loopback address, localhost or the
+    /// --listen address; any other Host gets 421, so a web page cannot drive the server
+    /// through DNS rebinding.
+    #[arg(long = "host-name", value_name = "NAME")]
+    pub host_names: Vec<String>,
+
+    /// The largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = manifestdb::server::BODY_LIMIT_BYTES_DEFAULT)]
+    pub body_limit: usize,
+
+    /// How long a request may take to arrive and be answered (408 after that).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "60s")]
+    pub request_timeout: std::time::Duration,
+
+    /// How long a connection may take to send its next request head before it is closed.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
+    pub idle_timeout: std::time::Duration,
+}

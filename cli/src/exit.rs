@@ -2,7 +2,7 @@
 //!
 //! The codes are part of the tool's interface: schedulers branch on them. They are listed once
 //! here ([`EXIT_CODES_HELP`]) and that text is shown by `manifestdb --help` and copied in the
-//! README's "Command-line tool" section.
+//! book's chapter on the tool (`docs/src/cli.md`).
 
 use std::io;
 
@@ -30,6 +30,14 @@ pub enum Exit {
     Busy = 6,
     /// The store file is corrupt or of an unsupported format, or `verify` found problems.
     Corrupt = 7,
+    /// A write's outcome is unknown: its commit was sent to a shared database that could not
+    /// be asked, within the settling time, whether it committed. The same command again
+    /// settles it (every write is idempotent; a publish answers with its generation). Any
+    /// other failure of a write committed nothing.
+    OutcomeUnknown = 8,
+    /// Not a failure: `effects claim` of an effect already emitted. Done; do not emit, and
+    /// there is nothing to wait for (unlike exit 3, another emitter's live claim).
+    AlreadyEmitted = 9,
 }
 
 impl Exit {
@@ -49,11 +57,13 @@ impl Exit {
             Exit::Conflict => "conflict",
             Exit::Busy => "busy",
             Exit::Corrupt => "corrupt",
+            Exit::OutcomeUnknown => "outcome_unknown",
+            Exit::AlreadyEmitted => "already_emitted",
         }
     }
 }
 
-/// The exit-code table shown by `--help` (and in the README).
+/// The exit-code table shown by `--help` (and in `docs/src/cli.md`).
 pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success (also: identical re-declaration, run already published, closed output pipe)
@@ -67,7 +77,12 @@ Exit codes:
      published, attempt finished differently or not finished, attempt abandoned,
      foreign snapshot, effect not ready)
   6  busy: another process holds the store open for writing
-  7  corrupt: the store file is damaged or of an unsupported format; verify found problems";
+  7  corrupt: the store file is damaged or of an unsupported format; verify found problems
+  8  outcome unknown: a write's commit was sent to the PostgreSQL store but whether it
+     committed could not be learnt; run the same command again to settle it (any other
+     failure of a write committed nothing)
+  9  already emitted: effects claim of an effect emitted before (done: do not emit; exit 3
+     there means another emitter's live claim: wait and claim again)";
 
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]
@@ -129,6 +144,7 @@ fn classify_library(err: &manifestdb::Error) -> Exit {
         K::Conflict => Exit::Conflict,
         K::Busy => Exit::Busy,
         K::Corrupt => Exit::Corrupt,
+        K::OutcomeUnknown => Exit::OutcomeUnknown,
         // A kind a newer library adds is a fault until the tool learns it.
         _ => Exit::Fault,
     }
@@ -153,8 +169,11 @@ fn library_message(err: &manifestdb::Error) -> String {
     use crate::output::{duration, escape, utc};
     use manifestdb::Error as E;
     match err {
+        // The library's words with the time in UTC: the record does not say whether the lease
+        // ran out or an operator abandoned it, and the verb may be a finish, a heartbeat, a
+        // validation or an invalidation.
         E::AttemptAbandoned { dataset, run, partition, attempt, abandoned_at_ms } => format!(
-            "attempt {attempt} of task {}/{}/{} was abandoned at {} (its lease ran out); it cannot finish",
+            "attempt {attempt} of task {}/{}/{} was abandoned at {} (its lease ran out, or it was abandoned explicitly); it cannot finish, renew its lease or be validated",
             escape(dataset),
             escape(run),
             escape(partition),

@@ -15,6 +15,6 @@ pub fn grain_line(g: Option<&Grain>) -> String {
             g.measure,
             g.measure_scale
         ),
-        None => "grain: none declared: validation compares the figures workers report".to_owned(),
+        None => "grain: none declared: rows and totals are the workers' figures, reported, not checked".to_owned(),
     }
 }

@@ -7,9 +7,10 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::Args;
 use manifestdb::documents::reads::DocumentError;
+use manifestdb::server::{Listen, socket_path};
 use manifestdb::{ReadOnlyStore, Store, StoreOptions, ViewMode, ViewOptions};
 
-use crate::exit::{not_found, usage};
+use crate::exit::{CliError, Exit, not_found, usage};
 
 /// The store file's name inside `--dir`.
 pub const STORE_FILE: &str = "store.redb";
@@ -36,7 +37,7 @@ pub struct LocationArgs {
     /// Raise the store's attempt lease (how long an attempt may go without finishing or a
     /// heartbeat before `gc abandon` may abandon it). The lease is recorded in the store (1h
     /// for a new one) and never shrinks; without this flag the recorded lease is used.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::values::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
     pub attempt_lifetime: Option<std::time::Duration>,
 
     /// Publish views under DIR: after every publish and rollback, `DIR/<dataset>/current`
@@ -53,10 +54,17 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_enum, default_value = "hard-link", env = "MANIFESTDB_VIEW_MODE")]
     pub view_mode: ViewModeArg,
 
+    /// Create the store file, its directory, the staging root and the view root for the
+    /// owner's group too (files 0660, directories 0770) rather than the owner only (0600,
+    /// 0700, the default whatever the umask); as `serve --socket-group` does for the socket.
+    /// What already exists keeps its mode.
+    #[arg(long, global = true)]
+    pub group_access: bool,
+
     /// How long a writing verb waits for another process to release the store before it fails
     /// busy (exit 6): it retries with backoff (5ms doubling to 250ms, jittered). 0s fails at
     /// once.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::values::parse_duration, default_value = "10s", env = "MANIFESTDB_WAIT")]
     pub wait: std::time::Duration,
 
     /// Send every verb (reading, writing and operator verbs alike) to the server at URL
@@ -124,11 +132,38 @@ impl LocationArgs {
     pub fn create(&self) -> anyhow::Result<(Store, PathBuf, bool)> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
-        crate::remote::refuse_if_served(self)?;
-        let existed = store_exists(&path);
+        self.refuse_if_served()?;
+        let existed = store_exists(&path)?;
         let store =
             Store::open_with_options(&path, &staging, &self.options()).with_context(|| format!("opening store {}", path.display()))?;
         Ok((store, path, !existed))
+    }
+
+    /// The store directory's socket, if a server accepts connections on it (a socket left by a
+    /// server that was killed accepts nobody and counts as none).
+    pub fn live_socket(&self) -> anyhow::Result<Option<Listen>> {
+        let Ok(store) = self.store_path() else { return Ok(None) };
+        let path = socket_path(&store);
+        // A connection that succeeds is a live server (it sees a connection closed without a
+        // request); refused or missing is no server.
+        Ok(std::os::unix::net::UnixStream::connect(&path).is_ok().then_some(Listen::Unix(path)))
+    }
+
+    /// Fails busy, at once, when a server holds the store: for the verbs that need the file
+    /// itself (`init` without a server to ask, `recover`, a second `serve`), which would only
+    /// wait for the server's writer until `--wait` ran out.
+    fn refuse_if_served(&self) -> anyhow::Result<()> {
+        if let Some(Listen::Unix(path)) = self.live_socket()? {
+            return Err(CliError {
+                exit: Exit::Busy,
+                message: format!(
+                    "the store is held by a running server (unix:{}); this verb needs the store file itself: stop the server first",
+                    path.display()
+                ),
+            }
+            .into());
+        }
+        Ok(())
     }
 
     fn options(&self) -> StoreOptions {
@@ -139,6 +174,7 @@ impl LocationArgs {
         StoreOptions {
             attempt_lifetime_max: self.attempt_lifetime,
             views: self.views.as_ref().map(|root| ViewOptions { root: root.clone(), mode }),
+            group_access: self.group_access,
             ..StoreOptions::default()
         }
     }
@@ -150,7 +186,7 @@ impl LocationArgs {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
-        crate::remote::refuse_if_served(self)?;
+        self.refuse_if_served()?;
         let deadline = std::time::Instant::now() + self.wait;
         let mut retry = 0;
         loop {
@@ -229,9 +265,20 @@ fn is_database_url(path: &Path) -> bool {
     path.to_str().is_some_and(|s| s.starts_with("postgres://") || s.starts_with("postgresql://"))
 }
 
-/// Whether a store exists at `path`: a file, or a database holding a store's schema.
-fn store_exists(path: &Path) -> bool {
-    if is_database_url(path) { ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()) } else { path.exists() }
+/// Whether a store exists at `path`: a file, or a database holding a store's schema. A file
+/// whose existence cannot be told (an I/O error of the file system, a symlink loop, a dying
+/// mount) is that error, never "no store".
+pub fn store_exists(path: &Path) -> anyhow::Result<bool> {
+    if is_database_url(path) {
+        return Ok(ReadOnlyStore::open(path).is_ok_and(|store| store.close().is_ok()));
+    }
+    // Following symlinks: a dangling one is no store, a loop is an error.
+    match std::fs::metadata(path) {
+        Ok(_) => Ok(true),
+        // A path through a regular file cannot hold a store either.
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => Ok(false),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("checking whether a store exists at {}", path.display()))),
+    }
 }
 
 fn require_existing(path: &Path) -> anyhow::Result<()> {
@@ -245,5 +292,5 @@ fn require_existing(path: &Path) -> anyhow::Result<()> {
             Err(err) => Err(anyhow::Error::new(err).context(format!("opening store {}", path.display()))),
         };
     }
-    if store_exists(path) { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
+    if store_exists(path)? { Ok(()) } else { Err(not_found(format!("no store at {} (create one with `manifestdb init`)", path.display()))) }
 }

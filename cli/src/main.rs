@@ -13,7 +13,10 @@ mod json;
 mod location;
 mod logging;
 mod output;
+#[cfg(test)]
+mod reference;
 mod remote;
+mod values;
 
 use std::io::Write;
 use std::process::ExitCode;

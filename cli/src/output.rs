@@ -52,6 +52,18 @@ impl Out {
         write_stdout(&rendered)
     }
 
+    /// Whether stdout is a pipe (what a shell's `$(...)` reads), not a terminal or a file.
+    pub fn stdout_is_pipe(&self) -> bool {
+        use std::os::fd::AsFd;
+        use std::os::unix::fs::FileTypeExt;
+        io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map(std::fs::File::from)
+            .and_then(|file| file.metadata())
+            .is_ok_and(|meta| meta.file_type().is_fifo())
+    }
+
     /// Writes raw text (for `attempt begin --env`, completions, the man page).
     pub fn raw(&mut self, text: &str) -> io::Result<()> {
         write_stdout(text.as_bytes())
@@ -64,12 +76,48 @@ impl Out {
             return ProgressBar::hidden();
         }
         let bar = ProgressBar::new(len);
-        if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({eta})") {
-            bar.set_style(style.progress_chars("=> "));
+        if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len}{time_left}") {
+            bar.set_style(style.progress_chars("=> ").with_key("time_left", time_left_key));
         }
         bar.set_message(message);
         bar
     }
+
+    /// A progress bar over `bytes` bytes in `files` files (the caller sets the message to the
+    /// files done, [`files_done`]): drawn as [`Out::progress`] is.
+    pub fn progress_bytes(&self, bytes: u64, files: u64, message: &'static str) -> ProgressBar {
+        if self.json || !io::stderr().is_terminal() {
+            return ProgressBar::hidden();
+        }
+        let bar = ProgressBar::new(bytes);
+        if let Ok(style) = ProgressStyle::with_template("{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes}{time_left}") {
+            bar.set_style(style.progress_chars("=> ").with_key("time_left", time_left_key));
+        }
+        bar.set_message(files_done(message, 0, files));
+        bar
+    }
+}
+
+/// A bar's message of files done: `checksumming 3/10 files`.
+pub fn files_done(message: &str, done: u64, files: u64) -> String {
+    format!("{message} {done}/{}", count(files, "file"))
+}
+
+/// The time left of a bar, for its `{time_left}` key (indicatif's own ETA starts from a guess
+/// and read "(2m)" at the start of a 1 s job).
+fn time_left_key(state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write) {
+    let _ = w.write_str(&time_left(state.elapsed(), state.pos(), state.len().unwrap_or(0)));
+}
+
+/// The time left of work `done` of `len` steps in after `elapsed`, as ` (about 2m left)`: the
+/// rate so far over all of it, and nothing before a second has passed and some work is done
+/// (no figure is better than a wild one).
+pub fn time_left(elapsed: std::time::Duration, done: u64, len: u64) -> String {
+    if elapsed < std::time::Duration::from_secs(1) || done == 0 || done >= len {
+        return String::new();
+    }
+    let left_ms = elapsed.as_millis().saturating_mul(u128::from(len - done)) / u128::from(done);
+    format!(" (about {} left)", duration_s(u64::try_from(left_ms).unwrap_or(u64::MAX)))
 }
 
 impl Out {
@@ -207,6 +255,16 @@ fn friendly(ms: u64, smallest: Unit) -> String {
     }
 }
 
+/// `n` and the noun, plural unless `n` is 1 (`1 task`, `2 tasks`, `0 tasks`). Nouns whose
+/// plural is not `noun + s` are given as `"entry|entries"`.
+pub fn count(n: u64, noun: &str) -> String {
+    let (one, many) = match noun.split_once('|') {
+        Some((one, many)) => (one.to_owned(), many.to_owned()),
+        None => (noun.to_owned(), format!("{noun}s")),
+    };
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// An optional number, or `-`.
 pub fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -248,6 +306,27 @@ mod tests {
         assert_eq!(duration(0), "0s");
         assert_eq!(duration_s(90_061_500), "1d 1h 1m 2s");
         assert_eq!(duration_s(400), "0s");
+    }
+
+    #[test]
+    fn time_left_waits_for_a_second_and_some_work_then_uses_the_rate_so_far() {
+        use std::time::Duration;
+        assert_eq!(time_left(Duration::from_millis(300), 1, 10), "", "too early to say");
+        assert_eq!(time_left(Duration::from_secs(5), 0, 10), "", "no rate yet");
+        assert_eq!(time_left(Duration::from_secs(5), 10, 10), "", "done");
+        assert_eq!(time_left(Duration::from_secs(2), 1, 3), " (about 4s left)");
+        assert_eq!(time_left(Duration::from_secs(10), 5_000, 10_000), " (about 10s left)");
+        assert_eq!(time_left(Duration::from_secs(60), 1, 121), " (about 2h left)");
+        assert_eq!(files_done("checksumming", 3, 10), "checksumming 3/10 files");
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(count(1, "task"), "1 task");
+        assert_eq!(count(0, "task"), "0 tasks");
+        assert_eq!(count(2, "file"), "2 files");
+        assert_eq!(count(1, "directory|directories"), "1 directory");
+        assert_eq!(count(3, "directory|directories"), "3 directories");
     }
 
     #[test]

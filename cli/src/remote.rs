@@ -8,12 +8,10 @@
 //! file. Every verb does so, the reading ones too ([`read`]): with `--server` naming a server
 //! on another host, the store file need not be reachable from this one.
 
-use std::os::unix::net::UnixStream;
-
 use anyhow::Context;
 use manifestdb::Snapshot;
 use manifestdb::documents::reads::DocumentError;
-use manifestdb::server::{Client, Listen, parse_target, socket_path};
+use manifestdb::server::{Client, parse_target, read_token_file};
 use serde_json::Value;
 
 use crate::exit::{CliError, Exit, usage};
@@ -31,21 +29,25 @@ impl Remote {
     pub fn find(location: &LocationArgs) -> anyhow::Result<Option<Remote>> {
         let target = match &location.server {
             Some(text) => parse_target(text).map_err(|e| usage(format!("--server: {e}")))?,
-            None => match live_socket(location)? {
+            None => match location.live_socket()? {
                 Some(target) => target,
                 None => return Ok(None),
             },
         };
         let mut client = Client::new(target).context("starting the server client")?;
         if let Some(path) = &location.server_token_file {
-            let text = std::fs::read_to_string(path).with_context(|| format!("reading the server token file {}", path.display()))?;
-            let token = text.trim();
-            if token.is_empty() {
-                return Err(usage(format!("the server token file {} is empty", path.display())));
-            }
+            // The server's own reader: the same trimming, limits and warning for a file others
+            // may read.
+            let token = read_token_file(path).context("reading the server token file")?;
+            let token = String::from_utf8(token).map_err(|_| usage(format!("the server token file {} is not UTF-8", path.display())))?;
             client = client.with_token(token);
         }
         Ok(Some(Remote { client }))
+    }
+
+    /// Where the server listens (`unix:PATH` or `http://IP:PORT`).
+    pub fn target(&self) -> String {
+        self.client.target().to_string()
     }
 
     /// `POST route` with `body`: the answer's document, or its error as the tool's own error
@@ -99,34 +101,8 @@ fn answer_document(answer: manifestdb::server::Answer) -> anyhow::Result<Value> 
 /// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind,
 /// and `unauthorized`, are faults.
 pub fn exit_of_kind(kind: &str) -> Exit {
-    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt]
+    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt, Exit::OutcomeUnknown]
         .into_iter()
         .find(|exit| exit.name() == kind)
         .unwrap_or(Exit::Fault)
-}
-
-/// The store directory's socket, if a server accepts connections on it.
-fn live_socket(location: &LocationArgs) -> anyhow::Result<Option<Listen>> {
-    let Ok(store) = location.store_path() else { return Ok(None) };
-    let path = socket_path(&store);
-    // A connection that succeeds is a live server (it sees a connection closed without a
-    // request); refused or missing is no server.
-    Ok(UnixStream::connect(&path).is_ok().then_some(Listen::Unix(path)))
-}
-
-/// Fails busy, at once, when a server holds the store: for the verbs that need the file itself
-/// (`init` of an existing store, `recover`, a second `serve`), which would only wait for the
-/// server's writer until `--wait` ran out.
-pub fn refuse_if_served(location: &LocationArgs) -> anyhow::Result<()> {
-    if let Some(Listen::Unix(path)) = live_socket(location)? {
-        return Err(CliError {
-            exit: Exit::Busy,
-            message: format!(
-                "the store is held by a running server (unix:{}); this verb needs the store file itself: stop the server first",
-                path.display()
-            ),
-        }
-        .into());
-    }
-    Ok(())
 }

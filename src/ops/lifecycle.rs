@@ -32,8 +32,13 @@ pub(crate) fn rollback(
         let oldest = meta.generation_times(dataset)?.first().map(|(n, _)| *n);
         return refused(retention::rollback_expired(to, oldest, current));
     };
-    let now_parts = meta.partitions_at(dataset, current)?;
-    let target_parts = meta.partitions_at(dataset, to)?;
+    // Both generations' partitions, checked against their records: a rollback never writes
+    // over partitions a damaged read lost.
+    let Some(now_record) = meta.generation(dataset, current)? else {
+        return Err(corrupted(POINTERS, &key(&[dataset]), format!("pointer names generation {current}, which does not exist")));
+    };
+    let now_parts = super::generation_partitions(meta, dataset, current, &now_record.kind, now_record.partitions_replaced)?;
+    let target_parts = super::generation_partitions(meta, dataset, to, &target.kind, target.partitions_replaced)?;
     let restores = retention::rollback_diff(&now_parts, &target_parts);
     let number = current.checked_add(1).ok_or_else(|| corrupted(POINTERS, &key(&[dataset]), "generation number overflows"))?;
     for restore in &restores {

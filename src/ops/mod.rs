@@ -19,9 +19,27 @@ pub(crate) mod lifecycle;
 pub(crate) mod publish;
 pub(crate) mod validate;
 
-use crate::error::{Corruption, Error};
-use crate::model::{AttemptKey, TaskKey};
-use crate::schema::{Def, key, key_u32};
+use crate::error::{Corruption, Error, Result};
+use crate::meta::MetaRead;
+use crate::model::{AttemptKey, GenerationKind, PartitionEntry, TaskKey};
+use crate::schema::{Def, GENERATIONS, key, key_u32, key_u64};
+
+/// Every partition generation `number` of `dataset` holds ([`MetaRead::partitions_at`]),
+/// checked against the generation's record (`kind`, `partitions_replaced`): a disagreement is
+/// [`Error::Corrupted`] naming the generation, never a generation read with partitions missing
+/// (`rules::retention::generation_entries_agree`).
+pub(crate) fn generation_partitions(
+    meta: &mut dyn MetaRead,
+    dataset: &str,
+    number: u64,
+    kind: &GenerationKind,
+    partitions_replaced: u64,
+) -> Result<Vec<PartitionEntry>> {
+    let entries = meta.partitions_at(dataset, number)?;
+    crate::rules::retention::generation_entries_agree(number, kind, partitions_replaced, &entries)
+        .map_err(|why| corrupted(GENERATIONS, &key_u64(&[dataset], number), why))?;
+    Ok(entries)
+}
 
 /// A corruption error for a record that contradicts the others, named by table and key.
 pub(crate) fn corrupted(def: Def, key: &[u8], message: impl Into<String>) -> Error {

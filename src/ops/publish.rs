@@ -109,7 +109,11 @@ fn gather_inputs(meta: &mut dyn Meta, dataset: &str, run: &str, snapshot: &str, 
         states.push(state);
     }
     if states.len() as u64 != task_count {
-        return Err(corrupted(RUNS, &run_key(dataset, run), format!("run declares {task_count} tasks but {} are stored", states.len())));
+        return Err(corrupted(
+            RUNS,
+            &run_key(dataset, run),
+            format!("run declares {} but {} are stored", crate::error::count(task_count, "task"), states.len()),
+        ));
     }
     Ok(states)
 }

@@ -17,7 +17,7 @@
 //! store), so operations on disjoint parts run side by side and conflicting ones wait for each
 //! other, and the schedule is serializable. (SERIALIZABLE, the first design, was correct too,
 //! but its predicate locks are per index page: 64 clients on 64 different tasks or datasets
-//! aborted each other 2 to 15 times per operation; see the README.) The runner
+//! aborted each other 2 to 15 times per operation; see the book's performance chapter.) The runner
 //! ([`PgLayer::write`]):
 //! - runs the whole operation again after a deadlock (SQLSTATE 40P01: the server ended one of
 //!   two operations that waited for each other's locks), a serialization failure (40001, not
@@ -124,6 +124,9 @@ pub(crate) struct PgLayer {
     pool: r2d2::Pool<Manager>,
     /// The URL without its password, for messages.
     shown: String,
+    /// How long a write keeps reconnecting and settling: [`RECONNECT_TIME_MAX`] (shorter only
+    /// in the layer's own tests).
+    reconnect_time_max: Duration,
 }
 
 impl std::fmt::Debug for PgLayer {
@@ -196,23 +199,15 @@ impl PgLayer {
         let shown = shown(url);
         // The first connection is made directly, not through the pool: a database that does
         // not exist or a refused password is answered at once with the server's error (the
-        // pool would only report a time-out). A server that is not up yet (refused, starting)
-        // is waited for 10 s.
-        let started = Instant::now();
-        let mut first = loop {
-            match Conn::connect(&config) {
-                Ok(conn) => break conn,
-                Err(e) if error::retry_of(&e) == Retry::Reconnect && started.elapsed() < Duration::from_secs(10) => {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                Err(e) => return Err(Error::postgres("connecting to PostgreSQL", &e)),
-            }
-        };
-        if migrate {
-            schema::migrate(&mut first).map(|_| ())?
-        } else {
-            schema::check(&mut first)?
-        }
+        // pool would only report a time-out). A connection that cannot be made (the server
+        // not up yet, restarting) or is lost while the schema is read or migrated is tried
+        // again on a new one, for as long as an operation in flight rides out a lost
+        // connection ([`RECONNECT_TIME_MAX`]): the migrations are one transaction each,
+        // applied once whatever was lost, and reading the version changes nothing.
+        retry_lost_connection("opening the store", || {
+            let mut first = Conn::connect(&config).map_err(|e| Error::postgres("connecting to PostgreSQL", &e))?;
+            if migrate { schema::migrate(&mut first).map(|_| ()) } else { schema::check(&mut first) }
+        })?;
         let manager = Manager { config };
         let pool = r2d2::Pool::builder()
             .max_size(CONNECTIONS_MAX)
@@ -225,7 +220,7 @@ impl PgLayer {
             // closed; a silently dead one fails its first statement, which the runner retries.
             .test_on_check_out(false)
             .build_unchecked(manager);
-        Ok(PgLayer { pool, shown })
+        Ok(PgLayer { pool, shown, reconnect_time_max: RECONNECT_TIME_MAX })
     }
 
     /// A connection from the pool.
@@ -245,10 +240,11 @@ impl PgLayer {
         let mut reruns = 0u32;
         let mut last_error: Option<Error> = None;
         loop {
-            if started.elapsed() > RECONNECT_TIME_MAX {
-                return Err(last_error.unwrap_or_else(|| {
-                    Error::postgres_layer(context, StorageErrorKind::Io, format!("no connection to {} within 60 s", self.shown))
-                }));
+            if started.elapsed() > self.reconnect_time_max {
+                // Every way here (a connection lost before COMMIT was sent, a lost COMMIT
+                // settled as aborted) left nothing of the operation committed: say so, so that
+                // a caller does not treat it as an outcome to settle.
+                return Err(nothing_committed(context, &self.shown, self.reconnect_time_max, last_error));
             }
             let step = self.try_once(context, &mut body);
             match step {
@@ -370,7 +366,7 @@ impl PgLayer {
                     }
                     None => Err(Error::postgres_layer(
                         "settling a commit",
-                        StorageErrorKind::Io,
+                        StorageErrorKind::OutcomeUnknown,
                         format!("the server no longer knows transaction {xid}: the outcome of the commit is unknown"),
                     )),
                 }
@@ -381,17 +377,28 @@ impl PgLayer {
                     return Ok(settled);
                 }
                 Ok(None) => {}
-                Err(err) if !is_lost_connection(&err) => return Err(err),
+                // The server answered the question with an error: the outcome stays unknown.
+                Err(err) if !is_lost_connection(&err) => {
+                    return Err(Error::postgres_layer(
+                        "settling a commit",
+                        StorageErrorKind::OutcomeUnknown,
+                        format!(
+                            "asking whether transaction {xid}, whose COMMIT reply was lost, committed failed: {err}; the outcome \
+                             is unknown; the same call again settles it"
+                        ),
+                    ));
+                }
                 Err(_) => {}
             }
-            if started.elapsed() > RECONNECT_TIME_MAX {
+            if started.elapsed() > self.reconnect_time_max {
                 return Err(Error::postgres_layer(
                     "settling a commit",
-                    StorageErrorKind::Io,
+                    StorageErrorKind::OutcomeUnknown,
                     format!(
-                        "the connection to {} was lost during COMMIT and the server could not be asked within 60 s whether \
+                        "the connection to {} was lost during COMMIT and the server could not be asked within {} s whether \
                          transaction {xid} committed: the outcome is unknown; the same call again settles it",
-                        self.shown
+                        self.shown,
+                        self.reconnect_time_max.as_secs()
                     ),
                 ));
             }
@@ -504,6 +511,39 @@ fn step_after<T>(context: &'static str, e: &PgError) -> Step<T> {
 }
 
 /// Whether `err` is a lost connection (retried by reconnecting).
+/// Runs `attempt` until it succeeds, fails otherwise than by a lost connection (an I/O-kind
+/// storage error: the connection closed, reset or refused, the server shutting down or
+/// starting), or [`RECONNECT_TIME_MAX`] has passed. For work that changes nothing or is
+/// idempotent (an open's reads and migrations).
+pub(crate) fn retry_lost_connection<T>(what: &'static str, mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    let started = Instant::now();
+    loop {
+        match attempt() {
+            Err(err) if is_lost_connection(&err) && started.elapsed() < RECONNECT_TIME_MAX => {
+                tracing::debug!(what, error = %err, "connection lost: trying again on a new one");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The error of a write that gave up reconnecting: the connection was lost (or the pool had
+/// none) before its COMMIT was sent, or a lost COMMIT was settled as aborted, for the whole
+/// [`RECONNECT_TIME_MAX`]. Nothing of the operation was committed; `last` is the last failure.
+fn nothing_committed(context: &'static str, shown: &str, waited: Duration, last: Option<Error>) -> Error {
+    let last = last.map_or_else(String::new, |err| format!(" (last error: {err})"));
+    Error::postgres_layer(
+        context,
+        StorageErrorKind::Io,
+        format!(
+            "no connection to {shown} that could run the transaction within {} s: nothing of this call was committed; \
+             calling it again is safe{last}",
+            waited.as_secs()
+        ),
+    )
+}
+
 fn is_lost_connection(err: &Error) -> bool {
     matches!(err, Error::Storage { source, .. } if source.kind() == StorageErrorKind::Io)
 }

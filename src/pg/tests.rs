@@ -685,3 +685,44 @@ fn an_attempt_cycle_and_a_publish_lock_nothing_outside_their_declared_scopes() {
         .expect("read");
     assert_eq!(undeclared() - before, 1, "the undeclared read took its lock");
 }
+
+/// A layer whose server cannot be reached (nothing listens on port 1), which gives up
+/// reconnecting after `reconnect_time_max`.
+fn unreachable_layer(reconnect_time_max: Duration) -> PgLayer {
+    let config = super::config("postgres://nobody@127.0.0.1:1/none").expect("config");
+    let pool = r2d2::Pool::builder()
+        .max_size(1)
+        .min_idle(Some(0))
+        .connection_timeout(Duration::from_millis(200))
+        .build_unchecked(super::Manager { config });
+    PgLayer { pool, shown: "postgres://nobody@127.0.0.1:1/none".to_owned(), reconnect_time_max }
+}
+
+/// Issue 32, item 10: a write that never reached the server (lost before its COMMIT was sent,
+/// for the whole reconnecting time) says that nothing was committed, and is a fault (exit 1),
+/// not an unknown outcome.
+#[test]
+fn a_write_that_never_reached_the_server_says_nothing_was_committed() {
+    let layer = unreachable_layer(Duration::from_millis(500));
+    let err = layer.write("a test write", |_meta, _now| Ok(TxnEnd::Commit(()))).expect_err("no server");
+    let text = err.to_string();
+    assert!(text.contains("nothing of this call was committed"), "{text}");
+    assert_eq!(err.kind(), crate::ErrorKind::Fault, "{text}");
+}
+
+/// Issue 32, item 10: a lost COMMIT that cannot be settled (the server unreachable for the
+/// whole settling time, or answering the question with an error) is an error of a kind of its
+/// own, `outcome_unknown`, exit code 8, so a scheduler retries exactly these.
+#[test]
+fn a_commit_that_cannot_be_settled_is_an_unknown_outcome_of_its_own_kind() {
+    let err = unreachable_layer(Duration::from_millis(500)).settle(1234, 1).expect_err("no server");
+    assert_eq!(err.kind(), crate::ErrorKind::OutcomeUnknown, "{err}");
+    assert_eq!((err.kind().exit_code(), err.kind().name()), (8, "outcome_unknown"));
+    assert_eq!(crate::ErrorKind::from_name("outcome_unknown"), Some(crate::ErrorKind::OutcomeUnknown));
+    assert!(err.to_string().contains("the outcome is unknown"), "{err}");
+    // A server that answers the question with an error (a transaction id it never gave out).
+    let Some(db) = fresh_database("a_commit_that_cannot_be_settled_is_an_unknown_outcome_of_its_own_kind") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let err = layer.settle(u64::from(u32::MAX) << 8, 1).expect_err("a transaction id from the future");
+    assert_eq!(err.kind(), crate::ErrorKind::OutcomeUnknown, "{err}");
+}

@@ -63,16 +63,20 @@ fn next(reader: &mut csv::Reader<Limited>, record: &mut csv::ByteRecord) -> Resu
     match reader.read_byte_record(record) {
         Ok(true) => Ok(Next::Record),
         Ok(false) => Ok(Next::End),
-        Err(e) => match e.into_kind() {
-            csv::ErrorKind::Io(io_error) => {
-                if let Some(too_long) = io_error.get_ref().and_then(|inner| inner.downcast_ref::<RecordTooLong>()) {
-                    Ok(Next::Stop(too_long.to_string()))
-                } else {
-                    Err(Error::io("reading a CSV file", io_error))
+        Err(e) => {
+            // The parser's own words (its Display), never its Debug form.
+            let message = e.to_string();
+            match e.into_kind() {
+                csv::ErrorKind::Io(io_error) => {
+                    if let Some(too_long) = io_error.get_ref().and_then(|inner| inner.downcast_ref::<RecordTooLong>()) {
+                        Ok(Next::Stop(too_long.to_string()))
+                    } else {
+                        Err(Error::io("reading a CSV file", io_error))
+                    }
                 }
+                _ => Ok(Next::Stop(message)),
             }
-            other => Ok(Next::Stop(format!("{other:?}"))),
-        },
+        }
     }
 }
 
@@ -87,8 +91,18 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize
     let mut record = csv::ByteRecord::new();
     let line_of = |record: &csv::ByteRecord| record.position().map_or(0, csv::Position::line);
     match next(&mut reader, &mut record)? {
-        // An empty file holds no rows (the row-count gate judges whether that is expected).
-        Next::End => return Ok(()),
+        // A grain's CSV file names its columns in a header line; an empty file has none, so it
+        // cannot be read at the grain (a file of no rows is the header alone).
+        Next::End => {
+            sink.file_failure(GateFailure::MalformedFile {
+                path: rel.to_owned(),
+                message: format!(
+                    "it is empty: the header line naming the grain's columns ({}) is missing",
+                    grain_columns_sorted(grain).join(", ")
+                ),
+            });
+            return Ok(());
+        }
         Next::Stop(message) => {
             sink.rejected_row(GateFailure::UnparsableRow { path: rel.to_owned(), location: "line 1 (header)".into(), message });
             return Ok(());

@@ -5,7 +5,7 @@
 //! the tag is 32 bits of the key's `foldhash` under a random per-set seed. Nothing is probed
 //! per row: a hash table of a million keys costs a cache miss per row (measured at about
 //! 200 ns per key on this project's 2-core machine, against about 50 ns for appending and
-//! sorting, see README "Validation throughput"), while appending is sequential. A chunk is
+//! sorting, see the book's performance chapter), while appending is sequential. A chunk is
 //! checked once, when it is complete: its entries are sorted as integers (by tag, then by
 //! offset, which is file order), so rows with equal tags are adjacent; each group of equal
 //! tags is sorted by key bytes and compared byte for byte, so the check is exact: every

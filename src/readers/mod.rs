@@ -194,7 +194,11 @@ pub(crate) fn read_partition(
             #[cfg(feature = "parquet")]
             DataFormat::Parquet => parquet::read(file, &entry.path, grain, options.dataset_columns.as_deref(), &mut sink),
             #[cfg(not(feature = "parquet"))]
-            DataFormat::Parquet => Ok(drop(file)),
+            DataFormat::Parquet => {
+                // Refused above, before any file is read; nothing to read here.
+                drop(file);
+                Ok(())
+            }
         }));
         match outcome {
             Ok(result) => result.map_err(|e| match e {

@@ -223,7 +223,8 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, dataset_columns: Option
     let group_rows: Vec<i64> = metadata.row_groups().iter().map(|g| g.num_rows()).collect();
     if group_rows.iter().sum::<i64>() != claimed {
         sink.file_failure(malformed(format!(
-            "its footer claims {claimed} rows but its row groups hold {}",
+            "its footer claims {} but its row groups hold {}",
+            crate::error::count(u64::try_from(claimed).unwrap_or(0), "row"),
             group_rows.iter().sum::<i64>()
         )));
         return Ok(());
@@ -289,7 +290,10 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, dataset_columns: Option
         }
     }
     if rows_read != claimed {
-        sink.file_failure(malformed(format!("its footer claims {claimed} rows but the data holds {rows_read}")));
+        sink.file_failure(malformed(format!(
+            "its footer claims {} but the data holds {rows_read}",
+            crate::error::count(u64::try_from(claimed).unwrap_or(0), "row")
+        )));
     }
     Ok(())
 }

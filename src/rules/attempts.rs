@@ -211,12 +211,13 @@ pub(crate) fn finish(
 }
 
 fn candidate_difference(existing: &Candidate, new: &Candidate) -> String {
+    use crate::error::figure;
     if existing.rows != new.rows {
-        format!("rows {:?} recorded, {:?} now", existing.rows, new.rows)
+        format!("rows {} recorded, {} now", figure(existing.rows), figure(new.rows))
     } else if existing.total != new.total {
-        format!("total {:?} recorded, {:?} now", existing.total, new.total)
+        format!("total {} recorded, {} now", figure(existing.total), figure(new.total))
     } else if existing.digest != new.digest {
-        format!("digest {:?} recorded, {:?} now", existing.digest, new.digest)
+        format!("digest {} recorded, {} now", figure(existing.digest.as_deref()), figure(new.digest.as_deref()))
     } else {
         "the file list differs".to_owned()
     }
@@ -315,7 +316,7 @@ mod tests {
         assert!(matches!(finish(&key(), &foreign, RUN, None, None), Err(Error::ForeignSnapshot { .. })));
         let other = Candidate { rows: Some(2), ..c.clone() };
         let Err(Error::CandidateConflict { detail, .. }) = finish(&key(), &other, RUN, None, Some(&c)) else { panic!("no conflict") };
-        assert_eq!(detail, "rows Some(1) recorded, Some(2) now");
+        assert_eq!(detail, "rows 1 recorded, 2 now");
         let no_digest = Candidate { digest: None, ..c.clone() };
         assert!(matches!(finish(&key(), &no_digest, RUN, None, None), Err(Error::InvalidInput { .. })));
         let with_grain = RunForFinish { has_grain: true, ..RUN };

@@ -29,12 +29,21 @@ pub(crate) fn run_difference(spec: &RunSpec, declared: Declared<'_>) -> Option<S
         return Some(format!("snapshot {:?} was declared, not {:?}", declared.snapshot, spec.snapshot));
     }
     if declared.grain != spec.grain.as_ref() {
-        return Some(format!("grain {:?} was declared, not {:?}", declared.grain, spec.grain));
+        return Some(format!("grain {} was declared, not {}", grain_text(declared.grain), grain_text(spec.grain.as_ref())));
     }
     if declared.task_count != spec.tasks.len() as u64 {
-        return Some(format!("{} tasks were declared, not {}", declared.task_count, spec.tasks.len()));
+        let verb = if declared.task_count == 1 { "was" } else { "were" };
+        return Some(format!("{} {verb} declared, not {}", crate::error::count(declared.task_count, "task"), spec.tasks.len()));
     }
     None
+}
+
+/// A grain in words: `none`, or `(csv: one row per store, item; measure units at scale 2)`.
+fn grain_text(grain: Option<&crate::grain::Grain>) -> String {
+    match grain {
+        None => "none".to_owned(),
+        Some(g) => format!("({}: one row per {}; measure {} at scale {})", g.format, g.keys.join(", "), g.measure, g.measure_scale),
+    }
 }
 
 /// The difference between a task of the new declaration and the stored task of its
@@ -45,8 +54,10 @@ pub(crate) fn task_difference(task: &TaskSpec, stored: Option<DeclaredTask>) -> 
     match stored {
         None => Some(format!("partition {:?} was not declared", task.partition)),
         Some(stored) if stored.expected_rows != task.expected_rows || stored.expected_total != task.expected_total => Some(format!(
-            "partition {:?} was declared with rows {} and total {:?}",
-            task.partition, stored.expected_rows, stored.expected_total
+            "partition {:?} was declared with rows {} and total {}",
+            task.partition,
+            stored.expected_rows,
+            crate::error::figure(stored.expected_total)
         )),
         Some(_) => None,
     }
@@ -80,9 +91,6 @@ mod tests {
         assert_eq!(run_difference(&spec, Declared { task_count: 2, ..same }).as_deref(), Some("2 tasks were declared, not 1"));
         assert_eq!(task_difference(&spec.tasks[0], None).as_deref(), Some("partition \"p=1\" was not declared"));
         let other = DeclaredTask { expected_rows: 3, ..stored };
-        assert_eq!(
-            task_difference(&spec.tasks[0], Some(other)).as_deref(),
-            Some("partition \"p=1\" was declared with rows 3 and total Some(7)")
-        );
+        assert_eq!(task_difference(&spec.tasks[0], Some(other)).as_deref(), Some("partition \"p=1\" was declared with rows 3 and total 7"));
     }
 }

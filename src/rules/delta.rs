@@ -32,7 +32,9 @@ pub(crate) fn partition_values(partition: &str) -> Result<Vec<(String, String)>,
         .split('/')
         .map(|component| match component.split_once('=') {
             Some((column, value)) if !column.is_empty() => Ok((column.to_owned(), value.to_owned())),
-            _ => Err(format!("partition {partition:?}: component {component:?} is not column=value, so it cannot be a Delta partition column")),
+            _ => Err(format!(
+                "partition {partition:?}: component {component:?} is not column=value, so it cannot be a Delta partition column"
+            )),
         })
         .collect()
 }

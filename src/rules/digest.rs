@@ -5,8 +5,7 @@
 //! integer measure); this module encodes each row canonically, hashes it and adds the hash
 //! into a 256-bit sum. Nothing here knows about files or formats.
 
-use sha2::compress256;
-use sha2::digest::generic_array::GenericArray;
+use sha2::block_api::compress256;
 #[cfg(test)]
 use sha2::{Digest, Sha256};
 
@@ -120,9 +119,7 @@ impl RowDigest {
         let keys_before_measure = grain.keys.iter().filter(|k| k.as_bytes() < measure).count();
         let header = header(grain);
         let mut after_header = SHA256_INITIAL;
-        for block in header.chunks_exact(BLOCK_BYTES) {
-            compress256(&mut after_header, std::slice::from_ref(GenericArray::from_slice(block)));
-        }
+        compress256(&mut after_header, header.as_chunks::<BLOCK_BYTES>().0);
         RowDigest {
             header_bytes: header.len() as u64,
             key_order,
@@ -202,7 +199,7 @@ impl RowDigest {
             block[split + 8..values].copy_from_slice(&keys[split..]);
             block[values] = 0x80;
             block[BLOCK_BYTES - 8..].copy_from_slice(&bits);
-            compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(&block)));
+            compress256(&mut state, std::slice::from_ref(&block));
         } else {
             self.buffer.clear();
             self.buffer.extend_from_slice(&keys[..split]);
@@ -212,9 +209,7 @@ impl RowDigest {
             let padded = (values + 9).div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
             self.buffer.resize(padded - 8, 0);
             self.buffer.extend_from_slice(&bits);
-            for block in self.buffer.chunks_exact(BLOCK_BYTES) {
-                compress256(&mut state, std::slice::from_ref(GenericArray::from_slice(block)));
-            }
+            compress256(&mut state, self.buffer.as_chunks::<BLOCK_BYTES>().0);
         }
         // The hash read as a 256-bit big-endian integer: word 0 is the most significant.
         self.add_limbs([

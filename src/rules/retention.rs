@@ -10,7 +10,42 @@
 //! generation on, when nothing older remains for it to hide).
 
 use crate::lifecycle::{RetentionPolicy, RollbackRefusal};
-use crate::model::PartitionEntry;
+use crate::model::{GenerationKind, PartitionEntry};
+
+/// Whether the partitions a read of generation `number` found (`entries`, each newest version
+/// at or below it) agree with the generation's record, which says how many partitions it
+/// replaced; `Err` says how they disagree (the store is damaged: a page of the version table
+/// swapped for another, say, would otherwise read as a generation without partitions).
+///
+/// A publish writes one version entry per task, all visible from its generation on (a later
+/// generation writes at its own number), so exactly `partitions_replaced` entries read back
+/// with `since_generation == number`. A rollback also writes removal markers, which read back
+/// as no entry: at most that many. No entry can be newer than the generation read.
+pub(crate) fn generation_entries_agree(
+    number: u64,
+    kind: &GenerationKind,
+    partitions_replaced: u64,
+    entries: &[PartitionEntry],
+) -> Result<(), String> {
+    if let Some(newer) = entries.iter().find(|e| e.since_generation > number) {
+        return Err(format!(
+            "generation {number} reads partition {:?} from generation {}, which is newer",
+            newer.partition, newer.since_generation
+        ));
+    }
+    let written = entries.iter().filter(|e| e.since_generation == number).count() as u64;
+    let agrees = match kind {
+        GenerationKind::Rollback { .. } => written <= partitions_replaced,
+        GenerationKind::Publish => written == partitions_replaced,
+    };
+    if agrees {
+        Ok(())
+    } else {
+        Err(format!(
+            "generation {number} replaced {partitions_replaced} partition(s) but {written} of the partitions read were written by it"
+        ))
+    }
+}
 
 /// The oldest retained generation, given every stored generation `(number, published_at_ms)`
 /// in ascending order (the last one is the current one). Returns 0 when there is none.
@@ -151,6 +186,21 @@ mod tests {
         assert_eq!(versions_to_remove(&[(1, false), (2, true), (6, false)], 4), vec![1, 2]);
         // But not while an older retained generation can still see the entry it hides.
         assert_eq!(versions_to_remove(&[(1, false), (4, true)], 3), Vec::<u64>::new());
+    }
+
+    /// Issue 32, item 3: a generation read without the partitions its record says it replaced
+    /// (two pages of the version table swapped) is refused, not read as an empty generation.
+    #[test]
+    fn a_generations_entries_must_agree_with_its_record() {
+        let rollback = GenerationKind::Rollback { restored: 1, actor: "a".into(), reason: "r".into() };
+        let two = [entry("a", 3), entry("b", 2)];
+        assert_eq!(generation_entries_agree(3, &GenerationKind::Publish, 1, &two), Ok(()));
+        assert!(generation_entries_agree(3, &GenerationKind::Publish, 1, &[]).unwrap_err().contains("replaced 1 partition(s) but 0"));
+        assert!(generation_entries_agree(3, &GenerationKind::Publish, 0, &two).is_err(), "more written than replaced");
+        assert!(generation_entries_agree(2, &GenerationKind::Publish, 1, &two).unwrap_err().contains("newer"));
+        // A rollback's removal markers read back as no entry: fewer is fine, more is not.
+        assert_eq!(generation_entries_agree(3, &rollback, 2, &two), Ok(()));
+        assert!(generation_entries_agree(3, &rollback, 0, &two).is_err());
     }
 
     fn entry(partition: &str, since: u64) -> PartitionEntry {

@@ -20,7 +20,7 @@ pub(crate) const CURRENT: &str = "current";
 pub(crate) const CURRENT_NEW: &str = ".current-new";
 /// The file that marks a dataset directory under the view root as manifestdb's.
 pub(crate) const MARKER: &str = ".manifestdb-view";
-/// The manifest's schema name and version (see the README, "Reading published data").
+/// The manifest's schema name and version (see the book, `docs/src/reading.md`).
 pub(crate) const MANIFEST_SCHEMA: &str = "manifestdb.view.manifest";
 /// Bumped on any incompatible change of `_manifest.json`.
 pub(crate) const MANIFEST_SCHEMA_VERSION: u32 = 2;
@@ -282,7 +282,10 @@ pub(crate) fn diff(plan: &ViewPlan, found: &BTreeMap<String, Found>) -> Vec<(Str
         match found.get(&file.rel) {
             None => problems.push((file.rel.clone(), format!("missing (partition {:?}, attempt file {:?})", file.partition, file.file))),
             Some(Found::File { size_bytes }) if *size_bytes != file.size_bytes => {
-                problems.push((file.rel.clone(), format!("has {size_bytes} bytes, the generation records {}", file.size_bytes)));
+                problems.push((
+                    file.rel.clone(),
+                    format!("has {}, the generation records {}", crate::error::count(*size_bytes, "byte"), file.size_bytes),
+                ));
             }
             Some(Found::File { .. }) => {}
             Some(Found::Dir) => problems.push((file.rel.clone(), "is a directory, not the partition's file".into())),

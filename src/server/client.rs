@@ -121,8 +121,13 @@ impl Client {
         let token = self.token.clone();
         let content_type = content_type.map(str::to_owned);
         let idempotent = method == hyper::Method::GET;
+        // The server checks that a TCP request names it (against DNS rebinding): its address.
+        let host = match &self.target {
+            Listen::Tcp(addr) => addr.to_string(),
+            _ => "localhost".to_owned(),
+        };
         let build = move || {
-            let mut builder = hyper::Request::builder().method(method.clone()).uri(path).header(hyper::header::HOST, "localhost");
+            let mut builder = hyper::Request::builder().method(method.clone()).uri(path).header(hyper::header::HOST, host.as_str());
             if let Some(content_type) = &content_type {
                 builder = builder.header(hyper::header::CONTENT_TYPE, content_type);
             }

@@ -15,6 +15,8 @@ pub(crate) fn status(kind: ErrorKind, err: Option<&Error>) -> axum::http::Status
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        // The store's database did not answer in time: the gateway's time-out status.
+        ErrorKind::OutcomeUnknown => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
     }
 }

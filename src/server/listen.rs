@@ -12,17 +12,29 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, watch};
 
 use super::Listen;
+use super::bare::JsonErrors;
 use crate::{Error, Result};
 
 /// The longest token file read (a token is a short secret; anything larger is a wrong file).
 const TOKEN_FILE_BYTES_MAX: u64 = 4096;
 
-/// Reads the bearer token: the file's content without surrounding whitespace, not empty.
-pub(super) fn read_token(path: &Path) -> Result<Vec<u8>> {
+/// Reads a bearer token file (the server's, or a client's): the file's content without
+/// surrounding whitespace, not empty. A file that other users may read or write gets a warning
+/// in the log (the token is a secret: `chmod 600` it), not a refusal.
+///
+/// # Errors
+/// `Error::Io` when the file cannot be read; `Error::InvalidInput` for an empty token or a file
+/// over 4 KiB.
+pub fn read_token_file(path: &Path) -> Result<Vec<u8>> {
     use std::io::Read;
     let io = |source| Error::Io { context: format!("reading the token file {}", path.display()), source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mode = file.metadata().map_err(io)?.permissions().mode();
+    if let Some(warning) = token_mode_warning(path, mode) {
+        tracing::warn!("{warning}");
+    }
     let mut bytes = Vec::new();
-    std::fs::File::open(path).map_err(io)?.take(TOKEN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes).map_err(io)?;
+    (&mut file).take(TOKEN_FILE_BYTES_MAX + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > TOKEN_FILE_BYTES_MAX {
         return Err(Error::InvalidInput {
             what: "token file",
@@ -35,6 +47,17 @@ pub(super) fn read_token(path: &Path) -> Result<Vec<u8>> {
         return Err(Error::InvalidInput { what: "token file", value: path.display().to_string(), reason: "the token is empty".into() });
     }
     Ok(token.to_vec())
+}
+
+/// The warning for a token file of `mode` that other users may read or write.
+fn token_mode_warning(path: &Path, mode: u32) -> Option<String> {
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "the token file {} may be read or written by other users (mode {:04o}); the token is a secret: chmod 600 it",
+            path.display(),
+            mode & 0o7777
+        )
+    })
 }
 
 pub(super) enum Listener {
@@ -163,9 +186,11 @@ async fn accept(listener: &Listener) -> std::io::Result<Stream> {
 }
 
 async fn serve_connection(stream: Stream, app: axum::Router, shutdown: watch::Receiver<bool>, idle_timeout: Duration) {
+    // hyper's own answers (to a request it cannot parse) get the JSON error body on their way
+    // out (`bare.rs`).
     match stream {
-        Stream::Unix(s) => serve_io(TokioIo::new(s), app, shutdown, idle_timeout).await,
-        Stream::Tcp(s) => serve_io(TokioIo::new(s), app, shutdown, idle_timeout).await,
+        Stream::Unix(s) => serve_io(TokioIo::new(JsonErrors::new(s)), app, shutdown, idle_timeout).await,
+        Stream::Tcp(s) => serve_io(TokioIo::new(JsonErrors::new(s)), app, shutdown, idle_timeout).await,
     }
 }
 
@@ -188,6 +213,22 @@ where
         _ = shutdown.changed() => {
             connection.as_mut().graceful_shutdown();
             let _ = connection.await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_mode_warning;
+
+    #[test]
+    fn a_token_file_others_may_read_or_write_is_warned_about() {
+        let path = std::path::Path::new("/run/token");
+        assert_eq!(token_mode_warning(path, 0o100600), None);
+        assert_eq!(token_mode_warning(path, 0o100400), None);
+        for mode in [0o100644, 0o100640, 0o100604, 0o100620, 0o100602] {
+            let warning = token_mode_warning(path, mode).unwrap_or_else(|| panic!("{mode:o}"));
+            assert!(warning.contains("/run/token") && warning.contains("chmod 600"), "{warning}");
         }
     }
 }

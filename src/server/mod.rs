@@ -14,15 +14,21 @@
 //!   connect at any moment;
 //! - TCP is opt-in ([`Listen::Tcp`]); an address that is not a loopback address requires a
 //!   bearer token ([`ServerOptions::token_file`]), compared in constant time; a request without
-//!   the right token gets 401.
+//!   the right token gets 401. A TCP request must name this server as its `Host` (a loopback
+//!   address, `localhost`, the listening address or one of [`ServerOptions::host_names`]), or
+//!   it gets 421: a web page cannot drive a loopback server through DNS rebinding.
 //!
 //! Every error is a JSON document `{"error": {"exit_code", "kind", "message"}}` with the exit
 //! code and kind the command-line tool uses for the same error ([`crate::ErrorKind`]): 4xx for the
 //! caller's mistakes, 404 for something named that does not exist, 409 for conflicts with the
-//! store's state, 503 while the store handle is poisoned. Bodies are limited in size
-//! ([`ServerOptions::body_limit_bytes`]); a request must arrive within
+//! store's state, 503 while the store handle is poisoned. That holds for the answers hyper
+//! writes before any route runs too (a request that is not HTTP/1.1, a bad `Content-Length`,
+//! 414 for a URL and 431 for headers over its limits). Bodies are limited in size
+//! ([`ServerOptions::body_limit_bytes`]; a larger declared `Content-Length` is refused at once);
+//! JSON bodies naming a key twice are refused; a request must arrive within
 //! [`ServerOptions::request_timeout`] and a connection's next request head within
-//! [`ServerOptions::idle_timeout`], or the connection is closed.
+//! [`ServerOptions::idle_timeout`], or the connection is closed. An error answer to a request
+//! with a body says `Connection: close` (its body may be unread) and the connection closes.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -38,6 +44,7 @@
 //! # }
 //! ```
 
+mod bare;
 mod client;
 mod kind;
 mod listen;
@@ -49,6 +56,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use client::{Answer, CLIENT_TIMEOUT_DEFAULT, Client, parse_target};
+pub use listen::read_token_file;
 pub use routes::ROUTES;
 
 use crate::{Error, Result, Store};
@@ -118,6 +126,12 @@ pub struct ServerOptions {
     pub idle_timeout: Duration,
     /// The most connections served at once.
     pub connections_max: usize,
+    /// Names a request to a TCP server may give as its `Host`, besides a loopback address,
+    /// `localhost` and the address it listens on (e.g. the host's DNS name, for clients that
+    /// connect by name). Any other `Host` is refused with 421, so that a web page whose name
+    /// was pointed at this address (DNS rebinding) cannot drive the server. Ignored for a Unix
+    /// socket, which no browser reaches.
+    pub host_names: Vec<String>,
 }
 
 impl ServerOptions {
@@ -140,6 +154,7 @@ impl ServerOptions {
             request_timeout: REQUEST_TIMEOUT_DEFAULT,
             idle_timeout: IDLE_TIMEOUT_DEFAULT,
             connections_max: CONNECTIONS_MAX_DEFAULT,
+            host_names: Vec::new(),
         }
     }
 }
@@ -169,7 +184,7 @@ impl Server {
     /// token cannot be read or the listener cannot be bound.
     pub fn start(store: Arc<Store>, options: &ServerOptions) -> Result<Server> {
         let token = match &options.token_file {
-            Some(path) => Some(listen::read_token(path)?),
+            Some(path) => Some(listen::read_token_file(path)?),
             None => None,
         };
         if let Listen::Tcp(addr) = &options.listen
@@ -192,7 +207,15 @@ impl Server {
         let listener = runtime.block_on(listen::bind(&options.listen, options.socket_group_access))?;
         let address = listener.address();
         let store: routes::Served = Arc::new(parking_lot::RwLock::new(store));
-        let app = routes::router(routes::AppState::new(Arc::clone(&store)), token, options.body_limit_bytes, options.request_timeout);
+        let hosts = match &address {
+            Listen::Tcp(addr) => Some(routes::Hosts {
+                listen: addr.ip(),
+                names: options.host_names.iter().map(|name| name.trim_end_matches('.').to_ascii_lowercase()).collect(),
+            }),
+            Listen::Unix(_) => None,
+        };
+        let gate = routes::Gate { token, hosts, body_limit_bytes: options.body_limit_bytes, request_timeout: options.request_timeout };
+        let app = routes::router(routes::AppState::new(Arc::clone(&store)), gate);
         let (shutdown, watch) = tokio::sync::watch::channel(false);
         let accept_loop = runtime.spawn(listen::accept_loop(listener, app, watch, options.idle_timeout, options.connections_max.max(1)));
         tracing::info!(address = %address, "serving the store");

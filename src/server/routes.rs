@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -51,6 +51,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/attempts/heartbeat"),
     ("POST", "/v1/attempts/finish"),
     ("POST", "/v1/attempts/validate"),
+    ("POST", "/v1/attempts/validate-pending"),
     ("POST", "/v1/publish"),
     ("POST", "/v1/effects/record"),
     ("POST", "/v1/effects/claim"),
@@ -79,8 +80,22 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/verify"),
 ];
 
-pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: usize, request_timeout: Duration) -> Router {
+/// What the router checks before any route runs.
+pub(super) struct Gate {
+    /// The bearer token every request must carry, if any.
+    pub(super) token: Option<Vec<u8>>,
+    /// Which `Host` a request may name (TCP only; `None` on a Unix socket).
+    pub(super) hosts: Option<Hosts>,
+    /// The largest request body, in bytes.
+    pub(super) body_limit_bytes: usize,
+    /// How long a request may take to arrive and be answered.
+    pub(super) request_timeout: Duration,
+}
+
+pub(super) fn router(state: AppState, gate: Gate) -> Router {
+    let Gate { token, hosts, body_limit_bytes, request_timeout } = gate;
     let token = token.map(Arc::new);
+    let hosts = hosts.map(Arc::new);
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/runs/declare", post(declare))
@@ -89,6 +104,7 @@ pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: 
         .route("/v1/attempts/heartbeat", post(heartbeat))
         .route("/v1/attempts/finish", post(finish))
         .route("/v1/attempts/validate", post(validate))
+        .route("/v1/attempts/validate-pending", post(validate_pending))
         .route("/v1/publish", post(publish))
         .route("/v1/effects/record", post(effect_record))
         .route("/v1/effects/claim", post(effect_claim))
@@ -119,25 +135,113 @@ pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: 
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit_bytes))
         .layer(middleware::from_fn(move |request: Request, next: Next| {
-            let token = token.clone();
+            let (token, hosts) = (token.clone(), hosts.clone());
             async move {
-                if let Some(expected) = token.as_deref()
-                    && !authorized(request.headers(), expected)
-                {
-                    return ApiError::new(ErrorKind::Unauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)")
-                        .into_response();
+                // Whether the request comes with a body that a refusal may leave unread: then the
+                // connection cannot carry another request, and the answer says it closes.
+                let has_body = request.headers().contains_key(header::TRANSFER_ENCODING)
+                    || request.headers().get(header::CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+                let mut response = match admit(&request, token.as_deref().map(Vec::as_slice), hosts.as_deref(), body_limit_bytes) {
+                    Err(refusal) => refusal.into_response(),
+                    Ok(()) => match tokio::time::timeout(request_timeout, next.run(request)).await {
+                        Ok(response) => response,
+                        Err(_) => ApiError::with_status(
+                            StatusCode::REQUEST_TIMEOUT,
+                            ErrorKind::Usage,
+                            format!("the request was not received and answered within {} s", request_timeout.as_secs_f64()),
+                        )
+                        .into_response(),
+                    },
+                };
+                if has_body && (response.status().is_client_error() || response.status().is_server_error()) {
+                    response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
                 }
-                match tokio::time::timeout(request_timeout, next.run(request)).await {
-                    Ok(response) => response,
-                    Err(_) => ApiError::with_status(
-                        StatusCode::REQUEST_TIMEOUT,
-                        ErrorKind::Usage,
-                        format!("the request was not received and answered within {} s", request_timeout.as_secs_f64()),
-                    )
-                    .into_response(),
-                }
+                response
             }
         }))
+}
+
+/// Which `Host` a TCP server answers: a loopback address, `localhost`, the address it listens
+/// on, or a name it was given. A web page whose name an attacker points at 127.0.0.1 (DNS
+/// rebinding) makes the browser send that name, so its requests are refused before any route
+/// runs.
+#[derive(Debug, Clone)]
+pub(super) struct Hosts {
+    /// The address the server listens on (an unspecified one, `0.0.0.0` or `::`, admits any
+    /// address literal: the browser's origin is then the server itself).
+    pub(super) listen: std::net::IpAddr,
+    /// The names given (`--host-name`), lowercase, without a trailing dot.
+    pub(super) names: Vec<String>,
+}
+
+impl Hosts {
+    /// Whether a request naming `host` (the `Host` header: a name or an address, with an
+    /// optional port) is for this server.
+    pub(super) fn admits(&self, host: &str) -> bool {
+        let host = host.trim();
+        // `[::1]:7070`, `[::1]`, `127.0.0.1:7070`, `name:7070`, `name`.
+        let name = if let Some(rest) = host.strip_prefix('[') {
+            match rest.split_once(']') {
+                Some((inside, after)) if after.is_empty() || after.starts_with(':') => inside,
+                _ => return false,
+            }
+        } else {
+            match host.rsplit_once(':') {
+                Some((name, port)) if !name.contains(':') && port.bytes().all(|b| b.is_ascii_digit()) => name,
+                Some(_) => return false,
+                None => host,
+            }
+        };
+        if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+            return ip.is_loopback() || ip == self.listen || self.listen.is_unspecified();
+        }
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        name == "localhost" || self.names.contains(&name)
+    }
+}
+
+/// The checks of every request before its route: an HTTP/1.1 request names its `Host` (and on
+/// TCP one this server answers to), carries the bearer token when one is required, and
+/// declares no body over the limit (refused at once, not after the body trickled in).
+fn admit(request: &Request, token: Option<&[u8]>, hosts: Option<&Hosts>, body_limit_bytes: usize) -> Result<(), ApiError> {
+    let host = request.headers().get(header::HOST);
+    if host.is_none() && request.version() == axum::http::Version::HTTP_11 {
+        return Err(ApiError::new(ErrorKind::Usage, "an HTTP/1.1 request must name its Host"));
+    }
+    if let (Some(hosts), Some(host)) = (hosts, host) {
+        let text = host.to_str().unwrap_or_default();
+        if !hosts.admits(text) {
+            return Err(ApiError::with_status(
+                StatusCode::MISDIRECTED_REQUEST,
+                ErrorKind::Usage,
+                format!(
+                    "Host {:?} is not this server's: a request must name a loopback address, localhost, the address the server listens on or a name given with --host-name (a guard against DNS rebinding)",
+                    crate::error::shorten(text)
+                ),
+            ));
+        }
+    }
+    if let Some(expected) = token
+        && !authorized(request.headers(), expected)
+    {
+        return Err(ApiError::new(ErrorKind::Unauthorized, "a valid bearer token is required (Authorization: Bearer TOKEN)"));
+    }
+    let declared = request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if let Some(declared) = declared
+        && declared > body_limit_bytes as u64
+    {
+        return Err(too_large(body_limit_bytes));
+    }
+    Ok(())
+}
+
+/// The 413 answer.
+fn too_large(body_limit_bytes: usize) -> ApiError {
+    ApiError::with_status(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Usage,
+        format!("the request body is larger than the server's limit of {body_limit_bytes} bytes"),
+    )
 }
 
 /// Whether the request carries the expected bearer token. The comparison takes the same time
@@ -145,7 +249,14 @@ pub(super) fn router(state: AppState, token: Option<Vec<u8>>, body_limit_bytes: 
 fn authorized(headers: &HeaderMap, expected: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     let Some(value) = headers.get(header::AUTHORIZATION) else { return false };
-    let Some(given) = value.as_bytes().strip_prefix(b"Bearer ") else { return false };
+    // `credentials = auth-scheme 1*SP token68`; the scheme is case-insensitive (RFC 7235).
+    let value = value.as_bytes();
+    let Some(space) = value.iter().position(|&b| b == b' ') else { return false };
+    let (scheme, given) = value.split_at(space);
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return false;
+    }
+    let given = given.trim_ascii_start();
     bool::from(given.ct_eq(expected))
 }
 
@@ -203,32 +314,50 @@ impl IntoResponse for ApiError {
 type Answer = Result<axum::Json<Value>, ApiError>;
 
 /// A JSON body whose rejections are JSON error documents: 415 without `Content-Type:
-/// application/json`, 413 over the size limit, 400 for malformed JSON or unknown fields.
+/// application/json`, 413 over the size limit, 400 for malformed JSON, a key repeated in one
+/// object ([`documents::strict`]) or unknown fields.
 struct Body<T>(T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(request, state).await {
-            Ok(axum::Json(value)) => Ok(Body(value)),
-            Err(rejection) => Err(json_rejection(rejection)),
+        if !json_content_type(request.headers()) {
+            return Err(ApiError::with_status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorKind::Usage,
+                "the request body must be JSON, sent with Content-Type: application/json",
+            ));
         }
+        let bytes = match axum::body::Bytes::from_request(request, state).await {
+            Ok(bytes) => bytes,
+            Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                return Err(ApiError::with_status(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorKind::Usage,
+                    "the request body is larger than the server's limit",
+                ));
+            }
+            Err(rejection) => {
+                return Err(ApiError::with_status(
+                    rejection.status(),
+                    ErrorKind::Usage,
+                    format!("the request body could not be read: {}", rejection.body_text()),
+                ));
+            }
+        };
+        documents::strict::parse(&bytes)
+            .map(Body)
+            .map_err(|e| ApiError::new(ErrorKind::Usage, format!("the request body is not valid: {e}")))
     }
 }
 
-fn json_rejection(rejection: JsonRejection) -> ApiError {
-    // A body that is JSON but not of the route's shape (axum's 422) is a malformed request too.
-    let status = match rejection.status() {
-        StatusCode::UNPROCESSABLE_ENTITY => StatusCode::BAD_REQUEST,
-        other => other,
-    };
-    let message = match &rejection {
-        JsonRejection::MissingJsonContentType(_) => "the request body must be JSON, sent with Content-Type: application/json".to_owned(),
-        _ if status == StatusCode::PAYLOAD_TOO_LARGE => "the request body is larger than the server's limit".to_owned(),
-        _ => format!("the request body is not valid: {}", rejection.body_text()),
-    };
-    ApiError::with_status(status, ErrorKind::Usage, message)
+/// Whether the request says its body is JSON (`application/json`, or a `+json` type), as
+/// axum's `Json` decides it.
+fn json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else { return false };
+    let essence = value.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// A query string whose rejections are JSON error documents (400).
@@ -274,8 +403,11 @@ async fn method_not_allowed(request: Request) -> ApiError {
     )
 }
 
-async fn health() -> axum::Json<Value> {
-    axum::Json(json!({ "status": "serving", "version": env!("CARGO_PKG_VERSION") }))
+/// `{"status": "serving", "version", "staging_root"}`: the server runs, its build, and the
+/// staging root of the store it serves (what `init` of a served store compares).
+async fn health(State(state): State<AppState>) -> axum::Json<Value> {
+    let staging_root = state.store.read().staging_root().to_path_buf();
+    axum::Json(json!({ "status": "serving", "version": env!("CARGO_PKG_VERSION"), "staging_root": staging_root }))
 }
 
 // ---- writes ----
@@ -391,6 +523,40 @@ async fn validate(State(state): State<AppState>, Body(body): Body<serde_json::Ma
         let accepted = snapshot.accepted(&task)?;
         let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
         Ok(axum::Json(documents::validated(&key, &verdict, accepted, reconciliation.as_ref())))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingBody {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    checksums: bool,
+}
+
+/// `attempt validate --pending`: validates every finished, unvalidated attempt of the run
+/// ([`Store::validate_pending`]): `{"dataset", "run", "results": [validated | failed]}`, one
+/// per attempt in (partition, attempt) order; an attempt that fails is its line's error, the
+/// answer is 200 (an unknown run is 404).
+async fn validate_pending(State(state): State<AppState>, Body(body): Body<PendingBody>) -> Answer {
+    blocking(&state, move |store| {
+        let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+        let results = store.validate_pending(&body.dataset, &body.run, check)?;
+        let snapshot = store.snapshot()?;
+        let mut lines = Vec::with_capacity(results.len());
+        for (key, verdict) in results {
+            lines.push(match verdict {
+                Ok(verdict) => {
+                    let accepted = snapshot.accepted(&key.task)?;
+                    let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+                    documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
+                }
+                Err(err) => documents::validation_failed(&key, &err),
+            });
+        }
+        Ok(axum::Json(json!({ "dataset": body.dataset, "run": body.run, "results": lines })))
     })
     .await
 }
@@ -857,5 +1023,51 @@ mod tests {
         assert!(!authorized(&headers, b"secret"));
         headers.insert(header::AUTHORIZATION, "Basic secret".parse().unwrap());
         assert!(!authorized(&headers, b"secret"));
+        // The scheme is case-insensitive (RFC 7235), the token is not.
+        for given in ["bearer secret", "BEARER secret", "BeArEr  secret"] {
+            headers.insert(header::AUTHORIZATION, given.parse().unwrap());
+            assert!(authorized(&headers, b"secret"), "{given}");
+        }
+        for given in ["bearer Secret", "Bearersecret", "Bearer", "bearer ", "Bear secret"] {
+            headers.insert(header::AUTHORIZATION, given.parse().unwrap());
+            assert!(!authorized(&headers, b"secret"), "{given}");
+        }
+    }
+
+    #[test]
+    fn a_tcp_request_must_name_this_server_as_its_host() {
+        let loopback = Hosts { listen: "127.0.0.1".parse().unwrap(), names: vec!["jobs.internal".into()] };
+        for host in [
+            "127.0.0.1:7070",
+            "127.0.0.1",
+            "127.8.9.1:1",
+            "localhost",
+            "LOCALHOST:7070",
+            "localhost.",
+            "[::1]:7070",
+            "[::1]",
+            "jobs.internal",
+            "Jobs.Internal:80",
+        ] {
+            assert!(loopback.admits(host), "{host}");
+        }
+        for host in [
+            "evil.example",
+            "evil.example:7070",
+            "localhost.evil.example",
+            "10.0.0.5:7070",
+            "",
+            ":7070",
+            "[::1",
+            "[::1]x",
+            "a:b:c",
+            "127.0.0.1:x",
+        ] {
+            assert!(!loopback.admits(host), "{host}");
+        }
+        let lan = Hosts { listen: "10.0.0.5".parse().unwrap(), names: Vec::new() };
+        assert!(lan.admits("10.0.0.5:7070") && lan.admits("127.0.0.1") && !lan.admits("10.0.0.6:7070") && !lan.admits("evil.example"));
+        let any = Hosts { listen: "0.0.0.0".parse().unwrap(), names: Vec::new() };
+        assert!(any.admits("10.0.0.6:7070") && any.admits("[fe80::1]:7070") && !any.admits("evil.example"));
     }
 }

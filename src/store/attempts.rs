@@ -16,11 +16,11 @@ impl Store {
     /// Records one unfinished attempt abandoned now, without waiting for its lease: for a try
     /// the scheduler knows is dead (killed by a timeout, say, from an `on_retry_callback`).
     /// From then on its heartbeat, finish and validation are refused
-    /// ([`Error::AttemptAbandoned`]) and cleanup may delete its files once they are older than
+    /// ([`Error::AttemptAbandoned`](crate::Error::AttemptAbandoned)) and cleanup may delete its files once they are older than
     /// the age threshold. Abandoning it again writes nothing.
     ///
     /// # Errors
-    /// [`Error::UnknownAttempt`]; [`Error::AttemptState`] if it has finished (its candidate is
+    /// [`Error::UnknownAttempt`](crate::Error::UnknownAttempt); [`Error::AttemptState`](crate::Error::AttemptState) if it has finished (its candidate is
     /// recorded: invalidate it with [`Store::invalidate_attempt`] instead); storage errors.
     pub fn abandon_attempt(&self, attempt: &AttemptKey) -> Result<AbandonOutcome> {
         check_attempt_key(attempt)?;
@@ -32,7 +32,7 @@ impl Store {
 
     /// Invalidates a finished attempt whose files were lost (or that an operator must not let
     /// publish for another reason): its verdict becomes invalid with
-    /// [`GateFailure::Invalidated`] (`actor`, `reason` and the time recorded), and the task's
+    /// [`GateFailure::Invalidated`](crate::GateFailure::Invalidated) (`actor`, `reason` and the time recorded), and the task's
     /// accepted attempt becomes the lowest valid attempt left, or none, so that the next valid
     /// attempt, or a new one, becomes accepted and the run can publish. Invalidating an
     /// invalid attempt writes nothing.
@@ -42,9 +42,9 @@ impl Store {
     /// from the task's attempts (a scan of that task only).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an empty or overlong actor or reason; [`Error::UnknownRun`],
-    /// [`Error::UnknownAttempt`]; [`Error::RunPublished`] if its run is published (published
-    /// content changes by a new run or a rollback); [`Error::AttemptState`] if it has not
+    /// [`Error::InvalidInput`](crate::Error::InvalidInput) for an empty or overlong actor or reason; [`Error::UnknownRun`](crate::Error::UnknownRun),
+    /// [`Error::UnknownAttempt`](crate::Error::UnknownAttempt); [`Error::RunPublished`](crate::Error::RunPublished) if its run is published (published
+    /// content changes by a new run or a rollback); [`Error::AttemptState`](crate::Error::AttemptState) if it has not
     /// finished (abandon it instead); storage errors.
     pub fn invalidate_attempt(&self, attempt: &AttemptKey, actor: &str, reason: &str) -> Result<InvalidateOutcome> {
         check_attempt_key(attempt)?;

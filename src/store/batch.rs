@@ -58,11 +58,23 @@ impl Store {
     /// [`BatchOp::Validate`]).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for more than [`BATCH_OPS_MAX`] operations (nothing runs); a
-    /// storage error or a poisoned handle fails the whole batch and nothing of it commits.
+    /// [`Error::InvalidInput`] for more than [`BATCH_OPS_MAX`] operations, or for a validation
+    /// of an attempt an earlier operation of the batch finishes (nothing runs); a storage error or a poisoned handle fails the whole batch and nothing of it commits.
     pub fn run_batch(&self, ops: &[BatchOp]) -> Result<Vec<Result<BatchOutcome>>> {
         if ops.len() > BATCH_OPS_MAX {
             return Err(Error::invalid("batch", &ops.len().to_string(), format!("holds more than {BATCH_OPS_MAX} operations")));
+        }
+        if let Some((finish_at, validate_at)) = crate::batch::validation_after_its_finish(ops) {
+            return Err(Error::invalid(
+                "batch",
+                &format!("operation {} (validate)", validate_at + 1),
+                format!(
+                    "validates the attempt operation {} (finish) of the same batch finishes; a validation is prepared against \
+                     the store as it was before the batch, where that attempt is not finished yet: send the validate in a \
+                     later batch (nothing of this batch ran)",
+                    finish_at + 1
+                ),
+            ));
         }
         self.poison.contain("running a batch", || {
             // A batch of many begins makes their directories durable with one sync of the

@@ -154,14 +154,15 @@ impl TaskDir {
     /// made again from the root, once.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a symlink, a non-directory or a non-empty `leaf`; I/O errors.
-    pub(crate) fn create_attempt_dir(&mut self, leaf: &str, staging_rel: &str) -> Result<PathBuf> {
-        if let Some(dir) = self.try_create(leaf, staging_rel)? {
+    /// [`Error::StagingPathTaken`] for a symlink, a non-directory or a non-empty `leaf`;
+    /// [`Error::InvalidInput`] for a symlink or a non-directory on the way to it; I/O errors.
+    pub(crate) fn create_attempt_dir(&mut self, leaf: &str) -> Result<PathBuf> {
+        if let Some(dir) = self.try_create(leaf)? {
             return Ok(dir);
         }
         self.walk_from_root();
         if self.make()?
-            && let Some(dir) = self.try_create(leaf, staging_rel)?
+            && let Some(dir) = self.try_create(leaf)?
         {
             return Ok(dir);
         }
@@ -174,7 +175,7 @@ impl TaskDir {
         self.below = components(&self.rel);
     }
 
-    fn try_create(&mut self, leaf: &str, staging_rel: &str) -> Result<Option<PathBuf>> {
+    fn try_create(&mut self, leaf: &str) -> Result<Option<PathBuf>> {
         let mut dir: Option<Dir> = None;
         for i in 0..self.below.len() {
             let parent = dir.as_ref().unwrap_or(&self.base);
@@ -196,17 +197,17 @@ impl TaskDir {
                 let inspect = |e| Error::io(format!("inspecting {}", path.display()), e);
                 let stat = handles::stat_at(dir.fd.as_fd(), leaf).map_err(inspect)?;
                 if stat.kind != Kind::Dir {
-                    return Err(Error::invalid("staging path", staging_rel, format!("{} exists and is not a directory", path.display())));
+                    let what = if stat.kind == Kind::Symlink { "a symlink" } else { "not a directory" };
+                    return Err(Error::StagingPathTaken { path, detail: format!("it exists and is {what}") });
                 }
                 let existing = handles::open_dir_at(dir.fd.as_fd(), leaf).map_err(inspect)?;
                 let empty =
                     handles::is_empty_except(existing.as_fd(), &[]).map_err(|e| Error::io(format!("listing {}", path.display()), e))?;
                 if !empty {
-                    return Err(Error::invalid(
-                        "staging path",
-                        staging_rel,
-                        format!("{} already holds files of an unknown writer", path.display()),
-                    ));
+                    return Err(Error::StagingPathTaken {
+                        path,
+                        detail: "it is a directory that already holds files of an unknown writer".into(),
+                    });
                 }
                 self.devices.add(stat.device);
                 Ok(Some(path))
@@ -324,7 +325,7 @@ mod tests {
         let mut task = begin.prepare("d/r/date=1/region=eu").unwrap();
         let made: Vec<PathBuf> = ["d", "d/r", "d/r/date=1", "d/r/date=1/region=eu"].iter().map(|p| tmp.path().join(p)).collect();
         assert_eq!(task.created(), made.as_slice());
-        let dir = task.create_attempt_dir("@attempt-1", "d/r/date=1/region=eu/@attempt-1").unwrap();
+        let dir = task.create_attempt_dir("@attempt-1").unwrap();
         assert_eq!(dir, tmp.path().join("d/r/date=1/region=eu/@attempt-1"));
         assert!(dir.is_dir());
         let device = handles::fstat(handles::open_root(tmp.path()).unwrap().as_fd()).unwrap().device;
@@ -342,7 +343,7 @@ mod tests {
         // A cleanup removes the empty task and run directories while the batch holds the run's.
         std::fs::remove_dir(tmp.path().join("d/r/p=1")).unwrap();
         std::fs::remove_dir(tmp.path().join("d/r")).unwrap();
-        let dir = first.create_attempt_dir("@attempt-1", "d/r/p=1/@attempt-1").unwrap();
+        let dir = first.create_attempt_dir("@attempt-1").unwrap();
         assert!(dir.is_dir(), "the task's directory was made again for the attempt's");
         assert!(first.created().contains(&tmp.path().join("d/r")), "and recorded for its sync");
         std::fs::remove_dir(&dir).unwrap();
@@ -370,7 +371,7 @@ mod tests {
         let mut task = begin.prepare("d/r/p=3").unwrap();
         std::fs::remove_dir(tmp.path().join("d/r/p=3")).unwrap();
         std::os::unix::fs::symlink(outside.path(), tmp.path().join("d/r/p=3")).unwrap();
-        let err = task.create_attempt_dir("@attempt-1", "d/r/p=3/@attempt-1").unwrap_err();
+        let err = task.create_attempt_dir("@attempt-1").unwrap_err();
         assert!(err.to_string().contains("symlink"), "{err}");
         assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was created outside the root");
     }
@@ -384,8 +385,27 @@ mod tests {
         std::fs::write(tmp.path().join("d/r/p/@attempt-2/part.csv"), b"x").unwrap();
         let mut task = begin.prepare("d/r/p").unwrap();
         assert!(task.created().is_empty());
-        assert!(task.create_attempt_dir("@attempt-1", "d/r/p/@attempt-1").is_ok(), "an empty leftover is reused");
-        let err = task.create_attempt_dir("@attempt-2", "d/r/p/@attempt-2").unwrap_err();
-        assert!(err.to_string().contains("unknown writer"), "{err}");
+        assert!(task.create_attempt_dir("@attempt-1").is_ok(), "an empty leftover is reused");
+        let err = task.create_attempt_dir("@attempt-2").unwrap_err();
+        assert!(matches!(err, Error::StagingPathTaken { .. }) && err.to_string().contains("unknown writer"), "{err}");
+    }
+
+    /// Issue 32, item 8: a file or a symlink planted at the next attempt's path is a conflict
+    /// naming the path (exit 5), never a usage error.
+    #[test]
+    fn a_file_or_symlink_at_the_attempt_path_is_a_conflict_naming_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut begin = dirs(tmp.path());
+        std::fs::create_dir_all(tmp.path().join("d/r/p")).unwrap();
+        std::fs::write(tmp.path().join("d/r/p/@attempt-1"), b"x").unwrap();
+        std::os::unix::fs::symlink(tmp.path(), tmp.path().join("d/r/p/@attempt-2")).unwrap();
+        let mut task = begin.prepare("d/r/p").unwrap();
+        for (leaf, what) in [("@attempt-1", "not a directory"), ("@attempt-2", "a symlink")] {
+            let err = task.create_attempt_dir(leaf).unwrap_err();
+            let path = tmp.path().join("d/r/p").join(leaf);
+            assert!(matches!(&err, Error::StagingPathTaken { path: p, .. } if *p == path), "{leaf}: {err:?}");
+            assert!(err.to_string().contains(what) && err.to_string().contains(&path.display().to_string()), "{err}");
+            assert_eq!((err.kind(), err.kind().exit_code()), (crate::ErrorKind::Conflict, 5));
+        }
     }
 }

@@ -27,7 +27,7 @@ pub(crate) const ENGINE: &str = "redb";
 /// first storage failure on a write path or the first panic inside redb, it makes every later
 /// write refuse with [`Error::Poisoned`].
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Poison(Arc<Mutex<Option<Cause>>>);
+pub(crate) struct Poison(Arc<Mutex<Option<Cause>>>, Arc<std::sync::atomic::AtomicBool>);
 
 /// Why a handle is poisoned.
 #[derive(Debug, Clone)]
@@ -64,7 +64,20 @@ impl Poison {
 
     /// Poisons the handle because the store was found damaged.
     pub(crate) fn set_damaged(&self, cause: &Error) {
+        self.saw_damage();
         self.set_cause(cause, true);
+    }
+
+    /// Records that a call of this handle (or of a snapshot it handed out) found the store
+    /// damaged, without refusing later calls: a read that met a damaged record, say.
+    pub(crate) fn saw_damage(&self) {
+        self.1.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether this handle found the store damaged (poisoned as damaged, or any of its calls
+    /// returned corruption): then its close puts back what it wrote (`undo.rs`).
+    pub(crate) fn is_damaged(&self) -> bool {
+        self.1.load(std::sync::atomic::Ordering::Acquire) || self.0.lock().as_ref().is_some_and(|cause| cause.damaged)
     }
 
     /// Runs `body`; a panic inside it becomes [`Error::Corrupted`] and poisons the handle.
@@ -72,6 +85,10 @@ impl Poison {
         // The closure's state is dropped or discarded on a panic, and the handle is poisoned
         // for writes, so nothing observes a half-updated value afterwards.
         match catch_unwind(AssertUnwindSafe(body)) {
+            Ok(Err(err)) if err.is_corruption() => {
+                self.saw_damage();
+                Err(err)
+            }
             Ok(result) => result,
             Err(payload) => {
                 let err = panic_error(operation, payload.as_ref());

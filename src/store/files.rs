@@ -133,7 +133,7 @@ pub(crate) fn sync_file(path: &Path) -> Result<()> {
 /// Creates `path` and every missing ancestor, one directory at a time, syncing the parent of
 /// each directory it creates (and the directory itself), so that a power loss cannot take away
 /// a directory an acknowledged operation relies on. An existing `path` costs no sync.
-pub(crate) fn create_dir_all_durable(path: &Path) -> Result<()> {
+pub(crate) fn create_dir_all_durable(path: &Path, mode: u32) -> Result<()> {
     let mut missing = Vec::new();
     let mut probe = Some(path);
     while let Some(dir) = probe.filter(|d| !d.as_os_str().is_empty()) {
@@ -148,8 +148,12 @@ pub(crate) fn create_dir_all_durable(path: &Path) -> Result<()> {
         probe = dir.parent();
     }
     for dir in missing.iter().rev() {
-        match fs::create_dir(dir) {
-            Ok(()) => {}
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        // Made with `mode` (the umask may take bits away, never add any), then given exactly
+        // `mode`, so no moment exists where it is more open than asked.
+        match fs::DirBuilder::new().mode(mode).create(dir) {
+            Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(format!("setting the mode of {}", dir.display()), e))?,
             // Another process made it in between; it syncs what it made.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => continue,
             Err(e) => return Err(Error::io(format!("creating directory {}", dir.display()), e)),

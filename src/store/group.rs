@@ -239,7 +239,12 @@ impl RedbLayer {
             (None, None) => Err(("a grouped write transaction vanished before its commit".to_owned(), None)),
         };
         let (settled, own_error) = match result {
-            Ok(()) => (Ok(()), None),
+            Ok(()) => {
+                if wrote {
+                    self.commit_done();
+                }
+                (Ok(()), None)
+            }
             Err((cause, own_error)) => {
                 match &own_error {
                     Some(err) if err.is_corruption() => poison.set_damaged(err),

@@ -26,8 +26,11 @@
 use redb::{Database, ReadOnlyDatabase, ReadTransaction, ReadableDatabase};
 
 use super::contain::{DropContained, Poison};
+use std::sync::Arc;
+
 use super::group::GroupCommit;
 use super::meta_redb::{RedbMeta, RedbRead};
+use super::undo::UndoLog;
 use crate::error::{Error, Result};
 use crate::meta::{Meta, MetaRead, TxnEnd};
 
@@ -45,6 +48,8 @@ pub(crate) struct RedbLayer {
     pub(super) db: DropContained<Database>,
     /// The queue of grouped writes (see `group.rs`).
     pub(super) group: GroupCommit,
+    /// The store file's undo log (`undo.rs`), told of every commit; `None` on a custom backend.
+    pub(super) undo: Option<Arc<UndoLog>>,
 }
 
 impl Layer {
@@ -117,6 +122,13 @@ impl Layer {
 }
 
 impl RedbLayer {
+    /// After a successful commit: what it wrote stands (the undo log restarts).
+    pub(super) fn commit_done(&self) {
+        if let Some(undo) = &self.undo {
+            undo.commit_done();
+        }
+    }
+
     fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
         let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
         // The tables the body opened close with its `RedbMeta`, before the commit.
@@ -124,6 +136,7 @@ impl RedbLayer {
         match end {
             TxnEnd::Commit(value) => {
                 txn.commit().map_err(|e| Error::storage(context, e))?;
+                self.commit_done();
                 Ok(value)
             }
             TxnEnd::Abort(value) => {
@@ -203,6 +216,7 @@ mod tests {
         "store/group.rs",
         "store/layer.rs",
         "store/engine_error.rs",
+        "store/undo.rs",
         "store/mod.rs",
         "verify.rs",
         "testing.rs",

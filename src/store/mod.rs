@@ -19,6 +19,7 @@ mod meta_redb;
 mod read;
 mod retention;
 mod tables;
+mod undo;
 mod walk;
 mod write;
 
@@ -32,11 +33,14 @@ use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, Wr
 
 use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
+/// For the view root's creation.
+pub(crate) use files::create_dir_all_durable;
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
+use undo::{UndoFile, UndoLog};
 pub use write::{EFFECT_CLAIM_LEASE_MAX, PreparedValidation};
 
 use crate::error::{Error, Result};
@@ -77,7 +81,7 @@ pub struct StoreOptions {
     /// Validation of a run with a grain: the estimated memory of the exact in-memory set of
     /// grain keys, in bytes (the allocated key arena and hash table). Past it the set is sorted
     /// and spilled to a private directory under the staging root, and the runs are merged at
-    /// the end (see the README, "Validation that reads the data"). Default 64 MiB.
+    /// the end (see the book, `docs/src/library.md`). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
     /// Publish views: after every publish and rollback commit, the dataset's current
     /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
@@ -89,6 +93,23 @@ pub struct StoreOptions {
     /// operator's rollback or expiry moves or removes views too). `Some` records a new root or
     /// mode; views under an old root are then left untouched.
     pub views: Option<ViewOptions>,
+    /// Who may read and write what a writable open creates: the store file, its directory,
+    /// the staging root and the view root. `false` (the default): the owner only (files 0600,
+    /// directories 0700), whatever the umask, so no other local user reads the store through
+    /// its files. `true`: the owner's group too (0660, 0770), matching a server's socket made
+    /// for the group ([`crate::server::ServerOptions::socket_group_access`]). Only what is
+    /// created is given a mode: an existing file or directory keeps its own (`chmod` it).
+    pub group_access: bool,
+}
+
+/// The mode of a directory a writable open creates (see [`StoreOptions::group_access`]).
+pub(crate) fn created_dir_mode(group_access: bool) -> u32 {
+    if group_access { 0o770 } else { 0o700 }
+}
+
+/// The mode of the store file a writable open creates (see [`StoreOptions::group_access`]).
+pub(crate) fn created_file_mode(group_access: bool) -> u32 {
+    if group_access { 0o660 } else { 0o600 }
 }
 
 impl Default for StoreOptions {
@@ -99,6 +120,7 @@ impl Default for StoreOptions {
             views: None,
             csv_record_bytes_max: 16 * 1024 * 1024,
             grain_key_bytes_in_memory_max: 64 * 1024 * 1024,
+            group_access: false,
         }
     }
 }
@@ -107,7 +129,23 @@ impl Default for StoreOptions {
 ///
 /// One process at a time may hold a `Store` on a file; other processes may open it read-only
 /// ([`ReadOnlyStore`]) meanwhile. `Store` is `Send + Sync`: share it between worker threads
-/// behind an `Arc`.
+/// behind an `Arc`. Each call is one transaction; the crate's front page walks through the
+/// whole protocol.
+///
+/// ```
+/// use manifestdb::{Error, RunSpec, Store, TaskKey, TaskSpec};
+///
+/// # fn main() -> Result<(), Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// let ticket = store.begin_attempt(&TaskKey::new("daily", "r1", "region=eu"))?;
+/// assert!(ticket.staging_dir.starts_with(store.staging_root()));
+/// // A second writer on the same file is refused while this handle lives.
+/// assert!(matches!(Store::open(dir.path().join("store.redb"), dir.path().join("staging")), Err(Error::AlreadyOpen { .. })));
+/// # Ok(())
+/// # }
+/// ```
 pub struct Store {
     /// The storage layer: the engine's database and its transactions (see `layer.rs`).
     layer: Layer,
@@ -134,6 +172,20 @@ pub struct Store {
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+    }
+}
+
+/// Refuses a PostgreSQL URL in a build without the PostgreSQL layer, which would otherwise
+/// take it for the path of a store file.
+#[cfg(not(feature = "postgres"))]
+fn refuse_postgres_url(location: &Path) -> Result<()> {
+    match location.to_str() {
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => Err(Error::invalid(
+            "store location",
+            url,
+            "this build of manifestdb has no PostgreSQL layer; enable the crate's `postgres` feature",
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -328,18 +380,25 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store", || Store::open_postgres(url, root, lease_ms, options));
         }
-        contain_open("opening the store", || {
+        // Shared with the store file's undo log: a handle that finds damage puts back what it
+        // wrote (`undo.rs`).
+        let poison = Poison::default();
+        poison.contain("opening the store", || {
             if !db_path.exists() {
                 create_file(db_path, options, lease_ms, &root)?;
             }
-            let db = builder(options).open(db_path).map_err(|e| open_error(db_path, e))?;
-            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options)
+            let (backend, undo) = open_store_file(db_path, &poison)?;
+            let db = builder(options).create_with_backend(backend).map_err(|e| open_error(db_path, e))?;
+            undo.opened();
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), Some(undo))
         })
     }
 
@@ -354,27 +413,50 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref())?)?;
-        contain_open("opening the store", || {
+        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
+        let poison = Poison::default();
+        poison.contain("opening the store", || {
             let db = builder(options).create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
-            Store::finish_open(db, None, root, lease_ms, options)
+            Store::finish_open(db, None, root, lease_ms, options, poison.clone(), None)
         })
     }
 
-    fn finish_open(db: Database, db_path: Option<PathBuf>, root: RootSeen, lease_ms: Option<u64>, options: &StoreOptions) -> Result<Store> {
+    fn finish_open(
+        db: Database,
+        db_path: Option<PathBuf>,
+        root: RootSeen,
+        lease_ms: Option<u64>,
+        options: &StoreOptions,
+        poison: Poison,
+        undo: Option<std::sync::Arc<UndoLog>>,
+    ) -> Result<Store> {
         // Owned at the boundary from here on, so that dropping it on a failed open is contained.
         let db = DropContained::new(db);
-        let txn = db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
-        let init = initialize(&txn, lease_ms, &root, None)?;
-        let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
-        // Only a store that needed a change pays a commit: reopening one costs no sync.
-        if init.wrote || configured {
-            txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
-        } else {
-            txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
-        }
-        let layer = Layer::Redb(RedbLayer { db, group: group::GroupCommit::default() });
-        Store::assemble(layer, db_path, root, init, lease_ms, views, options)
+        let layer = RedbLayer { db, group: group::GroupCommit::default(), undo };
+        let checked = (|| -> Result<(Initialized, Option<Views>)> {
+            let txn = layer.db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
+            let init = initialize(&txn, lease_ms, &root, None)?;
+            let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
+            // Only a store that needed a change pays a commit: reopening one costs no sync.
+            if init.wrote || configured {
+                txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
+                layer.commit_done();
+            } else {
+                txn.abort().map_err(|e| Error::storage("checking the store format", e))?;
+            }
+            Ok((init, views))
+        })();
+        let (init, views) = match checked {
+            Ok(checked) => checked,
+            Err(err) => {
+                // Before the handle closes: a damaged store gets back what the open wrote.
+                if err.is_corruption() {
+                    poison.saw_damage();
+                }
+                return Err(err);
+            }
+        };
+        Store::assemble(Layer::Redb(layer), db_path, root, init, lease_ms, views, options, poison)
     }
 
     /// Opens (creating its schema and its format record if needed) the store in the PostgreSQL
@@ -388,11 +470,12 @@ impl Store {
             let (views, configured) = configure_views(meta, options, &root.path)?;
             Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
         })?;
-        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options)
+        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options, Poison::default())
     }
 
     /// The rest of an open, whatever the layer: the staging root's marker (after the commit
     /// that recorded its identity), the handle, and the views brought up to date.
+    #[expect(clippy::too_many_arguments, reason = "the parts of an open, each its own kind")]
     fn assemble(
         layer: Layer,
         db_path: Option<PathBuf>,
@@ -401,6 +484,7 @@ impl Store {
         lease_ms: Option<u64>,
         views: Option<Views>,
         options: &StoreOptions,
+        poison: Poison,
     ) -> Result<Store> {
         if init.write_marker {
             // After the commit: a marker never names an identity no store recorded, except one
@@ -414,7 +498,7 @@ impl Store {
             layer,
             db_path,
             staging_root: root.path,
-            poison: Poison::default(),
+            poison,
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
             staging_identity: init.staging_identity,
@@ -602,8 +686,20 @@ impl Store {
     /// A storage error if the close's writes or syncs failed (the store then needs the recovery
     /// the next open performs; every acknowledged commit is intact).
     pub fn close(self) -> Result<()> {
-        let layer = self.layer;
-        contain_open("closing the store", || layer.close())
+        let (layer, poison) = (self.layer, self.poison);
+        contain_open("closing the store", || layer.close()).map_err(|err| {
+            // A store found damaged fails its close too (redb's "previous I/O error", its
+            // discarded allocator state): that is the damage, not a fault of the close.
+            if poison.is_damaged() && !err.is_corruption() {
+                Error::Corrupted {
+                    table: ENGINE,
+                    key: String::new(),
+                    detail: crate::error::Corruption::Inconsistent { message: format!("closing the store found damaged: {err}") },
+                }
+            } else {
+                err
+            }
+        })
     }
 
     /// Recovers a store whose writer crashed, without a staging root: opens it for writing
@@ -684,7 +780,12 @@ impl Store {
     /// group commit, `group.rs`), returning once the commit holding its write is durable.
     fn write_grouped<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
         let lease = std::cell::Cell::new(false);
-        let value = self.layer.write_grouped(&self.poison, context, |meta| self.with_lease(meta, &lease, &mut body))?;
+        let value =
+            self.layer.write_grouped(&self.poison, context, |meta| self.with_lease(meta, &lease, &mut body)).inspect_err(|err| {
+                if err.is_corruption() {
+                    self.poison.saw_damage();
+                }
+            })?;
         if lease.get() {
             self.lease_recorded();
         }
@@ -719,7 +820,7 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
         }
         (None, None) => return Ok((None, false)),
     };
-    let views = Views::open(&wanted, staging_root)?;
+    let views = Views::open(&wanted, staging_root, created_dir_mode(options.group_access))?;
     let record = ViewsRecord {
         // `Views::open` refuses a root that is not UTF-8.
         root: views.root().to_string_lossy().into_owned(),
@@ -737,8 +838,8 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
 
 /// Creates the staging root if missing (every directory it creates synced into its parent) and
 /// resolves it.
-fn prepare_staging_root(root: &Path) -> Result<PathBuf> {
-    files::create_dir_all_durable(root)?;
+fn prepare_staging_root(root: &Path, group_access: bool) -> Result<PathBuf> {
+    files::create_dir_all_durable(root, created_dir_mode(group_access))?;
     fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
@@ -752,11 +853,14 @@ fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, ro
     };
     // A directory made here must itself survive a power loss, or the store's entry in it
     // could vanish with it: each one made is synced into its parent.
-    files::create_dir_all_durable(&dir)?;
+    files::create_dir_all_durable(&dir, created_dir_mode(options.group_access))?;
     let file_name = db_path.file_name().ok_or_else(|| Error::invalid("store path", &db_path.display().to_string(), "has no file name"))?;
     let tmp = dir.join(format!(".{}.creating-{}-{}", file_name.to_string_lossy(), std::process::id(), now_ms()));
     let built = (|| {
         let db = builder(options).create(&tmp).map_err(|e| open_error(&tmp, e))?;
+        // Private before it holds anything and before it has its name (see
+        // `StoreOptions::group_access`); the link keeps the mode.
+        set_mode(&tmp, created_file_mode(options.group_access))?;
         let txn = db.begin_write().map_err(|e| Error::storage("initializing a new store", e))?;
         initialize(&txn, lease_ms, root, Some(&identity))?;
         txn.commit().map_err(|e| Error::storage("initializing a new store", e))?;
@@ -776,6 +880,27 @@ fn create_file(db_path: &Path, options: &StoreOptions, lease_ms: Option<u64>, ro
     built?;
     removed.map_err(|e| Error::io(format!("removing {}", tmp.display()), e))?;
     files::sync_dir(&dir)
+}
+
+/// The store file at `db_path` opened for writing, behind its undo log (`undo.rs`), whose
+/// damage `poison` records. An empty file is not a store (redb would make one in it).
+fn open_store_file(db_path: &Path, poison: &Poison) -> Result<(UndoFile, std::sync::Arc<UndoLog>)> {
+    let file =
+        fs::OpenOptions::new().read(true).write(true).open(db_path).map_err(|e| Error::storage("opening the store", redb::Error::Io(e)))?;
+    let len = file.metadata().map_err(|e| Error::io(format!("inspecting {}", db_path.display()), e))?.len();
+    if len == 0 {
+        return Err(Error::Storage {
+            context: "opening the store",
+            source: crate::error::StorageError::new(crate::StorageErrorKind::NotAStore, "the store file is empty", None),
+        });
+    }
+    UndoFile::new(file, poison.clone()).map_err(|e| open_error(db_path, e))
+}
+
+/// Gives `path` exactly `mode` (the umask only ever removes bits at creation).
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| Error::io(format!("setting the mode of {}", path.display()), e))
 }
 
 /// How long a reader waits, in total, for a writer that holds a crashed store to finish the
@@ -819,6 +944,20 @@ fn recover_unheld(db_path: &Path, options: &StoreOptions) -> Result<()> {
 
 /// A store opened read-only, typically by another process than the scheduler's (an operator's
 /// CLI, a reader job). It sees each generation the writer publishes once committed.
+///
+/// ```
+/// use manifestdb::{ReadOnlyStore, Store};
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let writer = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// // Beside the writer (in this process or another): one snapshot per consistent read.
+/// let reader = ReadOnlyStore::open(dir.path().join("store.redb"))?;
+/// assert_eq!(reader.snapshot()?.current("daily")?, None); // nothing published yet
+/// # drop(writer);
+/// # Ok(())
+/// # }
+/// ```
 pub struct ReadOnlyStore {
     /// The storage layer (see `layer.rs`).
     layer: ReadLayer,
@@ -856,12 +995,15 @@ impl ReadOnlyStore {
     /// As [`ReadOnlyStore::open`].
     pub fn open_with_options(db_path: impl AsRef<Path>, options: &StoreOptions) -> Result<ReadOnlyStore> {
         let db_path = db_path.as_ref();
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
                 let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
                 let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None };
-                store.snapshot()?.check_format()?;
+                // A snapshot whose connection is lost cannot be read again: a new one is taken.
+                crate::pg::retry_lost_connection("reading the store format", || store.snapshot()?.check_format())?;
                 Ok(store)
             });
         }

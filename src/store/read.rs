@@ -19,8 +19,25 @@ use crate::schema::{FORMAT_VERSION, META, META_FORMAT_KEY, POINTERS, key};
 
 /// A consistent, read-only view of the store at one moment.
 ///
-/// Holding a snapshot keeps the pages it sees alive; drop it when done so the writer can reuse
-/// space.
+/// Every read through one snapshot sees the same committed state, so a manifest, the pointer
+/// and each partition looked up alone agree even while a publish commits. Holding a snapshot
+/// keeps the pages it sees alive; drop it when done so the writer can reuse space.
+///
+/// ```
+/// use manifestdb::Store;
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// let snapshot = store.snapshot()?;
+/// for dataset in snapshot.datasets()? {
+///     if let Some(manifest) = snapshot.manifest(&dataset, None)? {
+///         println!("{dataset}: generation {}, {} partitions", manifest.generation.number, manifest.partitions.len());
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 pub struct Snapshot {
     txn: ReadTxn,
     staging_root: Option<PathBuf>,
@@ -106,7 +123,8 @@ impl Snapshot {
             let Some(generation) = generation else {
                 return Ok(None);
             };
-            let mut partitions = meta.partitions_at(dataset, generation.number)?;
+            let mut partitions =
+                crate::ops::generation_partitions(meta, dataset, generation.number, &generation.kind, generation.partitions_replaced)?;
             for entry in &mut partitions {
                 self.locate(entry);
             }
@@ -302,6 +320,41 @@ impl Snapshot {
         self.read("reading attempts", |meta| {
             Ok(meta.task_attempts(task)?.into_iter().map(|(number, record)| attempt_info(task.attempt(number), record)).collect())
         })
+    }
+
+    /// The attempts of a run that finished and await validation (a candidate recorded, no
+    /// verdict yet), in (partition, attempt) order: what a coordinator validates next
+    /// ([`crate::Store::validate_pending`] validates them all). Running, abandoned and
+    /// validated attempts are not among them.
+    ///
+    /// # Errors
+    /// [`Error::UnknownRun`] if the run was never declared; [`Error::InvalidInput`] for a bad
+    /// name; storage and corruption errors.
+    pub fn pending_attempts(&self, dataset: &str, run: &str) -> Result<Vec<AttemptKey>> {
+        crate::rules::ids::check_name("dataset", dataset)?;
+        crate::rules::ids::check_name("run id", run)?;
+        self.read("reading the attempts awaiting validation", |meta| {
+            if meta.run(dataset, run)?.is_none() {
+                return Err(Error::UnknownRun { dataset: dataset.to_owned(), run: run.to_owned() });
+            }
+            let mut pending = Vec::new();
+            for (partition, _) in meta.run_tasks(dataset, run)? {
+                let task = TaskKey::new(dataset, run, &partition);
+                for (number, record) in meta.task_attempts(&task)? {
+                    if matches!(attempt_status(&record), crate::model::AttemptStatus::Finished) {
+                        pending.push(task.attempt(number));
+                    }
+                }
+            }
+            Ok(pending)
+        })
+    }
+
+    /// Whether the run declares a grain (`None` for a run the store does not hold): with one the
+    /// store computed its published figures, without one they are the workers' reported ones.
+    /// One keyed lookup (no task is read).
+    pub(crate) fn run_declares_grain(&self, dataset: &str, run: &str) -> Result<Option<bool>> {
+        self.read("reading a run", |meta| Ok(meta.run(dataset, run)?.map(|record| record.grain.is_some())))
     }
 
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is

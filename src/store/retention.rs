@@ -93,7 +93,7 @@ impl Store {
     }
 
     /// Makes generation `to` of `dataset` current again, as a new generation recorded in the
-    /// history with its kind [`GenerationKind::Rollback`] (the restored generation, `actor`
+    /// history with its kind [`GenerationKind::Rollback`](crate::GenerationKind::Rollback) (the restored generation, `actor`
     /// and `reason`; its run and snapshot are those of the restored generation). One write
     /// transaction: version entries are written only for the partitions whose content differs
     /// between the current generation and `to` (a removal marker for a partition `to` did not

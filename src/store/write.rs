@@ -121,7 +121,7 @@ impl Store {
         let now = meta.now_ms();
         // The directory is made before the commit: if the commit fails, the number is not taken
         // and the next begin reuses the (empty, never handed out) directory.
-        ops::attempts::begin(meta, task, now, |attempt, staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt), staging_rel))
+        ops::attempts::begin(meta, task, now, |attempt, _staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt)))
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -171,6 +171,28 @@ impl Store {
             drop(snapshot);
             self.store_validation(&prepared)
         })
+    }
+
+    /// Validates every attempt of a run that finished and awaits validation
+    /// ([`crate::Snapshot::pending_attempts`], found in one snapshot), each as
+    /// [`Store::validate_attempt`] does (its files read outside the write transaction, its
+    /// verdict stored in a grouped write of its own), in (partition, attempt) order. One result
+    /// per attempt: an attempt whose validation fails (a file that cannot be read) fails alone, and
+    /// one that another validator validated meanwhile answers with that stored verdict. None
+    /// pending is an empty list.
+    ///
+    /// # Errors
+    /// As [`crate::Snapshot::pending_attempts`] (the run unknown, a bad name, storage errors);
+    /// each attempt's own errors are in its result.
+    pub fn validate_pending(&self, dataset: &str, run: &str, check: FileCheck) -> Result<Vec<(AttemptKey, Result<Verdict>)>> {
+        let pending = self.snapshot()?.pending_attempts(dataset, run)?;
+        Ok(pending
+            .into_iter()
+            .map(|attempt| {
+                let verdict = self.validate_attempt(&attempt, check);
+                (attempt, verdict)
+            })
+            .collect())
     }
 
     /// The first half of [`Store::validate_attempt`], which reads files but writes nothing:

@@ -66,7 +66,7 @@ impl Views {
             match source.run_format(dataset, run)? {
                 Some(DataFormat::Parquet) => {}
                 other => {
-                    let format = other.map_or("no declared grain".to_owned(), |f| format!("a {f:?} grain"));
+                    let format = other.map_or("no declared grain".to_owned(), |f| format!("a {} grain", f.name().to_uppercase()));
                     return Ok(Some(format!(
                         "run {run:?} of generation {} has {format}; a Delta table's data files are Parquet, so the dataset keeps the \
                          directory view only",
@@ -101,6 +101,22 @@ impl Views {
             return Ok(None);
         }
         let table = self.dataset_path(dataset);
+        // The kernel reaches the log by path, following symlinks: a symlink (or a file) planted
+        // in place of the log or the data directory is refused, not followed.
+        for name in [table_rule::LOG_DIR, table_rule::DATA_DIR] {
+            match stat_kind(ds, name) {
+                Ok((FileType::Directory, _)) => {}
+                Ok(_) => {
+                    return Err(self.refused(
+                        dataset,
+                        table.join(name).display().to_string(),
+                        "is a symlink or not a directory; refusing to follow it",
+                    ));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("inspecting {}", table.join(name).display()), e)),
+            }
+        }
         let engine = self.delta_engine(dataset)?;
         let latest = engine.latest_version(&table).map_err(self.delta_err(dataset, "reading"))?;
         let mut out = TableSync { version: latest.unwrap_or(0), ..TableSync::default() };
@@ -108,8 +124,11 @@ impl Views {
             .map_err(|reason| self.refused(dataset, table.display().to_string(), reason))?;
         let mut schema: Option<arrow_schema::Schema> = None;
         for generation in table_rule::generations_to_commit(latest, current.generation.number) {
-            let manifest =
-                if generation == current.generation.number { Some(current.clone()) } else { source.generation_manifest(dataset, Some(generation))? };
+            let manifest = if generation == current.generation.number {
+                Some(current.clone())
+            } else {
+                source.generation_manifest(dataset, Some(generation))?
+            };
             let files = match &manifest {
                 Some(m) => self.table_files(ds, dataset, staging_root, m, &mut schema)?,
                 None => Vec::new(),
@@ -207,7 +226,8 @@ impl Views {
                     ));
                 }
             }
-            let values = table_rule::partition_values(&file.partition).map_err(|reason| self.refused(dataset, file.partition.clone(), reason))?;
+            let values =
+                table_rule::partition_values(&file.partition).map_err(|reason| self.refused(dataset, file.partition.clone(), reason))?;
             out.push(DeltaFile {
                 rel: table_rule::data_rel(&file.rel),
                 partition_values: values,
@@ -353,7 +373,14 @@ impl Views {
     /// log), then the older log entries and every data file no retained generation names go.
     /// A checkpoint is also written every 10th version, as Delta writers do. Returns how many
     /// entries and files were removed.
-    fn retain_table(&self, ds: BorrowedFd<'_>, dataset: &str, source: &dyn Generations, stored: &BTreeSet<u64>, latest: u64) -> Result<usize> {
+    fn retain_table(
+        &self,
+        ds: BorrowedFd<'_>,
+        dataset: &str,
+        source: &dyn Generations,
+        stored: &BTreeSet<u64>,
+        latest: u64,
+    ) -> Result<usize> {
         let table = self.dataset_path(dataset);
         let log_path = table.join(table_rule::LOG_DIR);
         let engine = self.delta_engine(dataset)?;
@@ -408,7 +435,8 @@ impl Views {
         let mut dirs = BTreeSet::new();
         for rel in &gone {
             let (dir_rel, name) = split_parent(rel);
-            let dir = super::open_dirs(data.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", data_path.join(dir_rel).display())))?;
+            let dir =
+                super::open_dirs(data.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", data_path.join(dir_rel).display())))?;
             self.op(&|| format!("removing {}", data_path.join(rel).display()))?;
             rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())
                 .map_err(errno)

@@ -11,7 +11,7 @@
 //! answer the undamaged store gives; none panics, none gives another answer (a "silent wrong
 //! answer"), none reports a damaged store as "not found" or as any other error. Whole pages
 //! swapped with their neighbour are counted and printed apart: some are only caught by redb's
-//! page checksums, which only its integrity check verifies (see README, Crash safety).
+//! page checksums, which only its integrity check verifies (see the book, `docs/src/crash-safety.md`).
 //!
 //! `cargo test --test it damage:: -- --nocapture` prints the figures.
 

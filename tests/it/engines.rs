@@ -1,9 +1,10 @@
-//! Real readers from PyPI over the published views of a Parquet dataset (issue 28, "Tests with
-//! real readers"): three generations with retried attempts left in staging; for every retained
-//! generation, DuckDB, polars and pyarrow over its view directory (`Store::view_path`, `current`
-//! resolved once) sum exactly what the store's manifest says; the same after a rollback and
-//! after an expiry (and the expired generation's view is refused, naming the oldest retained);
-//! a reader of the staging tree overcounts, by the retried attempts' totals.
+//! Real readers from PyPI over the published views and the Delta table of a Parquet dataset
+//! (issue 28, "Tests with real readers"): three generations with retried attempts left in
+//! staging; for every retained generation, DuckDB, polars and pyarrow over its view directory
+//! (`Store::view_path`, `current` resolved once) and deltalake and polars over the Delta table
+//! (`DeltaTable(path)`, `DeltaTable(path, version=N-1)`; DuckDB's `delta_scan` only where its
+//! extension is installed) sum exactly what `show --json` says; the same after a rollback and
+//! after expiries; a reader of the staging tree overcounts, by the retried attempts' totals.
 //!
 //! Outside CI the test skips, saying so, when Python lacks one of the readers; in CI
 //! (`CI=true`) that fails it (`.ci/run` installs them). The readers read local files only.
@@ -78,15 +79,19 @@ fn read_with_engines(path: &Path) -> BTreeMap<String, Vec<(String, String, i64)>
         .collect()
 }
 
-/// What the store says generation `generation` holds: `(date, region, total)` per partition.
+/// What `show --json -g N` says generation `generation` holds (the same document,
+/// `documents::reads::show`): `(date, region, total)` per partition.
 fn store_says(store: &Store, generation: u64) -> Vec<(String, String, i64)> {
-    let manifest = store.snapshot().unwrap().manifest(DATASET, Some(generation)).unwrap().expect("retained");
-    let mut out: Vec<(String, String, i64)> = manifest
-        .partitions
+    let snapshot = store.snapshot().unwrap();
+    let doc = manifestdb::documents::reads::show(&snapshot, DATASET, Some(generation), None).expect("show's document");
+    let mut out: Vec<(String, String, i64)> = doc["partitions"]
+        .as_array()
+        .expect("partitions")
         .iter()
         .map(|p| {
-            let field = |key: &str| p.partition.split('/').find_map(|c| c.strip_prefix(key)).unwrap().to_owned();
-            (field("date="), field("region="), p.total.expect("total"))
+            let key = p["partition"].as_str().expect("partition");
+            let field = |name: &str| key.split('/').find_map(|c| c.strip_prefix(name)).expect("hive key").to_owned();
+            (field("date="), field("region="), p["total"].as_i64().expect("total"))
         })
         .collect();
     out.sort();
@@ -159,58 +164,6 @@ fn check_retained(store: &Store) -> usize {
     history.len()
 }
 
-#[test]
-fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
-    if !readers_available() {
-        return;
-    }
-    let dir = TestDir::new();
-    let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
-        .expect("open");
-    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
-    assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
-    assert_eq!(publish(&store, "r3", &[(3, 33)], &[3]), 3);
-    assert_eq!(check_retained(&store), 3);
-
-    // A reader of the staging tree counts every attempt: the retried partitions twice.
-    let staging = dir.path().join("staging").join(DATASET);
-    let out = Command::new("python3")
-        .args(["-c", "import duckdb, sys; print(duckdb.sql(f\"SELECT sum(units) FROM read_parquet('{sys.argv[1]}/**/*.parquet')\").fetchall()[0][0])"])
-        .arg(&staging)
-        .output()
-        .expect("run python3");
-    assert!(out.status.success(), "DuckDB over the staging tree failed: {}", String::from_utf8_lossy(&out.stderr));
-    let staged: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a sum");
-    let every_run: i64 = (100 + 70 + 50 + 30) + (71 + 51) + 33;
-    let retried: i64 = 100 + 51 + 33;
-    assert_eq!(staged, every_run + retried, "the staging tree holds every attempt of every run");
-    println!(
-        "a reader of the staging tree sums {staged}: every run's output ({every_run}) plus the retried attempts ({retried}); the current view sums {}",
-        store_says(&store, 3).iter().map(|(_, _, t)| t).sum::<i64>()
-    );
-
-    // A rollback is a new generation with its own view; the older views stay readable.
-    let RollbackOutcome::RolledBack(rolled) = store.rollback(DATASET, 1, "ops", "bad upstream").expect("rollback") else {
-        panic!("refused");
-    };
-    assert_eq!(rolled.number, 4);
-    assert_eq!(store_says(&store, 4), store_says(&store, 1));
-    assert_eq!(check_retained(&store), 4);
-
-    // Expiry: the expired generations' views are gone and asking for one names the oldest
-    // retained; the retained ones still read exactly.
-    let report = store
-        .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
-        .expect("expire");
-    assert_eq!(report.expired, [1, 2]);
-    match store.view_path(DATASET, Some(1)) {
-        Err(Error::GenerationNotRetained { generation: 1, oldest_retained: Some(3), .. }) => {}
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(check_retained(&store), 2);
-}
-
 const DELTA_READERS: &str = r#"
 import json, sys
 from deltalake import DeltaTable
@@ -233,13 +186,14 @@ try:
 except Exception as e:
     out["before_oldest"] = type(e).__name__
 import duckdb
-con = duckdb.connect()
+# Never a download at test time: the extension is used only where it is installed already.
+con = duckdb.connect(config={"autoinstall_known_extensions": False})
 try:
     con.sql("LOAD delta")
     out["duckdb"] = sorted([str(d), str(r), int(s)] for d, r, s in con.sql(
         f"SELECT CAST(date AS VARCHAR), region, sum(units) FROM delta_scan('{path}') GROUP BY ALL").fetchall())
 except Exception as e:
-    out["duckdb_skipped"] = "the delta extension is not installed (it would be a download): " + str(e).splitlines()[0][:120]
+    out["duckdb_skipped"] = "DuckDB's delta extension is not installed (installing it is a download): " + str(e).splitlines()[0][:120]
 print(json.dumps(out))
 "#;
 
@@ -318,45 +272,137 @@ fn delta_actions(table: &Path, version: u64) -> (usize, usize, bool) {
     (adds, removes, stats)
 }
 
+/// Every reader of the issue over one Parquet dataset: three generations with retried
+/// attempts left in staging, then a rollback, an expiry and one more publish. At each step
+/// DuckDB, polars and pyarrow over every retained generation's view (`current` resolved once)
+/// and deltalake and polars over the Delta table (its latest version and `version = N - 1` for
+/// every retained N) sum exactly what `show --json` says; each Delta commit adds and removes
+/// exactly the partitions its generation replaced; a reader of the staging tree overcounts.
 #[test]
-fn deltalake_and_polars_read_every_retained_generation_as_its_delta_version() {
+fn readers_of_the_views_and_the_delta_table_sum_what_show_says_through_rollback_and_expiry() {
     if !readers_available() || !deltalake_available() {
         return;
     }
     let dir = TestDir::new();
-    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
     let table = store.view_root().unwrap().join(DATASET);
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
-    assert_eq!(delta_actions(&table, 0), (4, 0, true));
+    assert_eq!(delta_actions(&table, 0), (4, 0, true), "version 0 adds the four partitions");
     assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
     assert_eq!(delta_actions(&table, 1), (2, 2, true), "version 1 replaces exactly the two partitions generation 2 replaced");
     assert_eq!(publish(&store, "r3", &[(3, 33)], &[3]), 3);
     assert_eq!(delta_actions(&table, 2), (1, 1, true));
+    assert_eq!(check_retained(&store), 3);
     check_delta(&store);
 
-    // A rollback is a new version restoring the rolled-back generation's files.
+    // A reader of the staging tree counts every attempt: the retried partitions twice.
+    let staging = dir.path().join("staging").join(DATASET);
+    let out = Command::new("python3")
+        .args(["-c", "import duckdb, sys; print(duckdb.sql(f\"SELECT sum(units) FROM read_parquet('{sys.argv[1]}/**/*.parquet')\").fetchall()[0][0])"])
+        .arg(&staging)
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "DuckDB over the staging tree failed: {}", String::from_utf8_lossy(&out.stderr));
+    let staged: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a sum");
+    let every_run: i64 = (100 + 70 + 50 + 30) + (71 + 51) + 33;
+    let retried: i64 = 100 + 51 + 33;
+    let current: i64 = store_says(&store, 3).iter().map(|(_, _, t)| t).sum();
+    assert_eq!(current, 71 + 51 + 100 + 33);
+    assert_eq!(staged, every_run + retried, "the staging tree holds every attempt of every run");
+    println!(
+        "a reader of the staging tree sums {staged}, {} more than the current generation's {current}: every run's output ({every_run}) \
+         plus the retried attempts ({retried})",
+        staged - current
+    );
+
+    // A rollback is a new generation with its own view and a new Delta version restoring the
+    // rolled-back generation's files; the older views and versions stay readable.
     let RollbackOutcome::RolledBack(rolled) = store.rollback(DATASET, 1, "ops", "bad upstream").expect("rollback") else {
         panic!("refused");
     };
     assert_eq!(rolled.number, 4);
-    assert_eq!(delta_actions(&table, 3), (3, 3, true));
+    assert_eq!(store_says(&store, 4), store_says(&store, 1));
+    assert_eq!(delta_actions(&table, 3), (3, 3, true), "version 3 restores the three partitions generations 2 and 3 replaced");
+    assert_eq!(check_retained(&store), 4);
     check_delta(&store);
 
-    // Expiry: a checkpoint at the oldest retained version; older versions are gone from the
-    // log (reading one fails), the retained ones read exactly; the data files of expired
-    // versions alone are gone.
+    // Expiry: the expired generations' views are gone and asking for one names the oldest
+    // retained; the table gets a checkpoint at the oldest retained version and loses the older
+    // log entries (reading an expired version fails) and the data files only expired versions
+    // named; the retained generations still read exactly, as views and as versions.
+    assert_eq!(data_files(&table), named_by_views(&store), "the table's data files are those the retained views hold");
     let report = store
         .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
         .expect("expire");
     assert_eq!(report.expired, [1, 2]);
+    match store.view_path(DATASET, Some(1)) {
+        Err(Error::GenerationNotRetained { generation: 1, oldest_retained: Some(3), .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(check_retained(&store), 2);
     let doc = check_delta(&store);
     assert_ne!(doc["before_oldest"], "readable", "version 1 (generation 2, expired) is still readable");
-    assert!(table.join("_delta_log").join(format!("{:020}.checkpoint.parquet", 2)).exists(), "a checkpoint at the oldest retained version");
-    assert!(!table.join("_delta_log").join(format!("{:020}.json", 0)).exists());
-    // A reader of the staging tree still overcounts; the table does not.
+    let log = table.join("_delta_log");
+    assert!(log.join(format!("{:020}.checkpoint.parquet", 2)).exists(), "a checkpoint at the oldest retained version");
+    assert!(!log.join(format!("{:020}.json", 0)).exists() && !log.join(format!("{:020}.json", 1)).exists(), "expired versions' commits");
+    assert_eq!(data_files(&table), named_by_views(&store), "no data file a retained version names is gone");
+
+    // One more publish and expiry: generation 3 expires, and with it the data files only it
+    // (and the expired ones) named.
     assert_eq!(publish(&store, "r5", &[(0, 105)], &[]), 5);
-    check_delta(&store);
+    assert_eq!(delta_actions(&table, 4), (1, 1, true));
+    let before = data_files(&table).len();
+    let report = store
+        .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
+        .expect("expire");
+    assert_eq!(report.expired, [3]);
+    assert_eq!(check_retained(&store), 2);
+    let doc = check_delta(&store);
+    assert_ne!(doc["before_oldest"], "readable", "version 2 (generation 3, expired) is still readable");
+    assert!(log.join(format!("{:020}.checkpoint.parquet", 3)).exists(), "a checkpoint at the oldest retained version");
+    let after = data_files(&table);
+    assert_eq!(after, named_by_views(&store), "the table's data files are those the retained views hold");
+    assert!(after.len() < before, "the data files only expired versions named are gone ({before} before, {} after)", after.len());
+}
+
+/// The Parquet files under the table's data directory, relative to it.
+fn data_files(table: &Path) -> std::collections::BTreeSet<String> {
+    let data = table.join("data");
+    walk_files(&data)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .map(|p| p.strip_prefix(&data).unwrap().display().to_string())
+        .collect()
+}
+
+/// The Parquet files of every retained generation's view, relative to the view directory.
+fn named_by_views(store: &Store) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for generation in store.snapshot().unwrap().history(DATASET).unwrap() {
+        let view = store.view_path(DATASET, Some(generation.number)).expect("view path").path;
+        out.extend(
+            walk_files(&view)
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                .map(|p| p.strip_prefix(&view).unwrap().display().to_string()),
+        );
+    }
+    out
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 #[test]
@@ -364,10 +410,20 @@ fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
     let dir = TestDir::new();
     let views = dir.path().join("views");
     let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
-    store.declare_run(&crate::support::run_spec("csv", "r1", "s1", &[("p=1", 2, 10)])).expect("declare");
-    let ticket = crate::support::run_attempt(&store, &TaskKey::new("csv", "r1", "p=1"), "s1", 2, 10);
-    store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate");
-    let PublishOutcome::Published(_) = store.publish("csv", "r1", &PublishOptions::default()).expect("publish") else { panic!() };
+    let spec = RunSpec {
+        grain: Some(Grain::new(DataFormat::Csv, &["item"], "units")),
+        ..crate::support::run_spec("csv", "r1", "s1", &[("p=1", 2, 10)])
+    };
+    store.declare_run(&spec).expect("declare");
+    let ticket = store.begin_attempt(&TaskKey::new("csv", "r1", "p=1")).expect("begin");
+    let file = crate::support::write_rows(&ticket.staging_dir, 2, 10);
+    let candidate = Candidate { snapshot: "s1".into(), rows: None, total: None, digest: None, files: vec![file] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    assert!(store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate").is_valid());
+    match store.publish("csv", "r1", &PublishOptions::default()).expect("publish") {
+        PublishOutcome::Published(_) => {}
+        other => panic!("{other:?}"),
+    }
     let status = store.sync_view("csv").unwrap().unwrap();
     assert_eq!(status.table_version, None);
     assert!(views.join("csv/current").exists());
@@ -384,7 +440,8 @@ fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
 #[test]
 fn a_parquet_file_of_another_schema_is_refused_at_validation() {
     let dir = TestDir::new();
-    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
     store
@@ -433,4 +490,26 @@ fn a_parquet_file_of_another_schema_is_refused_at_validation() {
     let candidate = Candidate { snapshot: "sales@r2".into(), rows: None, total: None, digest: None, files: vec![entry] };
     store.finish_attempt(&ticket.key, &candidate).expect("finish");
     assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate").is_valid());
+}
+
+/// A symlink planted in place of the Delta log is refused, not followed: the kernel would write
+/// where it points.
+#[test]
+fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
+    let table = store.view_root().unwrap().join(DATASET);
+    assert!(table.join("_delta_log").is_dir(), "the first publish wrote the table");
+    std::fs::remove_dir_all(table.join("_delta_log")).expect("remove the log");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::os::unix::fs::symlink(&elsewhere, table.join("_delta_log")).expect("symlink");
+    match store.sync_view(DATASET) {
+        Err(Error::ViewRefused { reason, .. }) => assert!(reason.contains("symlink"), "{reason}"),
+        other => panic!("a symlinked log was not refused: {other:?}"),
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing written through the symlink");
 }

@@ -156,6 +156,29 @@ fn a_zero_byte_file_reported_as_five_rows_is_refused() {
 }
 
 #[test]
+fn a_zero_byte_csv_under_a_grain_is_refused_naming_the_missing_header_even_when_zero_rows_are_expected() {
+    // Zero rows expected and zero read: before, the empty file passed as "0 rows". A CSV at a
+    // grain names its columns in a header line; a file without one is not a partition of none.
+    let f = Fixture::new(Some(grain(DataFormat::Csv)), 0, 0);
+    let (verdict, _) = f.attempt("r1", (None, None, None), |dir| {
+        fs::write(dir.join("part.csv"), "").unwrap();
+        vec![describe_file(dir, "part.csv").unwrap()]
+    });
+    let failures = failures(&verdict);
+    let header = failures.iter().find_map(|f| match f {
+        GateFailure::MalformedFile { path, message } if path == "part.csv" => Some(message.clone()),
+        _ => None,
+    });
+    let header = header.unwrap_or_else(|| panic!("no failure names the missing header: {failures:?}"));
+    assert!(header.contains("header") && header.contains("item, store, units"), "{header}");
+    // The header alone is a partition of no rows, and valid.
+    let f = Fixture::new(Some(grain(DataFormat::Csv)), 0, 0);
+    let (verdict, figures) = f.validate(|dir| vec![write_csv(dir, "part.csv", &[])]);
+    assert_eq!(verdict, Verdict::Valid);
+    assert_eq!(figures.computed_rows, Some(0));
+}
+
+#[test]
 fn a_valid_partition_records_the_computed_figures_and_publishes_the_computed_digest() {
     let f = Fixture::new(Some(grain(DataFormat::Csv)), 4, 25);
     let (verdict, figures) = f.validate(|dir| vec![write_csv(dir, "part.csv", &rows_eu())]);

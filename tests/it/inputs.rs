@@ -122,3 +122,37 @@ fn validating_an_unfinished_attempt_is_refused() {
     let ticket = t.store.begin_attempt(&TaskKey::new("units", "r1", "p")).unwrap();
     assert!(matches!(t.store.validate_attempt(&ticket.key, FileCheck::Size), Err(Error::AttemptState { state: "running", .. })));
 }
+
+/// Issue 32, item 7: what a writable open creates (the store's directory, the store file, the
+/// staging root, the view root) is the owner's only by default, whatever the umask, so another
+/// local user cannot read the store through its files; `group_access` opens it to the owner's
+/// group (as a server's `socket_group_access` does its socket). What exists keeps its mode.
+#[test]
+fn a_new_store_its_staging_root_and_view_root_are_private_unless_group_access_is_asked() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |path: &std::path::Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o777;
+    for (group_access, dir_mode, file_mode) in [(false, 0o700, 0o600), (true, 0o770, 0o660)] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("new/store");
+        let options = manifestdb::StoreOptions {
+            group_access,
+            views: Some(manifestdb::ViewOptions::hard_links(tmp.path().join("views/daily"))),
+            ..manifestdb::StoreOptions::default()
+        };
+        let store = manifestdb::Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options).unwrap();
+        store.close().unwrap();
+        for made in [tmp.path().join("new"), dir.clone(), dir.join("staging"), tmp.path().join("views"), tmp.path().join("views/daily")] {
+            assert_eq!(mode(&made), dir_mode, "group access {group_access}: {}", made.display());
+        }
+        assert_eq!(mode(&dir.join("store.redb")), file_mode, "group access {group_access}: the store file");
+        // An existing staging root keeps its mode.
+        let shared = tmp.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let other =
+            manifestdb::Store::open_with_options(tmp.path().join("other.redb"), &shared, &manifestdb::StoreOptions::default()).unwrap();
+        other.close().unwrap();
+        assert_eq!(mode(&shared), 0o755, "an existing directory keeps its mode");
+        assert_eq!(mode(&tmp.path().join("other.redb")), 0o600);
+    }
+}

@@ -18,6 +18,7 @@ mod hostile;
 mod inputs;
 mod io_errors;
 mod kill;
+mod pending;
 mod pg;
 mod publish;
 mod readers;

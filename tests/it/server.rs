@@ -87,7 +87,12 @@ fn conforms(doc: &Value, schema: &Value, value: &Value, at: &str) -> Result<(), 
 fn assert_documented(doc: &Value, method: &str, path: &str, answer: &Answer) {
     let route = path.split('?').next().unwrap_or(path);
     let responses = &doc["paths"][route][method.to_lowercase()]["responses"];
-    let response = if answer.status == 200 { &responses["200"] } else { &responses["default"] };
+    // Each status the server answers is listed by itself (not left to `default`), its
+    // description shared through `components/responses`.
+    let mut response = &responses[answer.status.to_string()];
+    if let Some(reference) = response.get("$ref").and_then(Value::as_str) {
+        response = &doc["components"]["responses"][reference.trim_start_matches("#/components/responses/")];
+    }
     let schema = &response["content"]["application/json"]["schema"];
     assert!(!schema.is_null(), "{method} {route} {} is not documented", answer.status);
     if let Err(mismatch) = conforms(doc, schema, &answer.body, "$") {
@@ -147,10 +152,32 @@ fn the_routes_served_are_exactly_those_of_the_openapi_document() {
 }
 
 #[test]
+fn the_openapi_document_lists_every_error_status_and_the_bearer_scheme() {
+    let doc = openapi();
+    let scheme = &doc["components"]["securitySchemes"]["bearer"];
+    assert_eq!((scheme["type"].as_str(), scheme["scheme"].as_str()), (Some("http"), Some("bearer")), "{scheme}");
+    assert!(doc["security"].as_array().is_some_and(|s| s.contains(&json!({"bearer": []}))), "{}", doc["security"]);
+    // What the gate and hyper answer on every route, and what a body may add.
+    let every = ["400", "401", "404", "405", "408", "413", "414", "421", "431", "500", "503"];
+    for (method, path) in documented_routes(&doc) {
+        let responses = &doc["paths"][&path][method.to_lowercase()]["responses"];
+        let post = if method == "POST" { &["409", "415", "504"][..] } else { &[] };
+        for status in every.iter().chain(post) {
+            let reference = responses[*status]["$ref"].as_str().unwrap_or_else(|| panic!("{method} {path} does not list {status}"));
+            let name = reference.trim_start_matches("#/components/responses/");
+            assert_eq!(
+                doc["components"]["responses"][name]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/Error",
+                "{method} {path} {status}"
+            );
+        }
+    }
+}
+
+#[test]
 fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     let mut s = Served::new();
     let declare = json!({
-        "dataset": "daily_units", "run": "r1", "snapshot": "sales@v1",
+        "dataset": "daily_units", "run": "r1", "snapshot": "sales@v1", "trust_reported_figures": true,
         "tasks": [{"partition": "region=eu", "expected_rows": 2, "expected_total": 700}, {"partition": "region=us", "expected_rows": 2, "expected_total": 700}],
     });
     assert_eq!(s.call("POST", "/v1/runs/declare", Some(declare.clone()), 200)["outcome"], "declared");
@@ -189,7 +216,12 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
     assert_eq!(s.call("GET", "/v1/effects?dataset=daily_units&run=r1", None, 200)["effects"].as_array().unwrap().len(), 1);
     assert_eq!(s.call("GET", "/v1/current?dataset=daily_units", None, 200)["generation"]["number"], 1);
     let manifest = s.call("GET", "/v1/manifest?dataset=daily_units", None, 200);
-    assert_eq!(manifest["totals"], json!({"partitions": 2, "rows": 4, "total": 1400, "files": 2, "bytes": manifest["totals"]["bytes"]}));
+    assert_eq!(
+        manifest["totals"],
+        json!({"partitions": 2, "rows": 4, "total": 1400, "files": 2, "bytes": manifest["totals"]["bytes"], "reported_partitions": 2})
+    );
+    // The run declares no grain: its figures are the workers', said so per partition.
+    assert!(manifest["partitions"].as_array().unwrap().iter().all(|p| p["figures"] == "reported"), "{manifest}");
     assert_eq!(s.call("GET", "/v1/history?dataset=daily_units", None, 200)["datasets"][0]["generations"].as_array().unwrap().len(), 1);
     assert_eq!(s.call("GET", "/v1/diff?dataset=daily_units&from=1&to=1", None, 200)["unchanged"], 2);
     let run = s.call("GET", "/v1/runs/show?dataset=daily_units&run=r1", None, 200);
@@ -205,7 +237,7 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
         "POST",
         "/v1/runs/declare",
         Some(
-            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
+            json!({"dataset": "daily_units", "run": "r1", "snapshot": "other", "trust_reported_figures": true, "tasks": [{"partition": "region=eu", "expected_rows": 2}]}),
         ),
         409,
     );
@@ -225,7 +257,12 @@ fn a_whole_run_through_the_embedded_server_answers_in_the_documented_shapes() {
 /// server.
 fn declare_run(s: &mut Served, n: usize) {
     let tasks: Vec<Value> = (0..n).map(|i| json!({"partition": format!("p={i}"), "expected_rows": 1})).collect();
-    s.call("POST", "/v1/runs/declare", Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks})), 200);
+    s.call(
+        "POST",
+        "/v1/runs/declare",
+        Some(json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": tasks, "trust_reported_figures": true})),
+        200,
+    );
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::args::{AttemptListArgs, BeginArgs, FinishArgs, HeartbeatArgs, Invalid
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, duration_s, escape, opt, shell_quote, text, utc};
+use crate::output::{Out, Table, count, duration_s, escape, opt, shell_quote, text, utc};
 use crate::remote::{self, Remote};
 
 fn task_key(args: &TaskArgs) -> TaskKey {
@@ -21,16 +21,23 @@ fn task_key(args: &TaskArgs) -> TaskKey {
 }
 
 /// `attempt begin`. With `--env`, a failure also prints to stdout a line that unsets the
-/// attempt's variables and fails with the exit code, so `eval "$env"` fails too (and a script
-/// cannot carry on with a previous attempt's directory).
+/// attempt's variables and fails with the exit code, so `eval "$(manifestdb attempt begin
+/// --env ...)"` fails too (and a script cannot carry on with a previous attempt's directory);
+/// only when stdout is a pipe, what `$(...)` hands to `eval`. A wrapper that collects several
+/// tries' output in a file (or a terminal) gets nothing from a failed try, so evaluating the
+/// collected output runs the successful try's assignments alone.
 pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow::Result<Exit> {
     let result = begin_attempt(location, out, args);
     if args.env
         && let Err(err) = &result
         && !crate::exit::is_broken_pipe(err)
+        && out.stdout_is_pipe()
     {
         let code = crate::exit::classify(err).code();
-        out.raw(&format!("unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; (exit {code})\n"))?;
+        // `! :` fails (status 1) without ending a `set -e` shell by itself: evaluated last, the
+        // eval fails; followed by a later try's assignments (a wrapper that collected every
+        // try's output), it is harmless and those assignments stand.
+        out.raw(&format!("unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; ! :  # manifestdb attempt begin failed (exit {code})\n"))?;
     }
     result
 }
@@ -151,10 +158,14 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
             if args.scan {
                 paths.extend(scan(&dir)?.into_iter().filter(|p| !args.files.contains(p)));
             }
-            let bar = out.progress(paths.len() as u64, "checksumming files");
-            for path in &paths {
-                candidate.files.push(describe_file(&dir, path)?);
-                bar.inc(1);
+            // Weighed by bytes (one big file is most of the work), counted in files.
+            let bytes: u64 = paths.iter().filter_map(|p| std::fs::metadata(dir.join(p)).ok()).map(|m| m.len()).sum();
+            let bar = out.progress_bytes(bytes, paths.len() as u64, "checksumming");
+            for (i, path) in paths.iter().enumerate() {
+                let file = describe_file(&dir, path)?;
+                bar.inc(file.size_bytes);
+                bar.set_message(crate::output::files_done("checksumming", i as u64 + 1, paths.len() as u64));
+                candidate.files.push(file);
             }
             bar.finish_and_clear();
         }
@@ -195,8 +206,11 @@ pub fn finish(location: &LocationArgs, out: &mut Out, args: &FinishArgs) -> anyh
 
 /// `attempt validate`.
 pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> anyhow::Result<Exit> {
-    let task = task_key(&args.task);
-    let key = task.attempt(args.attempt);
+    let (Some(partition), Some(attempt)) = (&args.partition, args.attempt) else {
+        return validate_pending(location, out, args);
+    };
+    let task = TaskKey::new(&args.dataset, &args.run, partition);
+    let key = task.attempt(attempt);
     let doc = match Remote::find(location)? {
         Some(mut server) => server.post(
             "/v1/attempts/validate",
@@ -231,10 +245,14 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         let r = &doc["reconciliation"];
         if r.is_object() {
             let basis = match r["basis"].as_str().and_then(|b| b.strip_prefix("read_")) {
-                Some(format) => format!("read from {} {format} file(s), {} bytes", text(&r["files_read"]), text(&r["bytes_read"])),
-                None => "reported figures only (the run declares no grain)".to_owned(),
+                Some(format) => format!(
+                    "checked: read from {}, {}",
+                    count(r["files_read"].as_u64().unwrap_or(0), &format!("{format} file")),
+                    count(r["bytes_read"].as_u64().unwrap_or(0), "byte")
+                ),
+                None => "reported, not checked (the run declares no grain: nothing read the data)".to_owned(),
             };
-            writeln!(w, "  checked: {basis}")?;
+            writeln!(w, "  figures: {basis}")?;
             let (expected, reported, computed) = (&r["expected"], &r["reported"], &r["computed"]);
             let mut table = Table::new(vec!["", "EXPECTED", "REPORTED", "COMPUTED"]);
             table.row(vec!["rows".into(), text(&expected["rows"]), text(&reported["rows"]), text(&computed["rows"])]);
@@ -249,6 +267,76 @@ pub fn validate(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> 
         Ok(())
     })?;
     Ok(if valid { Exit::Success } else { Exit::Refused })
+}
+
+/// `attempt validate --run R --pending`: every finished attempt of the run awaiting validation
+/// (`Snapshot::pending_attempts`), each validated as `attempt validate` does (files read
+/// through a read-only handle, verdicts stored by one writer) or by the server's
+/// `Store::validate_pending`; one line each.
+fn validate_pending(location: &LocationArgs, out: &mut Out, args: &ValidateArgs) -> anyhow::Result<Exit> {
+    let check = if args.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+    let lines: Vec<serde_json::Value> = match Remote::find(location)? {
+        Some(mut server) => {
+            let body = json!({ "dataset": args.dataset, "run": args.run, "checksums": args.checksums });
+            let doc = server.post("/v1/attempts/validate-pending", &body)?;
+            doc["results"].as_array().cloned().unwrap_or_default()
+        }
+        None => {
+            let reader = location.open_reader()?;
+            let pending = reader.snapshot()?.pending_attempts(&args.dataset, &args.run)?;
+            let bar = out.progress(pending.len() as u64, "validating");
+            let prepared: Vec<_> = pending
+                .into_iter()
+                .map(|key| {
+                    let prepared = reader.prepare_validation(&key, check);
+                    bar.inc(1);
+                    (key, prepared)
+                })
+                .collect();
+            bar.finish_and_clear();
+            crate::location::close_reader(reader)?;
+            let mut lines = Vec::with_capacity(prepared.len());
+            if !prepared.is_empty() {
+                let store = location.open_writer()?;
+                for (key, prepared) in prepared {
+                    lines.push(match prepared.and_then(|p| store.store_validation(&p)) {
+                        Ok(verdict) => {
+                            let snapshot = store.snapshot()?;
+                            let accepted = snapshot.accepted(&key.task)?;
+                            let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+                            json::validated(&key, &verdict, accepted, reconciliation.as_ref())
+                        }
+                        Err(err) => json::validation_failed(&key, &err),
+                    });
+                }
+                crate::location::close_writer(store)?;
+            }
+            lines
+        }
+    };
+    let mut text_out = String::new();
+    for line in &lines {
+        if out.is_json() {
+            text_out.push_str(&format!("{line}\n"));
+            continue;
+        }
+        let key = format!("{}/{}/{}#{}", text(&line["dataset"]), text(&line["run"]), text(&line["partition"]), text(&line["attempt"]));
+        let failures: Vec<String> = line["failures"].as_array().into_iter().flatten().map(|f| text(&f["message"])).collect();
+        let outcome = match (&line["error"], line["verdict"].as_str()) {
+            (error, _) if error.is_object() => format!("failed: {}", text(&error["message"])),
+            (_, Some("valid")) => format!("valid; accepted attempt of the task: {}", text(&line["accepted_attempt"])),
+            _ => format!("invalid: {}", failures.join("; ")),
+        };
+        text_out.push_str(&escape(&format!("attempt {key} {outcome}")));
+        text_out.push('\n');
+    }
+    out.raw(&text_out)?;
+    let failed = lines.iter().find_map(|line| line["error"]["kind"].as_str());
+    Ok(match failed {
+        Some(kind) => crate::remote::exit_of_kind(kind),
+        None if lines.iter().any(|line| line["verdict"] != "valid") => Exit::Refused,
+        None => Exit::Success,
+    })
 }
 
 /// `attempt heartbeat`.
@@ -312,7 +400,7 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &AttemptListArgs) -> a
             ]);
         }
         table.write(w)?;
-        writeln!(w, "({} attempts; lease {})", attempts.len(), crate::output::duration(lease_ms))
+        writeln!(w, "({}; lease {})", count(attempts.len() as u64, "attempt"), crate::output::duration(lease_ms))
     })?;
     Ok(Exit::Success)
 }

@@ -28,6 +28,18 @@ pub fn batch(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
         .map(|(i, text)| (i + 1, serde_json::from_str::<BatchOp>(text).map_err(|e| format!("line {} is not an operation: {e}", i + 1))))
         .collect();
     let ops: Vec<&BatchOp> = lines.iter().filter_map(|(_, op)| op.as_ref().ok()).collect();
+    let numbers: Vec<usize> = lines.iter().filter(|(_, op)| op.is_ok()).map(|(number, _)| *number).collect();
+    // Refused up front, whole (the library refuses it too, by operation index): see --help.
+    for chunk in (0..ops.len()).collect::<Vec<_>>().chunks(BATCH_OPS_MAX) {
+        if let Some((finish, validate)) = manifestdb::validation_after_its_finish(chunk.iter().map(|&i| ops[i])) {
+            return Err(exit::usage(format!(
+                "line {} validates the attempt that line {} finishes in the same batch: a validation is prepared against the \
+                 store as it was before the batch, where that attempt is not finished yet; send the validate in a later batch \
+                 (nothing ran)",
+                numbers[chunk[validate]], numbers[chunk[finish]]
+            )));
+        }
+    }
     // Each operation's result: the result document, or the error object.
     let mut results: Vec<Result<Value, Value>> = Vec::with_capacity(ops.len());
     if !ops.is_empty() {

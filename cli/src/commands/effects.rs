@@ -94,7 +94,8 @@ pub fn record(location: &LocationArgs, out: &mut Out, args: &EffectRecordArgs) -
     Ok(Exit::Success)
 }
 
-/// `effects claim`: exit 0 when claimed, 3 when refused.
+/// `effects claim`: exit 0 when claimed, 3 while another emitter's live claim holds it (wait),
+/// 9 when it was already emitted (done).
 pub fn claim(location: &LocationArgs, out: &mut Out, args: &EffectClaimArgs) -> anyhow::Result<Exit> {
     let key = effect_key(&args.key);
     let doc = match Remote::find(location)? {
@@ -123,7 +124,11 @@ pub fn claim(location: &LocationArgs, out: &mut Out, args: &EffectClaimArgs) -> 
         }
         effects_table(&[&doc["effect"]], w)
     })?;
-    Ok(if outcome == "claimed" { Exit::Success } else { Exit::Refused })
+    Ok(match outcome.as_str() {
+        "claimed" => Exit::Success,
+        "already_emitted" => Exit::AlreadyEmitted,
+        _ => Exit::Refused,
+    })
 }
 
 /// `effects mark-emitted`: exit 0 when marked or already emitted, 3 while another emitter's

@@ -173,10 +173,7 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
     out.emit(&doc, |w| {
         let verb = if doc["mode"] == "execute" { "deleted" } else { "would delete (dry run; --execute to delete)" };
         writeln!(w, "plan {}: {verb} {} file(s), {} bytes", text(&doc["plan"]), items(&doc["deleted"]).len(), text(&doc["bytes_deleted"]))?;
-        for s in items(&doc["skipped"]) {
-            let detail = s["detail"].as_str().map(|d| format!(" ({})", escape(d))).unwrap_or_default();
-            writeln!(w, "  skipped {}: {}{detail}", escape(&text(&s["path"])), text(&s["reason"]).replace('_', " "))?;
-        }
+        write_skipped(w, items(&doc["skipped"]), items(&doc["deleted"]).is_empty())?;
         writeln!(
             w,
             "{} empty directories removed, {} attempt record(s) removed",
@@ -185,4 +182,30 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
         )
     })?;
     Ok(Exit::Success)
+}
+
+/// Paths of one skip reason listed one by one; past this many, the first few and a count.
+const SKIPPED_LISTED_MAX: usize = 10;
+
+/// The skipped paths of `gc apply`, summarised per reason: a plan applied again skips every
+/// path as missing, thousands of lines that say one thing.
+fn write_skipped(w: &mut dyn std::io::Write, skipped: &[serde_json::Value], nothing_deleted: bool) -> std::io::Result<()> {
+    let mut by_reason: std::collections::BTreeMap<String, Vec<&serde_json::Value>> = std::collections::BTreeMap::new();
+    for s in skipped {
+        by_reason.entry(text(&s["reason"]).replace('_', " ")).or_default().push(s);
+    }
+    for (reason, paths) in &by_reason {
+        let shown = if paths.len() > SKIPPED_LISTED_MAX { 3 } else { paths.len() };
+        for s in &paths[..shown] {
+            let detail = s["detail"].as_str().map(|d| format!(" ({})", escape(d))).unwrap_or_default();
+            writeln!(w, "  skipped {}: {reason}{detail}", escape(&text(&s["path"])))?;
+        }
+        if shown < paths.len() {
+            writeln!(w, "  ... and {} more skipped: {reason} (--json lists every path)", paths.len() - shown)?;
+        }
+    }
+    if nothing_deleted && by_reason.get("missing").is_some_and(|missing| missing.len() == skipped.len()) {
+        writeln!(w, "every path of the plan was missing: was it applied before?")?;
+    }
+    Ok(())
 }

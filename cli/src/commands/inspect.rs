@@ -8,7 +8,7 @@ use crate::args::{DiffArgs, LogArgs, ShowArgs};
 use crate::exit::Exit;
 use crate::json::reads;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, escape, text, utc};
+use crate::output::{Out, Table, count, escape, text, utc};
 use crate::remote;
 
 /// The number in a document's field (0 if absent).
@@ -19,6 +19,21 @@ fn number(value: &Value) -> u64 {
 /// The entries of a document's array field.
 fn items(value: &Value) -> &[Value] {
     value.as_array().map(Vec::as_slice).unwrap_or_default()
+}
+
+/// How a partition's figures were obtained, in words: "checked" (the store read the data at
+/// the run's grain) or "reported, not checked" (the worker's own figures).
+fn figures_note(figures: &Value) -> String {
+    match figures.as_str() {
+        Some("computed") => "checked".to_owned(),
+        Some("reported") => "reported, not checked".to_owned(),
+        _ => "-".to_owned(),
+    }
+}
+
+/// `(reported, not checked)` after a partition's figures when they are the worker's own.
+fn figures_suffix(p: &Value) -> &'static str {
+    if p["figures"] == "reported" { ", reported, not checked" } else { "" }
 }
 
 /// A partition's files and bytes, from its document.
@@ -57,7 +72,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
             escape(&text(&g["snapshot"])),
             utc(number(&g["published_at_ms"]))
         )?;
-        let mut table = Table::new(vec!["PARTITION", "SINCE", "RUN", "ATTEMPT", "ROWS", "TOTAL", "FILES", "BYTES"]);
+        let mut table = Table::new(vec!["PARTITION", "SINCE", "RUN", "ATTEMPT", "ROWS", "TOTAL", "FILES", "BYTES", "FIGURES"]);
         for p in items(&doc["partitions"]) {
             let (files, bytes) = files_and_bytes(p);
             table.row(vec![
@@ -69,11 +84,13 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
                 text(&p["total"]),
                 files.to_string(),
                 bytes.to_string(),
+                figures_note(&p["figures"]),
             ]);
         }
         let t = &doc["totals"];
+        let reported = number(&t["reported_partitions"]);
         table.row(vec![
-            format!("({} partitions)", text(&t["partitions"])),
+            format!("({})", count(number(&t["partitions"]), "partition")),
             String::new(),
             String::new(),
             String::new(),
@@ -81,6 +98,7 @@ pub fn show(location: &LocationArgs, out: &mut Out, args: &ShowArgs) -> anyhow::
             text(&t["total"]),
             text(&t["files"]),
             text(&t["bytes"]),
+            if reported > 0 { format!("{reported} reported, not checked") } else { String::new() },
         ]);
         table.write(w)
     })?;
@@ -144,19 +162,20 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
         for p in added {
             writeln!(
                 w,
-                "+ {}  (run {} attempt {}, rows {}, total {})",
+                "+ {}  (run {} attempt {}, rows {}, total {}{})",
                 escape(&text(&p["partition"])),
                 escape(&text(&p["run"])),
                 text(&p["attempt"]),
                 text(&p["rows"]),
-                text(&p["total"])
+                text(&p["total"]),
+                figures_suffix(p)
             )?;
         }
         for r in replaced {
             let (old, new) = (&r["from"], &r["to"]);
             writeln!(
                 w,
-                "~ {}  (run {} attempt {} -> run {} attempt {}; rows {} -> {}, total {} -> {})",
+                "~ {}  (run {} attempt {} -> run {} attempt {}; rows {} -> {}, total {} -> {}{})",
                 escape(&text(&r["partition"])),
                 escape(&text(&old["run"])),
                 text(&old["attempt"]),
@@ -165,7 +184,8 @@ pub fn diff(location: &LocationArgs, out: &mut Out, args: &DiffArgs) -> anyhow::
                 text(&old["rows"]),
                 text(&new["rows"]),
                 text(&old["total"]),
-                text(&new["total"])
+                text(&new["total"]),
+                figures_suffix(new)
             )?;
         }
         for p in removed {
@@ -195,8 +215,9 @@ pub fn stats(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
         let datasets = items(&doc["datasets"]);
         if !datasets.is_empty() {
             writeln!(w)?;
-            let mut table = Table::new(vec!["DATASET", "GENERATION", "PARTITIONS", "ROWS", "FILES", "BYTES"]);
+            let mut table = Table::new(vec!["DATASET", "GENERATION", "PARTITIONS", "ROWS", "FILES", "BYTES", "FIGURES"]);
             for d in datasets {
+                let reported = number(&d["reported_partitions"]);
                 table.row(vec![
                     text(&d["dataset"]),
                     text(&d["current_generation"]),
@@ -204,6 +225,7 @@ pub fn stats(location: &LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
                     text(&d["rows"]),
                     text(&d["files"]),
                     text(&d["bytes"]),
+                    if reported > 0 { format!("{} reported, not checked", count(reported, "partition")) } else { "checked".to_owned() },
                 ]);
             }
             table.write(w)?;

@@ -64,7 +64,7 @@ pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
 /// `recover`: exit 0 whether or not the store needed recovery.
 fn recover(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
     let path = location.store_path()?;
-    if !path.exists() {
+    if !crate::location::store_exists(&path)? {
         return Err(crate::exit::not_found(format!("no store at {}", path.display())));
     }
     let recovered = manifestdb::Store::recover(&path).with_context(|| format!("recovering store {}", path.display()))?;
@@ -79,14 +79,49 @@ fn recover(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::R
     Ok(Exit::Success)
 }
 
+/// `init`: creates the store, or checks an existing one. A store a running server holds exists
+/// and is open with this build's format (the server opened it): `init` asks the server, checks
+/// that it serves the same staging root, and says the store exists (exit 0), so that a
+/// scheduler's declare task may run `init` every time.
 fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Result<Exit> {
-    let (store, path, created) = location.create()?;
-    let staging = store.staging_root().to_path_buf();
+    let path = location.store_path()?;
+    let (staging, created, served) = match crate::remote::Remote::find(location)? {
+        Some(mut server) => {
+            let health = server.get("/v1/health", &json!({}))?;
+            let served = health["staging_root"].as_str().map(std::path::PathBuf::from);
+            let staging = location.staging_root();
+            if let (Some(served), Some(given)) = (&served, &staging) {
+                let given_abs = std::fs::canonicalize(given).unwrap_or_else(|_| given.clone());
+                if given_abs != *served {
+                    return Err(crate::exit::CliError {
+                        exit: Exit::Conflict,
+                        message: format!(
+                            "the running server serves this store with the staging root {}, not {}",
+                            served.display(),
+                            given.display()
+                        ),
+                    }
+                    .into());
+                }
+            }
+            (served.or(staging).unwrap_or_default(), false, Some(server.target()))
+        }
+        None => {
+            let (store, _, created) = location.create()?;
+            let staging = store.staging_root().to_path_buf();
+            crate::location::close_writer(store)?;
+            (staging, created, None)
+        }
+    };
     let doc = json!({ "store": path, "staging": staging, "created": created });
-    crate::location::close_writer(store)?;
     out.emit(&doc, |w| {
+        let state = match (&served, created) {
+            (Some(server), _) => format!(" (exists, already initialised; served by {server})"),
+            (None, true) => " (created)".to_owned(),
+            (None, false) => " (exists)".to_owned(),
+        };
         let mut table = Table::new(vec!["", ""]);
-        table.row(vec!["store".into(), format!("{}{}", path.display(), if created { " (created)" } else { " (exists)" })]);
+        table.row(vec!["store".into(), format!("{}{state}", path.display())]);
         table.row(vec!["staging".into(), staging.display().to_string()]);
         table.write_body(w)
     })?;

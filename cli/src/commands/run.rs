@@ -8,7 +8,7 @@ use crate::args::{DeclareArgs, RunListArgs, RunShowArgs};
 use crate::exit::{Exit, usage};
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, escape, opt, text, utc};
+use crate::output::{Out, Table, count, escape, opt, text, utc};
 use crate::remote::{self, Remote};
 
 fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
@@ -24,6 +24,14 @@ fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
         Some(measure) if !args.grain.is_empty() => Some(json::grain_from(&args.format, args.grain.clone(), measure.clone(), args.scale)?),
         _ => None,
     };
+    // Without a grain the published figures are the workers' own, unchecked: that is said in
+    // words, never the result of a flag left off.
+    if grain.is_none() && !args.trust_reported_figures {
+        return Err(usage(
+            "declare the run's grain (--grain COLUMNS --measure COLUMN) so that validation reads the data, or pass \
+             --trust-reported-figures to publish the rows and totals workers report, unchecked",
+        ));
+    }
     Ok(RunSpec { dataset: dataset.clone(), run: run.clone(), snapshot: snapshot.clone(), tasks: args.tasks.clone(), grain })
 }
 
@@ -35,6 +43,7 @@ fn run_input(spec: &RunSpec) -> Value {
         "snapshot": spec.snapshot,
         "tasks": spec.tasks.iter().map(json::task).collect::<Vec<_>>(),
         "grain": spec.grain.as_ref().map(json::grain),
+        "trust_reported_figures": spec.grain.is_none(),
     })
 }
 
@@ -54,11 +63,11 @@ pub fn declare(location: &LocationArgs, out: &mut Out, args: &DeclareArgs) -> an
         let verb = if doc["outcome"] == "declared" { "declared" } else { "already declared (identical; nothing written)" };
         writeln!(
             w,
-            "run {} of {} {verb}: snapshot {}, {} tasks",
+            "run {} of {} {verb}: snapshot {}, {}",
             escape(&spec.run),
             escape(&spec.dataset),
             escape(&spec.snapshot),
-            spec.tasks.len()
+            count(spec.tasks.len() as u64, "task")
         )?;
         writeln!(w, "{}", escape(&json::grain_line(spec.grain.as_ref())))?;
         let mut table = Table::new(vec!["PARTITION", "EXPECTED ROWS", "EXPECTED TOTAL"]);
@@ -168,7 +177,7 @@ pub fn list(location: &LocationArgs, out: &mut Out, args: &RunListArgs) -> anyho
             ]);
         }
         table.write(w)?;
-        writeln!(w, "({} runs)", runs.len())
+        writeln!(w, "({})", count(runs.len() as u64, "run"))
     })?;
     Ok(Exit::Success)
 }

@@ -1,57 +1,15 @@
 //! `serve`: the library's server (`manifestdb::server`) over the store this command opens.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use manifestdb::server::{Listen, Server, ServerOptions, socket_path};
 use serde_json::json;
 
+use crate::args::ServeArgs;
 use crate::exit::Exit;
 use crate::location::LocationArgs;
 use crate::output::Out;
-
-/// The `--help` text after the flags: what is printed, and where to look next.
-pub const SERVE_HELP: &str = "\
-Once listening, prints one line (with --json: {\"listening\": ADDRESS, \"store\": PATH}) and
-serves until SIGINT or SIGTERM, then finishes the requests in flight, removes the socket and
-closes the store. ADDRESS is unix:PATH or http://HOST:PORT. Every answer is JSON; an error is
-{\"error\": {\"exit_code\", \"kind\", \"message\"}} with the codes listed below.";
-
-/// Flags of `serve`.
-#[derive(Debug, clap::Args)]
-pub struct ServeArgs {
-    /// Listen on this TCP address (e.g. 127.0.0.1:7070) instead of the Unix socket.
-    #[arg(long, value_name = "HOST:PORT", conflicts_with = "socket")]
-    pub listen: Option<SocketAddr>,
-
-    /// The Unix socket's path (default: manifestdb.sock in the store's directory, where the
-    /// tool looks for a running server).
-    #[arg(long, value_name = "PATH")]
-    pub socket: Option<PathBuf>,
-
-    /// Create the socket with mode 0660, so the store owner's group may connect too.
-    #[arg(long)]
-    pub socket_group: bool,
-
-    /// A file holding the bearer token every request must carry (`Authorization: Bearer
-    /// TOKEN`). Required with a non-loopback --listen address.
-    #[arg(long, value_name = "PATH")]
-    pub token_file: Option<PathBuf>,
-
-    /// The largest request body accepted, in bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = manifestdb::server::BODY_LIMIT_BYTES_DEFAULT)]
-    pub body_limit: usize,
-
-    /// How long a request may take to arrive and be answered (408 after that).
-    #[arg(long, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "60s")]
-    pub request_timeout: std::time::Duration,
-
-    /// How long a connection may take to send its next request head before it is closed.
-    #[arg(long, value_name = "DURATION", value_parser = crate::args::parse_duration, default_value = "30s")]
-    pub idle_timeout: std::time::Duration,
-}
 
 /// `serve`: exit 0 after a signal ended it.
 pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow::Result<Exit> {
@@ -65,6 +23,7 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     };
     options.socket_group_access = args.socket_group;
     options.token_file = args.token_file.clone();
+    options.host_names = args.host_names.clone();
     options.body_limit_bytes = args.body_limit;
     options.request_timeout = args.request_timeout;
     options.idle_timeout = args.idle_timeout;

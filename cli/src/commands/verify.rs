@@ -15,7 +15,7 @@ fn report_text(doc: &Value) -> String {
     let integrity = &doc["integrity"];
     let mut lines = vec![match integrity["status"].as_str() {
         Some("passed") => "redb integrity check: passed".to_owned(),
-        Some("repaired") => "redb integrity check: FAILED, repaired by redb".to_owned(),
+        Some("repaired") => "redb integrity check: FAILED (redb's repair of its allocator state was not kept)".to_owned(),
         Some("failed") => format!("redb integrity check: FAILED: {}", text(&integrity["detail"])),
         _ => format!("redb integrity check: skipped ({})", text(&integrity["detail"])),
     }];
@@ -32,7 +32,7 @@ fn report_text(doc: &Value) -> String {
     if findings.is_empty() {
         lines.push("no findings".to_owned());
     } else {
-        lines.push(format!("{} finding(s):", findings.len()));
+        lines.push(format!("{}:", crate::output::count(findings.len() as u64, "finding")));
         for f in findings {
             lines.push(format!("  {} [{}]: {}", text(&f["table"]), text(&f["key"]), text(&f["message"])));
         }

@@ -102,7 +102,40 @@ fn a_whole_run_can_be_driven_through_batches() {
     assert_eq!((shown["totals"]["rows"].as_u64(), shown["totals"]["total"].as_i64()), (Some(3), Some(705)));
 }
 
+/// Issue 32, item 12: a validate after the finish of the same attempt in one batch would fail
+/// as not found although its finish succeeds; the batch is refused up front (exit 2, naming
+/// both lines) and nothing of it runs. The same validate in a later batch works.
+#[test]
+fn a_validate_after_its_finish_in_one_batch_is_refused_up_front_and_works_in_the_next() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    let begun = batch(&env, &json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": EU}).to_string());
+    begun.code(0);
+    let dir = std::path::PathBuf::from(lines(&begun)[0]["result"]["staging_dir"].as_str().unwrap());
+    write_rows(&dir, 2, 700);
+    let file = manifestdb::describe_file(&dir, "part.csv").unwrap();
+    let candidate = json!({
+        "snapshot": "s1", "rows": 2, "total": 700, "digest": "rows=2;total=700",
+        "files": [{"path": file.path, "size_bytes": file.size_bytes, "crc32": file.crc32}],
+    });
+    let finish = json!({"op": "finish", "dataset": "daily", "run": "r1", "partition": EU, "attempt": 1, "candidate": candidate});
+    let validate = json!({"op": "validate", "dataset": "daily", "run": "r1", "partition": EU, "attempt": 1});
+    let begin_us = json!({"op": "begin", "dataset": "daily", "run": "r1", "partition": EU});
+    let refused = batch(&env, &[begin_us.to_string(), finish.to_string(), String::new(), validate.to_string()].join("\n"));
+    refused.code(2);
+    assert!(refused.stderr.contains("line 4 validates the attempt that line 2 finishes"), "{}", refused.stderr);
+    assert!(refused.stdout.is_empty(), "nothing ran: {}", refused.stdout);
+    assert!(!dir.with_file_name("@attempt-2").exists(), "the refused batch's begin did not run");
+    let finished = batch(&env, &finish.to_string());
+    finished.code(0);
+    assert_eq!(lines(&finished)[0]["result"]["outcome"], "recorded", "the refused batch's finish did not run: {}", finished.stdout);
+    let validated = batch(&env, &validate.to_string());
+    validated.code(0);
+    assert_eq!(lines(&validated)[0]["result"]["verdict"], "valid", "{}", validated.stdout);
+}
+
 crate::support::through_a_server!(
+    a_validate_after_its_finish_in_one_batch_is_refused_up_front_and_works_in_the_next,
     a_batch_prints_one_result_line_per_operation_in_order_and_a_bad_line_fails_alone,
     a_whole_run_can_be_driven_through_batches,
 );

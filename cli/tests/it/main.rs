@@ -5,6 +5,7 @@ mod concurrent;
 mod damage;
 mod grain;
 mod maintain;
+mod messages;
 mod operator;
 mod readonly;
 mod refusals;

@@ -243,3 +243,52 @@ crate::support::through_a_server!(
     a_lost_file_is_refused_by_name_and_invalidation_lets_the_retry_publish,
     attempt_abandon_fences_one_attempt_at_once,
 );
+
+#[test]
+fn a_plan_applied_again_summarises_its_missing_paths() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    // An invalid attempt of 40 files: the plan deletes them all.
+    let (attempt, dir) = env.begin("r1", EU);
+    for i in 0..40 {
+        std::fs::write(dir.join(format!("part-{i:02}.csv")), "x").expect("write");
+    }
+    let n = attempt.to_string();
+    let finish = [
+        "attempt",
+        "finish",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "-p",
+        EU,
+        "-a",
+        &n,
+        "--snapshot",
+        "s1",
+        "--rows",
+        "2",
+        "--total",
+        "1",
+        "--digest",
+        "d",
+        "--scan",
+    ];
+    env.run(&finish).code(0);
+    env.run(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(3);
+    let plan = env.json(&["gc", "plan", "--age-threshold", "0s", "--force-short-threshold"]).code(0).json();
+    let id = plan["plan"].as_u64().expect("plan id").to_string();
+    let first = env.run(&["gc", "apply", "--plan", &id, "--execute"]);
+    assert!(first.code(0).stdout.contains("deleted 40 file"), "{}", first.stdout);
+    // Again: every path is missing; a few are named and the rest counted, not 40 lines.
+    let again = env.run(&["gc", "apply", "--plan", &id, "--execute"]);
+    let out = again.code(0).stdout.clone();
+    assert!(out.lines().count() < 10, "{out}");
+    assert_eq!(out.matches("  skipped ").count(), 3, "{out}");
+    assert!(out.contains("... and 37 more skipped: missing"), "{out}");
+    assert!(out.contains("was it applied before?"), "{out}");
+    // The JSON document still lists every path.
+    let doc = env.json(&["gc", "apply", "--plan", &id]).code(0).json();
+    assert_eq!(doc["skipped"].as_array().map(Vec::len), Some(40));
+}

@@ -248,7 +248,11 @@ fn every_verb_naming_something_unknown_exits_4_and_names_it() {
     assert_eq!(id, "1");
     // (verb, arguments, the name the message must contain)
     let cases: &[(&str, &[&str], &str)] = &[
-        ("run declare", &["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", "nosuch-partition:1"], "r1"),
+        (
+            "run declare",
+            &["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", "nosuch-partition:1"],
+            "r1",
+        ),
         ("run show", &["run", "show", "-d", "nosuch", "-r", "r1"], "nosuch"),
         ("run show", &["run", "show", "-d", "daily", "-r", "nosuch"], "nosuch"),
         ("run list", &["run", "list", "-d", "nosuch"], "nosuch"),

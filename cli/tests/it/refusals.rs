@@ -26,7 +26,7 @@ fn publish_of_an_incomplete_run_is_refused_and_moves_no_pointer() {
 fn traversal_in_a_partition_key_is_refused_as_invalid_input() {
     let env = Env::new();
     for bad in ["../../etc:1", "a/../b:1", "/abs:1", "a//b:1"] {
-        let run = env.json(&["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", bad]);
+        let run = env.json(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", bad]);
         run.code(2);
         let error = run.error_json();
         assert_eq!((error["error"]["exit_code"].as_u64(), error["error"]["kind"].as_str()), (Some(2), Some("usage")), "{bad}");
@@ -88,7 +88,12 @@ fn an_unknown_run_task_or_attempt_is_not_found() {
 #[test]
 fn a_missing_store_is_not_found_and_a_missing_location_is_a_usage_error() {
     let env = Env::empty();
-    for args in [&["show"][..], &["log"], &["stats"], &["run", "declare", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]] {
+    for args in [
+        &["show"][..],
+        &["log"],
+        &["stats"],
+        &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"],
+    ] {
         let run = env.run(args);
         run.code(4);
         assert!(run.stderr.contains("manifestdb init"), "{}", run.stderr);
@@ -101,8 +106,20 @@ fn a_missing_store_is_not_found_and_a_missing_location_is_a_usage_error() {
     assert!(run.stderr.contains("--dir"), "{}", run.stderr);
     // Writers need a staging root too; --store alone is not enough.
     let env = Env::new();
-    finish(command().arg("--store").arg(env.db_path()).args(["run", "declare", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]))
-        .code(2);
+    finish(command().arg("--store").arg(env.db_path()).args([
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "a",
+        "-r",
+        "b",
+        "--snapshot",
+        "s",
+        "--task",
+        "p:1",
+    ]))
+    .code(2);
     // ... but readers do not, and the environment variable works as --dir does.
     finish(command().arg("--store").arg(env.db_path()).arg("stats")).code(0);
     finish(command().envs(env.store_env()).arg("stats")).code(0);
@@ -116,16 +133,18 @@ fn a_second_writer_is_busy_and_a_damaged_store_is_corrupt() {
     }
     let env = Env::new();
     let holder = manifestdb::Store::open(env.db_path(), env.staging()).expect("hold the store");
-    let run = env.json(&["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", "p:1"]);
+    let run = env.json(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", "p:1"]);
     run.code(6);
     assert_eq!(run.error_json()["error"]["kind"], "busy");
     drop(holder);
-    env.run(&["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", "p:1"]).code(0);
+    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r1", "--snapshot", "s", "--task", "p:1"]).code(0);
 
     let garbage = Env::empty();
     std::fs::create_dir_all(garbage.staging()).expect("mkdir");
     std::fs::write(garbage.db_path(), vec![0x5a; 64 * 1024]).expect("write garbage");
-    for args in [&["show"][..], &["log"], &["run", "declare", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]] {
+    for args in
+        [&["show"][..], &["log"], &["run", "declare", "--trust-reported-figures", "-d", "a", "-r", "b", "--snapshot", "s", "--task", "p:1"]]
+    {
         let run = garbage.json(args);
         run.code(7);
         assert_eq!(run.error_json()["error"]["kind"], "corrupt");

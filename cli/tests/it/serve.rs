@@ -259,7 +259,7 @@ fn tcp_needs_the_token_and_a_non_loopback_address_is_refused_without_one() {
         "token",
     );
     assert_error(&serve.client().with_token("s3cret").request("GET", "/v1/health", None).unwrap(), 401, ErrorKind::Unauthorized, "token");
-    let declare = json!({"dataset": "d", "run": "r1", "snapshot": "s", "tasks": [{"partition": "p=1", "expected_rows": 1}]});
+    let declare = json!({"dataset": "d", "run": "r1", "snapshot": "s", "trust_reported_figures": true, "tasks": [{"partition": "p=1", "expected_rows": 1}]});
     assert_eq!(serve.client().request("POST", "/v1/runs/declare", Some(&declare)).unwrap().status, 401);
     assert_eq!(env.json(&["run", "show", "-d", "d", "-r", "r1"]).code, 4, "an unauthorised request wrote nothing");
     let mut client = serve.client().with_token("s3cret-token");
@@ -322,10 +322,21 @@ fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at
     // A reading verb asks the server too, and sees its commit; so does an operator verb.
     assert_eq!(env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["tasks"][0]["attempts"][0]["attempt"], 1);
     assert_eq!(env.json(&["--wait", "0s", "gc", "abandon"]).code(0).json()["mode"], "dry_run");
+    // `init` of the store the server holds succeeds: it exists, and the server says so (a
+    // scheduler's declare task runs `init` on every try).
+    let init = env.json(&["--wait", "0s", "init"]).code(0).json();
+    assert_eq!((init["created"].as_bool(), init["staging"].as_str()), (Some(false), env.staging().canonicalize().unwrap().to_str()));
+    let text = env.run(&["--wait", "0s", "init"]);
+    assert!(text.code(0).stdout.contains("already initialised"), "{}", text.stdout);
+    // ... unless it names another staging root than the one the server serves.
+    let other = env.tmp.path().join("other-staging");
+    let wrong = env.json(&["--staging", other.to_str().unwrap(), "init"]);
+    wrong.code(5);
+    assert!(wrong.error_json()["error"]["message"].as_str().unwrap().contains("staging root"), "{}", wrong.stderr);
     // A verb that needs the file itself fails busy at once, saying why.
-    let init = env.json(&["init"]);
-    init.code(6);
-    assert!(init.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", init.stderr);
+    let second = env.json(&["serve"]);
+    second.code(6);
+    assert!(second.error_json()["error"]["message"].as_str().unwrap().contains("running server"), "{}", second.stderr);
     // An error answer is the same exit code and message as without a server.
     let unknown = env.json(&["attempt", "begin", "-d", "daily", "-r", "r1", "-p", "p=none"]);
     unknown.code(4);
@@ -346,4 +357,224 @@ fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at
     let served = env.json(&[&["--server", url.as_str(), "--server-token-file", token_file.to_str().unwrap()][..], &begin].concat());
     assert_eq!(served.code(0).json()["attempt"], 2);
     assert_eq!(serve.stop(), 0);
+}
+
+/// An answer read off a raw connection: its status, its head's lines (lowercase names) and its
+/// body, and whether the server then closed the connection.
+struct RawAnswer {
+    status: u16,
+    head: String,
+    body: Value,
+}
+
+impl RawAnswer {
+    /// Parses the first answer of `bytes`.
+    #[track_caller]
+    fn parse(bytes: &[u8]) -> RawAnswer {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no answer head: {text:?}"));
+        let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status: {head}"));
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+            .unwrap_or_else(|| panic!("no content-length: {head}"));
+        let body = serde_json::from_str(&body[..length]).unwrap_or_else(|e| panic!("the body is not JSON ({e}): {text:?}"));
+        RawAnswer { status, head: head.to_ascii_lowercase(), body }
+    }
+
+    /// The documented JSON error of `kind`, with `Connection: close`.
+    #[track_caller]
+    fn assert_error(&self, status: u16, kind: &str, needle: &str) {
+        assert_eq!(self.status, status, "{}\n{}", self.head, self.body);
+        assert_eq!(self.body["error"]["kind"], kind, "{}", self.body);
+        assert!(self.body["error"]["exit_code"].is_u64(), "{}", self.body);
+        let message = self.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(needle), "{message:?} does not mention {needle:?}");
+        assert!(self.head.contains("content-type: application/json"), "{}", self.head);
+    }
+
+    fn closes(&self) -> bool {
+        self.head.contains("connection: close")
+    }
+}
+
+/// Sends `request` on a new connection to the Unix socket and reads until the server closes it
+/// (or 10 s pass).
+fn raw_unix(socket: &Path, request: &[u8]) -> Vec<u8> {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    raw_exchange(&mut stream, request)
+}
+
+fn raw_exchange<S: Read + Write>(stream: &mut S, request: &[u8]) -> Vec<u8> {
+    // The server may answer (and close) before it read everything: a failed send is fine.
+    let _ = stream.write_all(request);
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    answer
+}
+
+#[test]
+fn requests_hyper_cannot_parse_get_the_documented_json_error_and_the_connection_closes() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &[]);
+    let socket = serve.socket();
+    let long_url = format!("GET /v1/health?{} HTTP/1.1\r\nHost: x\r\n\r\n", "a".repeat(100_000));
+    let huge_headers = format!("GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(1 << 20));
+    let cases: [(&[u8], u16); 7] = [
+        (b"\x00\x01 not http at all\r\n\r\n", 400),
+        (b"GET /v1/health\r\n\r\n", 400), // HTTP/0.9
+        (b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nabcdef", 400),
+        (b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: five\r\n\r\n", 400),
+        (b"POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+        (long_url.as_bytes(), 414),
+        (huge_headers.as_bytes(), 431),
+    ];
+    for (request, status) in cases {
+        let answer = RawAnswer::parse(&raw_unix(&socket, request));
+        answer.assert_error(status, "usage", "");
+        assert!(answer.closes(), "{}", answer.head);
+    }
+    assert_eq!(serve.client().request("GET", "/v1/health", None).unwrap().status, 200, "the server goes on serving");
+}
+
+#[test]
+fn an_http_1_1_request_must_name_its_host_and_json_keys_may_not_repeat() {
+    let env = Env::new();
+    env.declare("r1", "s@1", &[("p=1", 1, 5)]);
+    let serve = Serve::start(&env, &[]);
+    let socket = serve.socket();
+    RawAnswer::parse(&raw_unix(&socket, b"GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n")).assert_error(400, "usage", "Host");
+    // HTTP/1.0 has no Host requirement.
+    let old = RawAnswer::parse(&raw_unix(&socket, b"GET /v1/health HTTP/1.0\r\n\r\n"));
+    assert_eq!((old.status, &old.body["status"]), (200, &json!("serving")));
+
+    let mut client = serve.client();
+    let before = table_counts(&mut client);
+    // The same key twice, at the top or deeper: refused, not "last wins".
+    for body in [
+        r#"{"dataset": "daily", "run": "r1", "partition": "p=1", "partition": "p=2"}"#,
+        r#"{"dataset": "daily", "run": "r1", "partition": "p=1", "attempt": 1, "candidate": {"snapshot": "s@1", "rows": 1, "rows": 5, "digest": "d"}}"#,
+    ] {
+        let route = if body.contains("candidate") { "/v1/attempts/finish" } else { "/v1/attempts/begin" };
+        let answer = client.request_bytes("POST", route, Some("application/json"), body.as_bytes().to_vec()).unwrap();
+        assert_error(&answer, 400, ErrorKind::Usage, "appears twice");
+    }
+    assert_eq!(table_counts(&mut client), before, "a refused request wrote nothing");
+}
+
+#[test]
+fn a_body_declared_over_the_limit_is_refused_at_once_and_an_error_after_a_body_closes_the_connection() {
+    let env = Env::new();
+    env.declare("r1", "s@1", &[("p=1", 1, 5)]);
+    let serve = Serve::start(&env, &["--body-limit", "2048", "--request-timeout", "60s"]);
+    // A declared Content-Length over the limit, with a trickle of body: 413 at once, not 408
+    // after the request time-out.
+    let mut stream = UnixStream::connect(serve.socket()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let started = Instant::now();
+    stream
+        .write_all(b"POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{\"da")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    let answer = RawAnswer::parse(&answer);
+    answer.assert_error(413, "usage", "limit of 2048 bytes");
+    assert!(answer.closes(), "{}", answer.head);
+    assert!(started.elapsed() < Duration::from_secs(5), "held for {:?}", started.elapsed());
+
+    // On a kept-alive connection: a first request answered (and kept alive), then a body over
+    // the limit sent whole: 413 says `Connection: close`, and the connection is closed.
+    let mut stream = UnixStream::connect(serve.socket()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    stream.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut first = vec![0u8; 4096];
+    let n = stream.read(&mut first).unwrap();
+    let first = RawAnswer::parse(&first[..n]);
+    assert_eq!(first.status, 200);
+    assert!(!first.closes(), "{}", first.head);
+    let body = format!(r#"{{"dataset": "daily", "run": "r1", "partition": "{}"}}"#, "x".repeat(4096));
+    let request = format!(
+        "POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{body}\r\n0\r\n\r\n",
+        body.len()
+    );
+    let second = RawAnswer::parse(&raw_exchange(&mut stream, request.as_bytes()));
+    second.assert_error(413, "usage", "limit");
+    assert!(second.closes(), "{}", second.head);
+
+    // A refused request whose body was read keeps the rule simple: it closes too.
+    let unknown = br#"{"dataset": "daily", "run": "nope", "partition": "p=1"}"#;
+    let request = [
+        format!(
+            "POST /v1/attempts/begin HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            unknown.len()
+        )
+        .as_bytes(),
+        unknown,
+    ]
+    .concat();
+    let refused = RawAnswer::parse(&raw_unix(&serve.socket(), &request));
+    refused.assert_error(404, "not_found", "nope");
+    assert!(refused.closes(), "{}", refused.head);
+}
+
+#[test]
+fn a_tcp_request_must_name_this_server_as_its_host_against_dns_rebinding() {
+    let env = Env::new();
+    let serve = Serve::start(&env, &["--listen", "127.0.0.1:0", "--host-name", "Jobs.Internal"]);
+    let Listen::Tcp(addr) = serve.address.clone() else { panic!("not TCP") };
+    let declare = br#"{"dataset": "daily", "run": "r1", "snapshot": "s", "trust_reported_figures": true, "tasks": [{"partition": "p=1", "expected_rows": 1}]}"#;
+    let post = |host: &str| {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let head = format!(
+            "POST /v1/runs/declare HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            declare.len()
+        );
+        RawAnswer::parse(&raw_exchange(&mut stream, &[head.as_bytes(), declare].concat()))
+    };
+    // A page of evil.example whose name resolves to 127.0.0.1: refused before any route runs.
+    for host in ["evil.example", &format!("evil.example:{}", addr.port()), "localhost.evil.example"] {
+        post(host).assert_error(421, "usage", "DNS rebinding");
+    }
+    assert_eq!(env.json(&["run", "show", "-d", "daily", "-r", "r1"]).code, 4, "a refused request wrote nothing");
+    for host in [addr.to_string(), format!("localhost:{}", addr.port()), "jobs.internal".to_owned(), "[::1]".to_owned()] {
+        let answer = post(&host);
+        assert_eq!(answer.status, 200, "{host}: {}", answer.body);
+    }
+    // The CLI's client names the server's address.
+    assert_eq!(env.json(&["--server", &serve.address.to_string(), "run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["run"], "r1");
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive_and_a_token_file_others_may_read_is_warned_about() {
+    let env = Env::new();
+    let token_file = env.tmp.path().join("token");
+    std::fs::write(&token_file, "s3cret\n").unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = crate::support::command()
+        .args(env.store_args())
+        .args(["--json", "serve", "--listen", "127.0.0.1:0", "--token-file", token_file.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let listening: Value = serde_json::from_str(&line).unwrap();
+    let Listen::Tcp(addr) = manifestdb::server::parse_target(listening["listening"].as_str().unwrap()).unwrap() else { panic!("{line}") };
+    for (scheme, status) in [("Bearer", 200), ("bearer", 200), ("BEARER", 200), ("Basic", 401), ("Bearer-ish", 401)] {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let request = format!("GET /v1/health HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {scheme} s3cret\r\nConnection: close\r\n\r\n");
+        assert_eq!(RawAnswer::parse(&raw_exchange(&mut stream, request.as_bytes())).status, status, "{scheme}");
+    }
+    // The client side reads its token file the same way, with the same warning.
+    let client = env.run(&["--server", &format!("http://{addr}"), "--server-token-file", token_file.to_str().unwrap(), "stats"]);
+    client.code(0);
+    assert!(client.stderr.contains("other users") && client.stderr.contains("chmod 600"), "{}", client.stderr);
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(stderr.contains("token file") && stderr.contains("other users") && stderr.contains("chmod 600"), "{stderr}");
 }

@@ -24,8 +24,21 @@ fn init_creates_the_store_once() {
 #[test]
 fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     let env = Env::new();
-    let args =
-        ["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &format!("{EU}:2:700"), "--task", &format!("{US}:3")];
+    let args = [
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "--snapshot",
+        "s1",
+        "--task",
+        &format!("{EU}:2:700"),
+        "--task",
+        &format!("{US}:3"),
+    ];
     let doc = env.json(&args).code(0).json();
     assert_eq!(keys(&doc), ["dataset", "run", "snapshot", "outcome", "grain", "tasks"]);
     assert_eq!(doc["grain"], serde_json::Value::Null);
@@ -40,7 +53,7 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     assert_eq!(env.json(&args).code(0).json()["outcome"], "already_declared");
 
     // The same run from a JSON document on stdin is identical, so also a no-op.
-    let input = json!({ "dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": [
+    let input = json!({ "dataset": "daily", "run": "r1", "snapshot": "s1", "trust_reported_figures": true, "tasks": [
         { "partition": EU, "expected_rows": 2, "expected_total": 700 },
         { "partition": US, "expected_rows": 3 },
     ]});
@@ -55,11 +68,25 @@ fn run_declare_from_flags_or_json_and_identical_redeclare_is_a_no_op() {
     assert_eq!(doc["outcome"], "already_declared");
 
     // A different declaration under the same id is a conflict; malformed input is a usage error.
-    env.run(&["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s2", "--task", &format!("{EU}:2:700")]).code(5);
+    env.run(&[
+        "run",
+        "declare",
+        "--trust-reported-figures",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "--snapshot",
+        "s2",
+        "--task",
+        &format!("{EU}:2:700"),
+    ])
+    .code(5);
     let bad = env.tmp.path().join("bad.json");
     std::fs::write(&bad, r#"{"dataset": "daily", "run": "r9", "snapshot": "s", "tasks": [], "extra": 1}"#).expect("write");
     env.run(&["run", "declare", "--from", bad.to_str().expect("utf-8")]).code(2);
-    env.run(&["run", "declare", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"]).code(2);
+    env.run(&["run", "declare", "--trust-reported-figures", "-d", "daily", "-r", "r2", "--snapshot", "s", "--task", "p:notanumber"])
+        .code(2);
 }
 
 #[test]
@@ -250,11 +277,27 @@ fn show_log_and_diff_report_generations() {
     let show = env.json(&["show", "-d", "daily"]).code(0).json();
     assert_eq!(keys(&show), ["generation", "current", "partitions", "totals"]);
     assert_eq!((show["generation"]["number"].as_u64(), show["current"].as_bool()), (Some(2), Some(true)));
-    assert_eq!(show["totals"], json!({ "partitions": 3, "rows": 5, "total": 716, "files": 3, "bytes": show["totals"]["bytes"] }));
+    assert_eq!(
+        show["totals"],
+        json!({ "partitions": 3, "rows": 5, "total": 716, "files": 3, "bytes": show["totals"]["bytes"], "reported_partitions": 3 })
+    );
     let partition = &show["partitions"][0];
     assert_eq!(
         keys(partition),
-        ["partition", "since_generation", "run", "attempt", "snapshot", "rows", "total", "digest", "staging_rel", "staging_dir", "files"]
+        [
+            "partition",
+            "since_generation",
+            "run",
+            "attempt",
+            "snapshot",
+            "rows",
+            "total",
+            "digest",
+            "staging_rel",
+            "staging_dir",
+            "files",
+            "figures"
+        ]
     );
     assert_eq!((partition["partition"].as_str(), partition["since_generation"].as_u64()), (Some(EU), Some(1)));
     let file = std::path::Path::new(partition["staging_dir"].as_str().expect("dir")).join("part.csv");
@@ -356,7 +399,7 @@ fn stats_counts_what_the_store_holds() {
     assert_eq!((tables["generations"].as_u64(), tables["pointers"].as_u64()), (Some(1), Some(1)));
     assert_eq!(
         doc["datasets"][0],
-        json!({ "dataset": "daily", "current_generation": 1, "partitions": 2, "rows": 3, "files": 2, "bytes": doc["datasets"][0]["bytes"] })
+        json!({ "dataset": "daily", "current_generation": 1, "partitions": 2, "rows": 3, "files": 2, "bytes": doc["datasets"][0]["bytes"], "reported_partitions": 2 })
     );
     assert!(env.run(&["stats"]).code(0).stdout.contains("attempts"));
 }
@@ -426,9 +469,21 @@ fn effects_claim_lets_one_emitter_emit_and_only_it_marks() {
     assert_eq!((second["outcome"].as_str(), second["effect"]["claim"]["claimant"].as_str()), (Some("held_by_other"), Some("w1")));
     assert_eq!(mark("w2").code(3).json()["outcome"], "claimed_by_other");
     assert_eq!(mark("w1").code(0).json()["outcome"], "marked");
-    assert_eq!(claim("w2", "1m").code(3).json()["outcome"], "already_emitted");
+    // Done is not "wait": already emitted has an exit code of its own (9), held by another is 3.
+    assert_eq!(claim("w2", "1m").code(9).json()["outcome"], "already_emitted");
+    assert_eq!(claim("w1", "1m").code(9).json()["outcome"], "already_emitted");
+    let text = env.run(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", "w2"]);
+    assert!(text.code(9).stdout.contains("already emitted"), "{}", text.stdout);
     assert_eq!(mark("w1").code(0).json()["outcome"], "already_emitted");
     env.run(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", "w1", "--lease", "0s"]).code(2);
+    // What a claimant may hold is what the help says: printable text without '/'.
+    let help = env.run(&["effects", "claim", "--help"]).code(0).stdout.clone();
+    assert!(help.contains("without '/'") && help.contains("exit 9"), "{help}");
+    for bad in ["host/4711", "..", "", "tab\there"] {
+        let refused = env.json(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "notify", "--claimant", bad]);
+        refused.code(2);
+        assert!(refused.error_json()["error"]["message"].as_str().unwrap().contains("claimant"), "{}", refused.stderr);
+    }
 }
 
 #[test]

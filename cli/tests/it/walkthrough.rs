@@ -1,4 +1,4 @@
-//! The README's shell walkthrough, run as it is printed there.
+//! The shell walkthrough of the book's CLI chapter (`docs/src/cli.md`), run as it is printed there.
 
 use std::path::{Path, PathBuf};
 
@@ -14,8 +14,9 @@ fn script() -> String {
     std::fs::read_to_string(cli_dir().join("tests/walkthrough.sh")).expect("read walkthrough.sh")
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(cli_dir().join("../README.md")).expect("read README.md")
+/// The book's chapter on the command-line tool.
+fn cli_chapter() -> String {
+    std::fs::read_to_string(cli_dir().join("../docs/src/cli.md")).expect("read docs/src/cli.md")
 }
 
 #[test]
@@ -62,17 +63,17 @@ fn shell_walkthrough_publishes_one_attempt_per_partition_with_the_inputs_totals(
 }
 
 #[test]
-fn readme_includes_the_walkthrough_verbatim() {
+fn the_cli_chapter_includes_the_walkthrough_verbatim() {
     let script = script();
     let body = script.split_once('\n').map(|(_, rest)| rest).expect("shebang line");
-    assert!(readme().contains(body), "README.md must include cli/tests/walkthrough.sh (after its #! line) verbatim");
+    assert!(cli_chapter().contains(body), "docs/src/cli.md must include cli/tests/walkthrough.sh (after its #! line) verbatim");
 }
 
 #[test]
-fn readme_documents_the_exit_codes_shown_by_help() {
+fn the_cli_chapter_documents_the_exit_codes_shown_by_help() {
     let help = finish(command().arg("--help")).code(0).stdout.clone();
     let codes = &help[help.find("Exit codes:").expect("exit codes in --help")..];
-    assert!(readme().contains(codes.trim_end()), "README.md must show the --help exit-code table verbatim:\n{codes}");
+    assert!(cli_chapter().contains(codes.trim_end()), "docs/src/cli.md must show the --help exit-code table verbatim:\n{codes}");
 }
 
 /// Runs `script` in bash (`set -euo pipefail` first) with the built binary on PATH and the
@@ -109,12 +110,12 @@ echo "carried on with attempt $MANIFESTDB_ATTEMPT in $MANIFESTDB_STAGING_DIR""#;
     assert!(!stdout.contains("carried on"), "{stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("p=9"), "begin's error names the task: {}", String::from_utf8_lossy(&out.stderr));
 
-    // The README's former pattern, `eval "$(...)"`, fails loudly too: what a failed `--env`
-    // prints unsets the variables and makes `eval` return the exit code.
+    // The former documented pattern, `eval "$(...)"`, fails loudly too: what a failed `--env`
+    // prints into the pipe unsets the variables and makes `eval` fail.
     let old = r#"eval "$(manifestdb attempt begin --env --dataset daily --run r1 --partition p=9)"
 echo "carried on with attempt $MANIFESTDB_ATTEMPT in $MANIFESTDB_STAGING_DIR""#;
     let out = bash(&env, &format!("{previous}{old}"));
-    assert_eq!(out.status.code(), Some(4), "eval fails with begin's code: {}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(out.status.code(), Some(1), "eval fails: {}", String::from_utf8_lossy(&out.stdout));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("carried on"));
     // Without set -e, the variables are gone, so set -u stops the next use of them.
     let out = bash(&env, &format!("set +e\n{previous}{old}\nset -e\necho \"$MANIFESTDB_ATTEMPT\""));
@@ -125,10 +126,30 @@ echo "carried on with attempt $MANIFESTDB_ATTEMPT in $MANIFESTDB_STAGING_DIR""#;
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // A retry wrapper that keeps every try's stdout and evals it all: the failed tries' lines
+    // do not end the script, the successful try's assignments stand.
+    let wrapper = r#"out=""
+for partition in p=9 p=9 p=1; do
+    if try=$(manifestdb attempt begin --env --dataset daily --run r1 --partition "$partition"); then out="$out$try"$'\n'; break; fi
+    out="$out$try"$'\n'
+done
+eval "$out"
+echo "attempt $MANIFESTDB_ATTEMPT""#;
+    let out = bash(&env, wrapper);
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "attempt 1");
+    // Into a file (a wrapper that logs stdout) or a terminal, a failed begin prints nothing.
+    let log = env.tmp.path().join("begin.out");
+    let to_file =
+        format!("manifestdb attempt begin --env --dataset daily --run r1 --partition p=9 > {} || echo \"exit $?\"", log.display());
+    let out = bash(&env, &to_file);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "exit 4");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "", "nothing on stdout when it is a file");
+
     // A begin that succeeds still sets both variables.
     let good = r#"env=$(manifestdb attempt begin --env --dataset daily --run r1 --partition p=1) || exit $?; eval "$env"
 test -d "$MANIFESTDB_STAGING_DIR"; echo "attempt $MANIFESTDB_ATTEMPT""#;
     let out = bash(&env, good);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "attempt 1");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "attempt 2", "the wrapper's begin was attempt 1");
 }

@@ -301,3 +301,28 @@ fn a_network_that_stops_forwarding_gives_an_error_or_the_truth_and_the_retry_set
     assert_acknowledged_kept(&direct, "stalled", &[]);
     env.assert_verifies_clean();
 }
+
+/// Issue 32, item 9: an open whose connections are lost while it reads the schema version (an
+/// immediate restart of the server) rides it out as operations in flight do, writable and
+/// read-only alike.
+#[test]
+fn an_open_rides_out_connections_lost_while_it_reads_the_schema() {
+    let Some(env) = PgEnv::new() else { return };
+    let proxy = Proxy::start(&host_port(env.url()));
+    let via = env.db.url_via(&proxy.address());
+    for (what, cuts) in [("a writable open", 3u64), ("a read-only open", 2)] {
+        let fired_before = proxy.fired();
+        proxy.arm(Fault::CutAtFirstQuery(cuts));
+        let started = Instant::now();
+        let opened = if what == "a writable open" {
+            Store::open(&via, env.staging_root()).map(drop)
+        } else {
+            manifestdb::ReadOnlyStore::open(&via).map(drop)
+        };
+        proxy.disarm();
+        let fired = proxy.fired() - fired_before;
+        println!("{what}: {fired} connections cut at their first query; opened after {:?}", started.elapsed());
+        assert_eq!(fired, cuts, "{what}: the proxy cut the connections");
+        opened.unwrap_or_else(|e| panic!("{what} failed although the server came back at once: {e}"));
+    }
+}

@@ -36,6 +36,10 @@ pub enum Fault {
     StallNow,
     /// Hold every COMMIT (not forwarded, the transaction stays open) until [`Proxy::release`].
     HoldCommits,
+    /// Cut the next `n` connections (both sides) when their client sends its first message
+    /// after the startup: the connection was made, its first query (an open's read of the
+    /// schema version) is lost.
+    CutAtFirstQuery(u64),
 }
 
 struct Shared {
@@ -219,11 +223,22 @@ fn client_to_server(mut client: TcpStream, mut server: TcpStream, shared: &Share
             break;
         }
     }
+    let mut first_query = true;
     loop {
         let mut head = [0u8; 5];
         if !read_exact(&mut client, &mut head) {
             let _ = server.shutdown(Shutdown::Write);
             return;
+        }
+        if std::mem::take(&mut first_query) {
+            let mut fault = shared.fault.lock().unwrap();
+            if let Fault::CutAtFirstQuery(k) = *fault {
+                *fault = if k > 1 { Fault::CutAtFirstQuery(k - 1) } else { Fault::None };
+                shared.fired.fetch_add(1, Ordering::SeqCst);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                return;
+            }
         }
         let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
         let mut body = vec![0u8; n.saturating_sub(4)];

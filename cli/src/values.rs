@@ -1,0 +1,38 @@
+//! Parsers of flag values that several flag groups share (the verbs' flags in `args`, the
+//! store-location flags in `location`).
+
+/// Parses a duration the way an operator writes one (jiff's friendly format): `250ms`, `90s`,
+/// `30m`, `1h 30m`, `7d` (a day is 24 hours), or ISO 8601 (`PT1H30M`). A unit is required;
+/// negative durations, months and years are refused.
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
+    if value.trim().bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{value:?} needs a unit (e.g. 250ms, 90s, 30m, 1h 30m, 7d)"));
+    }
+    let span: jiff::Span = value.parse().map_err(|e| format!("{value:?} is not a duration (e.g. 250ms, 90s, 30m, 1h 30m, 7d): {e}"))?;
+    if span.is_negative() {
+        return Err(format!("{value:?} is negative"));
+    }
+    let exact =
+        span.to_duration(jiff::SpanRelativeTo::days_are_24_hours()).map_err(|e| format!("{value:?}: {e} (use days or smaller units)"))?;
+    std::time::Duration::try_from(exact).map_err(|e| format!("{value:?}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_duration;
+
+    #[test]
+    fn durations_need_a_known_unit() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("1h 30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("3 days"), Ok(Duration::from_secs(3 * 86_400)));
+        for bad in ["", "5", "s", "5x", "-1s", "1s ago", "2mo", "1y", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

@@ -1,0 +1,142 @@
+"""The embedded store: the Rust library in this process."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Mapping, Union
+
+from . import _native
+from ._api import _Operations
+from .types import FileEntry, _check, _ms_of
+
+__all__ = ["Store", "ReadOnlyStore", "describe_file"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _path(what: str, value: object) -> str:
+    if isinstance(value, (str, os.PathLike)):
+        return os.fspath(value)  # type: ignore[return-value]
+    raise TypeError(f"{what} must be a str or os.PathLike, not {type(value).__name__}")
+
+
+class _Handle(_Operations):
+    _native: Any
+
+    def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Mapping[str, Any]:
+        return self._native.call(method, route, body)  # type: ignore[no-any-return]
+
+    @property
+    def path(self) -> str:
+        """The store as given when opened (a file path or a postgres:// URL)."""
+        return self._native.path  # type: ignore[no-any-return]
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran."""
+        return self._native.closed  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Closes the store, after the calls in flight on other threads; raises if closing
+        failed (a writable store's last sync). Later calls raise :class:`Usage`; a second
+        close does nothing."""
+        self._native.close()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<{type(self).__name__} {self.path!r} ({state})>"
+
+
+class Store(_Handle):
+    """A writable store, embedded: one redb file (or a PostgreSQL database) and a staging root.
+
+    Open it with :meth:`open`; use it as a context manager so it is closed (and a failure to
+    close is raised). One writable handle per store at a time (another raises :class:`Busy`);
+    share it between threads: every call releases the GIL, and concurrent calls share the
+    store's group commit. A handle cannot be used in a process forked from the one that
+    opened it (:class:`Usage`): open the store in the child instead.
+    """
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @classmethod
+    def open(
+        cls,
+        path: PathLike,
+        staging: PathLike,
+        *,
+        cache_size_bytes: int | None = None,
+        attempt_lifetime_max: timedelta | float | None = None,
+        views: PathLike | None = None,
+        view_mode: str | None = None,
+    ) -> Store:
+        """Opens (creating if needed) the store at ``path`` with its staging root ``staging``.
+
+        Options, as ``StoreOptions`` in Rust: ``cache_size_bytes`` (redb's page cache, 64 MiB by
+        default), ``attempt_lifetime_max`` (the attempt lease, a timedelta or seconds; it only
+        ever grows), ``views`` (a view root: after each publish the current generation is a
+        plain directory tree under ``views/<dataset>/current``) and ``view_mode``
+        (``"hardlink"``, the default, or ``"copy"``).
+        """
+        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        _check("view_mode", view_mode, str, optional=True)
+        lease = None if attempt_lifetime_max is None else _ms_of(attempt_lifetime_max, "attempt_lifetime_max")
+        native = _native.NativeStore.open(
+            _path("path", path),
+            _path("staging", staging),
+            cache_size_bytes,
+            None if lease is None else float(lease),
+            None if views is None else _path("views", views),
+            view_mode,
+        )
+        return cls(native)
+
+    @staticmethod
+    def recover(path: PathLike) -> bool:
+        """Recovers a store whose writer crashed; True if it needed recovery."""
+        return _native.NativeStore.recover(_path("path", path))  # type: ignore[no-any-return]
+
+    @property
+    def staging_root(self) -> Path:
+        """The staging root."""
+        return Path(self._native.staging_root)
+
+    def __enter__(self) -> Store:
+        return self
+
+
+class ReadOnlyStore(_Handle):
+    """A store opened for reading, in this process, while a writer (another process, or a
+    server) may hold it: every read is one consistent snapshot of the last committed state.
+    Give ``staging`` to get absolute staging paths in manifests."""
+
+    def __init__(self, native: Any) -> None:
+        self._native = native
+
+    @classmethod
+    def open(cls, path: PathLike, staging: PathLike | None = None, *, cache_size_bytes: int | None = None) -> ReadOnlyStore:
+        """Opens the store at ``path`` for reading."""
+        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        native = _native.NativeStore.open_read_only(
+            _path("path", path), None if staging is None else _path("staging", staging), cache_size_bytes
+        )
+        return cls(native)
+
+    def __enter__(self) -> ReadOnlyStore:
+        return self
+
+
+def describe_file(staging_dir: PathLike, relative: str) -> FileEntry:
+    """The :class:`FileEntry` of a file a worker wrote into its staging directory: its size and
+    CRC32, read by the library (the GIL is released while it reads)."""
+    _check("relative", relative, str)
+    return FileEntry._of(_native.describe(_path("staging_dir", staging_dir), relative))

@@ -1,0 +1,891 @@
+//! `manifestdb._native`: the library behind the Python package.
+//!
+//! The package's Python layer (`manifestdb/_api.py`) speaks to a store through one call,
+//! `call(method, route, body) -> document`, whose routes, bodies and documents are exactly the
+//! server's (`docs/openapi.json`): over HTTP for `manifestdb.Client`, and here, in-process, for
+//! `manifestdb.Store` and `manifestdb.ReadOnlyStore`. So both front ends decode one set of
+//! documents, built by the library's own `manifestdb::documents` functions, and a worker moves
+//! between an embedded store and a served one by changing the line that opens it.
+//!
+//! Every store call runs with the GIL released (`Python::detach`), so Python threads meet in
+//! the store's group commit. A handle refuses use after `close` and in a process forked from
+//! the one that opened it (the child shares the parent's file lock and page cache state).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use manifestdb::documents::{self, operator, reads};
+use manifestdb::{
+    ApplyOptions, BATCH_OPS_MAX, BatchOp, BatchOutcome, CleanupOptions, Error, ErrorKind, FileCheck, PublishOptions, ReadOnlyStore,
+    RetentionPolicy, RunMode, Snapshot, Store, StoreOptions, TaskKey, VerifyOptions, ViewMode, ViewOptions,
+};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// A failure of a call: the kind the Python layer raises (`manifestdb.errors`) and the message.
+struct Failure {
+    kind: ErrorKind,
+    message: String,
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Failure {
+        Failure { kind: err.kind(), message: err.to_string() }
+    }
+}
+
+impl From<reads::DocumentError> for Failure {
+    fn from(err: reads::DocumentError) -> Failure {
+        Failure { kind: err.kind(), message: err.to_string() }
+    }
+}
+
+impl Failure {
+    fn usage(message: impl Into<String>) -> Failure {
+        Failure { kind: ErrorKind::Usage, message: message.into() }
+    }
+
+    fn not_found(message: impl Into<String>) -> Failure {
+        Failure { kind: ErrorKind::NotFound, message: message.into() }
+    }
+
+    fn fault(message: impl Into<String>) -> Failure {
+        Failure { kind: ErrorKind::Fault, message: message.into() }
+    }
+
+    /// The Python exception: `manifestdb.errors._raise_kind(kind, message)` builds the class of
+    /// the kind's name, so the package and its server client raise the same classes.
+    fn into_py(self, py: Python<'_>) -> PyErr {
+        static FACTORY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let factory = FACTORY
+            .get_or_try_init(py, || -> PyResult<Py<PyAny>> { Ok(py.import("manifestdb.errors")?.getattr("_error_of_kind")?.unbind()) });
+        match factory.and_then(|f| f.bind(py).call1((self.kind.name(), self.message.as_str()))) {
+            Ok(error) => PyErr::from_value(error),
+            Err(e) => e,
+        }
+    }
+}
+
+type Doc = Result<Value, Failure>;
+
+/// What a native handle holds: a writable store or a read-only one.
+enum Handle {
+    Write(Arc<Store>),
+    Read(Arc<ReadOnlyStore>),
+}
+
+impl Clone for Handle {
+    fn clone(&self) -> Handle {
+        match self {
+            Handle::Write(s) => Handle::Write(Arc::clone(s)),
+            Handle::Read(s) => Handle::Read(Arc::clone(s)),
+        }
+    }
+}
+
+impl Handle {
+    fn snapshot(&self) -> Result<Snapshot, Error> {
+        match self {
+            Handle::Write(s) => s.snapshot(),
+            Handle::Read(s) => s.snapshot(),
+        }
+    }
+
+    fn staging_root(&self, snapshot: &Snapshot) -> Option<PathBuf> {
+        match self {
+            Handle::Write(s) => Some(s.staging_root().to_path_buf()),
+            Handle::Read(_) => snapshot.staging_root().map(Path::to_path_buf),
+        }
+    }
+
+    fn writer(&self, route: &str) -> Result<&Store, Failure> {
+        match self {
+            Handle::Write(s) => Ok(s),
+            Handle::Read(_) => {
+                Err(Failure::usage(format!("{route} writes, and this handle is read-only (open the store with Store.open)")))
+            }
+        }
+    }
+}
+
+/// An open store (`manifestdb.Store` or `manifestdb.ReadOnlyStore` holds one).
+#[pyclass(frozen, module = "manifestdb._native")]
+struct NativeStore {
+    handle: Mutex<Option<Handle>>,
+    /// The process that opened the handle.
+    pid: u32,
+    /// The store path as given, for messages and `path`.
+    path: String,
+}
+
+fn duration_ms(ms: Option<f64>, what: &str) -> Result<Option<Duration>, Failure> {
+    match ms {
+        None => Ok(None),
+        Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1000.0))),
+        Some(ms) => Err(Failure::usage(format!("invalid {what} {ms}: must be a finite number of milliseconds >= 0"))),
+    }
+}
+
+/// The options `Store.open` takes, as `manifestdb._api` passes them.
+fn store_options(
+    cache_size_bytes: Option<usize>,
+    attempt_lifetime_max_ms: Option<f64>,
+    views: Option<PathBuf>,
+    view_mode: Option<&str>,
+) -> Result<StoreOptions, Failure> {
+    let mut options = StoreOptions::default();
+    if let Some(bytes) = cache_size_bytes {
+        options.cache_size_bytes = bytes;
+    }
+    options.attempt_lifetime_max = duration_ms(attempt_lifetime_max_ms, "attempt_lifetime_max")?;
+    if let Some(root) = views {
+        let mode = match view_mode.unwrap_or("hardlink") {
+            "hardlink" | "hard_link" => ViewMode::HardLink,
+            "copy" => ViewMode::Copy,
+            other => return Err(Failure::usage(format!("invalid view_mode {other:?}: \"hardlink\" or \"copy\""))),
+        };
+        options.views = Some(ViewOptions { root, mode });
+    } else if view_mode.is_some() {
+        return Err(Failure::usage("view_mode needs views (the view root)"));
+    }
+    Ok(options)
+}
+
+#[pymethods]
+impl NativeStore {
+    /// Opens (creating if needed) a writable store.
+    #[staticmethod]
+    #[pyo3(signature = (path, staging, cache_size_bytes=None, attempt_lifetime_max_ms=None, views=None, view_mode=None))]
+    fn open(
+        py: Python<'_>,
+        path: PathBuf,
+        staging: PathBuf,
+        cache_size_bytes: Option<usize>,
+        attempt_lifetime_max_ms: Option<f64>,
+        views: Option<PathBuf>,
+        view_mode: Option<String>,
+    ) -> PyResult<NativeStore> {
+        let options = store_options(cache_size_bytes, attempt_lifetime_max_ms, views, view_mode.as_deref()).map_err(|f| f.into_py(py))?;
+        let shown = path.display().to_string();
+        let store = py.detach(|| Store::open_with_options(&path, &staging, &options)).map_err(|e| Failure::from(e).into_py(py))?;
+        Ok(NativeStore { handle: Mutex::new(Some(Handle::Write(Arc::new(store)))), pid: std::process::id(), path: shown })
+    }
+
+    /// Opens a store for reading (a writer may hold it meanwhile).
+    #[staticmethod]
+    #[pyo3(signature = (path, staging=None, cache_size_bytes=None))]
+    fn open_read_only(py: Python<'_>, path: PathBuf, staging: Option<PathBuf>, cache_size_bytes: Option<usize>) -> PyResult<NativeStore> {
+        let options = store_options(cache_size_bytes, None, None, None).map_err(|f| f.into_py(py))?;
+        let shown = path.display().to_string();
+        let store = py
+            .detach(|| -> Result<ReadOnlyStore, Error> {
+                let store = ReadOnlyStore::open_with_options(&path, &options)?;
+                match staging {
+                    Some(root) => store.with_staging_root(root),
+                    None => Ok(store),
+                }
+            })
+            .map_err(|e| Failure::from(e).into_py(py))?;
+        Ok(NativeStore { handle: Mutex::new(Some(Handle::Read(Arc::new(store)))), pid: std::process::id(), path: shown })
+    }
+
+    /// Recovers a store whose writer crashed (`Store::recover`): true if it needed it.
+    #[staticmethod]
+    fn recover(py: Python<'_>, path: PathBuf) -> PyResult<bool> {
+        py.detach(|| Store::recover(&path)).map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// The store path as given.
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The staging root (None for a read-only handle opened without one).
+    #[getter]
+    fn staging_root(&self, py: Python<'_>) -> PyResult<Option<PathBuf>> {
+        let handle = self.handle(py)?;
+        Ok(match &handle {
+            Handle::Write(s) => Some(s.staging_root().to_path_buf()),
+            Handle::Read(s) => s.snapshot().ok().and_then(|snap| snap.staging_root().map(Path::to_path_buf)),
+        })
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.handle.lock().is_none()
+    }
+
+    /// Closes the store: waits for the calls in flight on other threads, then closes it and
+    /// reports a failure to close (a writable store's last sync). A second close does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_process(py)?;
+        let Some(mut handle) = self.handle.lock().take() else { return Ok(()) };
+        let result = py.detach(move || -> Result<(), Error> {
+            // The calls in flight hold clones of the handle; they finish without the GIL.
+            loop {
+                handle = match handle {
+                    Handle::Write(s) => match Arc::try_unwrap(s) {
+                        Ok(store) => return store.close(),
+                        Err(s) => Handle::Write(s),
+                    },
+                    Handle::Read(s) => match Arc::try_unwrap(s) {
+                        Ok(store) => return store.close(),
+                        Err(s) => Handle::Read(s),
+                    },
+                };
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        result.map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// One call of the served API in-process: `method` and `route` as the server names them
+    /// (`"POST"`, `"attempts/begin"`), `body` the request's JSON body or query as a dict;
+    /// returns the answer's document.
+    #[pyo3(signature = (method, route, body=None))]
+    fn call(&self, py: Python<'_>, method: &str, route: &str, body: Option<&Bound<'_, PyDict>>) -> PyResult<Py<PyAny>> {
+        let handle = self.handle(py)?;
+        let body = match body {
+            Some(dict) => to_json(dict.as_any()).map_err(|f| f.into_py(py))?,
+            None => Value::Object(serde_json::Map::new()),
+        };
+        let method = method.to_owned();
+        let route = route.to_owned();
+        let answer = py.detach(move || dispatch(&handle, &method, &route, body));
+        match answer {
+            Ok(doc) => to_py(py, &doc).map(Bound::unbind),
+            Err(failure) => Err(failure.into_py(py)),
+        }
+    }
+}
+
+impl NativeStore {
+    fn check_process(&self, py: Python<'_>) -> PyResult<()> {
+        let now = std::process::id();
+        if now != self.pid {
+            return Err(Failure::usage(format!(
+                "this store handle was opened in process {} and cannot be used in process {now} (forked from it): open the store in \
+                 the child process instead (after the parent closed it, for a writable store)",
+                self.pid
+            ))
+            .into_py(py));
+        }
+        Ok(())
+    }
+
+    fn handle(&self, py: Python<'_>) -> PyResult<Handle> {
+        self.check_process(py)?;
+        match &*self.handle.lock() {
+            Some(handle) => Ok(handle.clone()),
+            None => Err(Failure::usage(format!("store {} is closed", self.path)).into_py(py)),
+        }
+    }
+}
+
+/// The body's fields as a typed request (unknown fields refused, as the server refuses them).
+fn parse<T: for<'de> Deserialize<'de>>(route: &str, body: Value) -> Result<T, Failure> {
+    serde_json::from_value(body).map_err(|e| Failure::usage(format!("the request to {route} is not valid: {e}")))
+}
+
+/// The body of a write route as the batch operation it names (the route is the `op` tag).
+fn batch_op(op: &str, mut body: Value) -> Result<BatchOp, Failure> {
+    if let Value::Object(fields) = &mut body {
+        fields.insert("op".into(), Value::from(op));
+    }
+    parse(op, body)
+}
+
+/// Runs one operation as a batch of one: the path the single calls and the server take.
+fn run_one(store: &Store, op: &BatchOp) -> Result<BatchOutcome, Failure> {
+    let mut outcomes = store.run_batch(std::slice::from_ref(op))?;
+    match outcomes.pop() {
+        Some(outcome) if outcomes.is_empty() => Ok(outcome?),
+        _ => Err(Failure::fault("the store returned another number of outcomes than operations")),
+    }
+}
+
+fn mismatched() -> Failure {
+    Failure::fault("the store answered an operation with another operation's outcome")
+}
+
+fn run_mode(execute: bool) -> RunMode {
+    if execute { RunMode::Execute } else { RunMode::DryRun }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttemptRef {
+    dataset: String,
+    run: String,
+    partition: String,
+    attempt: u32,
+}
+
+impl AttemptRef {
+    fn key(&self) -> manifestdb::AttemptKey {
+        TaskKey::new(&self.dataset, &self.run, &self.partition).attempt(self.attempt)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvalidateBody {
+    dataset: String,
+    run: String,
+    partition: String,
+    attempt: u32,
+    actor: String,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PendingBody {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    checksums: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublishBody {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    accept_nondeterminism: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RollbackBody {
+    dataset: String,
+    to: u64,
+    actor: String,
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteBody {
+    #[serde(default)]
+    execute: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpireBody {
+    dataset: String,
+    #[serde(default)]
+    keep_last: Option<u64>,
+    #[serde(default)]
+    rollback_window_ms: Option<u64>,
+    #[serde(default)]
+    execute: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanBody {
+    #[serde(default)]
+    age_threshold_ms: Option<u64>,
+    #[serde(default)]
+    force_short_threshold: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanQuery {
+    plan: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApplyBody {
+    plan: u64,
+    #[serde(default)]
+    execute: bool,
+    #[serde(default)]
+    delete_unknown: bool,
+    #[serde(default)]
+    batch_size: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatasetOpt {
+    #[serde(default)]
+    dataset: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DatasetQuery {
+    dataset: String,
+}
+
+/// `GET /v1/views`: a dataset's view, the current generation's or retained generation N's.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ViewQuery {
+    dataset: String,
+    generation: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunQuery {
+    dataset: String,
+    run: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestQuery {
+    dataset: String,
+    #[serde(default)]
+    generation: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DiffQuery {
+    dataset: String,
+    from: u64,
+    to: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttemptsQuery {
+    dataset: String,
+    run: String,
+    #[serde(default)]
+    partition: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EffectsQuery {
+    dataset: String,
+    #[serde(default)]
+    run: Option<String>,
+    #[serde(default)]
+    ready: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerifyBody {
+    #[serde(default)]
+    files: Option<String>,
+    #[serde(default)]
+    integrity: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    ops: Vec<Value>,
+}
+
+/// The served API in-process: each route as `src/server/routes.rs` answers it (same bodies,
+/// same documents, same errors), over this handle.
+fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
+    match (method, route) {
+        ("POST", "runs/declare") => {
+            let store = handle.writer(route)?;
+            let spec = parse::<documents::RunInput>(route, body)?.into_spec()?;
+            let outcome = store.declare_run(&spec)?;
+            Ok(documents::declared(&spec, outcome))
+        }
+        ("POST", "attempts/begin") => write_op(handle, route, "begin", body),
+        ("POST", "effects/record") => write_op(handle, route, "record_effect", body),
+        ("POST", "effects/claim") => write_op(handle, route, "claim_effect", body),
+        ("POST", "effects/mark-emitted") => write_op(handle, route, "mark_emitted", body),
+        ("POST", "attempts/heartbeat") => {
+            let store = handle.writer(route)?;
+            let key = parse::<AttemptRef>(route, body)?.key();
+            let lease = store.heartbeat(&key)?;
+            Ok(documents::heartbeat(&key, &lease))
+        }
+        ("POST", "attempts/finish") => {
+            let store = handle.writer(route)?;
+            let op = batch_op("finish", body)?;
+            let BatchOp::Finish { dataset, run, partition, attempt, candidate } = &op else { return Err(mismatched()) };
+            let key = TaskKey::new(dataset.as_str(), run.as_str(), partition.as_str()).attempt(*attempt);
+            let candidate = candidate.clone();
+            match run_one(store, &op)? {
+                BatchOutcome::Finish(outcome) => Ok(documents::finished(&key, outcome, &candidate)),
+                _ => Err(mismatched()),
+            }
+        }
+        ("POST", "attempts/validate") => {
+            let store = handle.writer(route)?;
+            let op = batch_op("validate", body)?;
+            let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
+            let task = TaskKey::new(dataset, run, partition);
+            let key = task.attempt(*attempt);
+            let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
+            let snapshot = store.snapshot()?;
+            let accepted = snapshot.accepted(&task)?;
+            let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+            Ok(documents::validated(&key, &verdict, accepted, reconciliation.as_ref()))
+        }
+        ("POST", "attempts/validate-pending") => {
+            let store = handle.writer(route)?;
+            let b = parse::<PendingBody>(route, body)?;
+            let check = if b.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+            let results = store.validate_pending(&b.dataset, &b.run, check)?;
+            let snapshot = store.snapshot()?;
+            let mut lines = Vec::with_capacity(results.len());
+            for (key, verdict) in results {
+                lines.push(match verdict {
+                    Ok(verdict) => {
+                        let accepted = snapshot.accepted(&key.task)?;
+                        let reconciliation = snapshot.attempt(&key)?.and_then(|a| a.reconciliation);
+                        documents::validated(&key, &verdict, accepted, reconciliation.as_ref())
+                    }
+                    Err(err) => {
+                        let mut line = operator::attempt_key(&key);
+                        line["error"] = error_document(err.kind(), err.to_string());
+                        line
+                    }
+                });
+            }
+            Ok(json!({ "dataset": b.dataset, "run": b.run, "results": lines }))
+        }
+        ("POST", "publish") => {
+            let store = handle.writer(route)?;
+            let body = parse::<PublishBody>(route, body)?;
+            let options = PublishOptions { accept_nondeterminism: body.accept_nondeterminism };
+            let outcome = store.publish(&body.dataset, &body.run, &options)?;
+            Ok(documents::published(&body.dataset, &body.run, &outcome))
+        }
+        ("POST", "batch") => batch(handle.writer(route)?, parse::<BatchBody>(route, body)?),
+        ("POST", "attempts/abandon") => {
+            let store = handle.writer(route)?;
+            let key = parse::<AttemptRef>(route, body)?.key();
+            let outcome = store.abandon_attempt(&key)?;
+            Ok(operator::abandoned(&key, &outcome))
+        }
+        ("POST", "attempts/invalidate") => {
+            let store = handle.writer(route)?;
+            let b = parse::<InvalidateBody>(route, body)?;
+            let key = TaskKey::new(&b.dataset, &b.run, &b.partition).attempt(b.attempt);
+            let outcome = store.invalidate_attempt(&key, &b.actor, &b.reason)?;
+            Ok(operator::invalidated(&key, &outcome))
+        }
+        ("POST", "rollback") => {
+            let store = handle.writer(route)?;
+            let b = parse::<RollbackBody>(route, body)?;
+            reads::require_dataset(&store.snapshot()?, &b.dataset)?;
+            let outcome = store.rollback(&b.dataset, b.to, &b.actor, &b.reason)?;
+            Ok(operator::rollback(&b.dataset, b.to, &outcome))
+        }
+        ("POST", "gc/abandon") => {
+            let store = handle.writer(route)?;
+            let mode = run_mode(parse::<ExecuteBody>(route, body)?.execute);
+            let abandoned = store.abandon_expired_attempts(mode)?;
+            Ok(operator::gc_abandoned(mode, store.attempt_lifetime_max_ms(), &abandoned))
+        }
+        ("POST", "gc/expire") => {
+            let store = handle.writer(route)?;
+            let b = parse::<ExpireBody>(route, body)?;
+            reads::require_dataset(&store.snapshot()?, &b.dataset)?;
+            let defaults = RetentionPolicy::default();
+            let policy = RetentionPolicy {
+                keep_last: b.keep_last.unwrap_or(defaults.keep_last),
+                rollback_window: b.rollback_window_ms.map_or(defaults.rollback_window, Duration::from_millis),
+            };
+            Ok(operator::expired(&store.expire_generations(&b.dataset, &policy, run_mode(b.execute))?))
+        }
+        ("POST", "gc/plan") => {
+            let store = handle.writer(route)?;
+            let b = parse::<PlanBody>(route, body)?;
+            let defaults = CleanupOptions::default();
+            let options = CleanupOptions {
+                age_threshold: b.age_threshold_ms.map_or(defaults.age_threshold, Duration::from_millis),
+                force_short_threshold: b.force_short_threshold,
+            };
+            Ok(operator::cleanup_plan(&store.plan_cleanup(&options)?))
+        }
+        ("GET", "gc/plan") => {
+            let store = handle.writer(route)?;
+            let q = parse::<PlanQuery>(route, body)?;
+            match store.cleanup_plan(q.plan)? {
+                Some(plan) => Ok(operator::cleanup_plan(&plan)),
+                None => Err(Failure::not_found(format!("no cleanup plan {} is stored", q.plan))),
+            }
+        }
+        ("POST", "gc/apply") => {
+            let store = handle.writer(route)?;
+            let b = parse::<ApplyBody>(route, body)?;
+            let defaults = ApplyOptions::default();
+            let options = ApplyOptions {
+                mode: run_mode(b.execute),
+                delete_unknown: b.delete_unknown,
+                batch_size: b.batch_size.unwrap_or(defaults.batch_size),
+            };
+            Ok(operator::cleanup_applied(&store.apply_cleanup(b.plan, &options)?))
+        }
+        ("POST", "views/sync") => {
+            let store = handle.writer(route)?;
+            let b = parse::<DatasetOpt>(route, body)?;
+            if let Some(dataset) = &b.dataset {
+                reads::require_dataset(&store.snapshot()?, dataset)?;
+            }
+            if store.view_root().is_none() {
+                return Err(Failure::not_found("the store publishes no views (open it once with views=DIR to set its view root)"));
+            }
+            let synced = match &b.dataset {
+                Some(dataset) => store.sync_view(dataset)?.into_iter().collect(),
+                None => store.sync_views()?,
+            };
+            Ok(operator::views_synced(&synced))
+        }
+        ("POST", "verify") => {
+            let b = parse::<VerifyBody>(route, body)?;
+            let files = match b.files.as_deref() {
+                None => None,
+                Some("size") => Some(FileCheck::Size),
+                Some("checksums") => Some(FileCheck::SizeAndChecksum),
+                Some(other) => return Err(Failure::usage(format!("files: {other:?} is not \"size\" or \"checksums\""))),
+            };
+            let snapshot = handle.snapshot()?;
+            let options = VerifyOptions { integrity_check: false, files, staging_root: handle.staging_root(&snapshot), views: true };
+            if b.integrity {
+                return Err(Failure::usage(
+                    "the integrity check needs the store handle alone: close the store and run `manifestdb verify --integrity`",
+                ));
+            }
+            Ok(operator::verified(&snapshot.verify(&options)))
+        }
+        ("GET", _) => read(handle, route, body),
+        _ => Err(Failure::not_found(format!("no route {method} /v1/{route}"))),
+    }
+}
+
+fn write_op(handle: &Handle, route: &str, op: &str, body: Value) -> Doc {
+    let store = handle.writer(route)?;
+    let op = batch_op(op, body)?;
+    Ok(documents::batch_result(&run_one(store, &op)?))
+}
+
+/// `{"exit_code", "kind", "message"}`: the error object of an error document.
+fn error_document(kind: ErrorKind, message: String) -> Value {
+    json!({ "exit_code": kind.exit_code(), "kind": kind.name(), "message": message })
+}
+
+/// `POST /v1/batch`: every operation in one commit, one result each, in order.
+fn batch(store: &Store, body: BatchBody) -> Doc {
+    if body.ops.len() > BATCH_OPS_MAX {
+        return Err(Failure::usage(format!("a batch holds at most {BATCH_OPS_MAX} operations, not {}", body.ops.len())));
+    }
+    let parsed: Vec<Result<BatchOp, String>> = body
+        .ops
+        .into_iter()
+        .enumerate()
+        .map(|(i, op)| serde_json::from_value::<BatchOp>(op).map_err(|e| format!("operation {} is not an operation: {e}", i + 1)))
+        .collect();
+    let ops: Vec<BatchOp> = parsed.iter().filter_map(|op| op.as_ref().ok().cloned()).collect();
+    let mut outcomes = if ops.is_empty() { Vec::new() } else { store.run_batch(&ops)? }.into_iter();
+    let error = error_document;
+    let mut results = Vec::with_capacity(parsed.len());
+    let mut all_ok = true;
+    for (i, op) in parsed.iter().enumerate() {
+        let line = match op {
+            Err(message) => documents::batch_line(i + 1, None, Err(error(ErrorKind::Usage, message.clone()))),
+            Ok(op) => match outcomes.next() {
+                Some(Ok(outcome)) => documents::batch_line(i + 1, Some(op.name()), Ok(documents::batch_result(&outcome))),
+                Some(Err(err)) => documents::batch_line(i + 1, Some(op.name()), Err(error(err.kind(), err.to_string()))),
+                None => return Err(Failure::fault("the store returned fewer outcomes than operations")),
+            },
+        };
+        all_ok &= line["ok"] == Value::Bool(true);
+        results.push(line);
+    }
+    Ok(json!({ "ok": all_ok, "results": results }))
+}
+
+/// The read routes: each one document from one snapshot.
+fn read(handle: &Handle, route: &str, body: Value) -> Doc {
+    let snapshot = handle.snapshot()?;
+    let root = handle.staging_root(&snapshot);
+    let root = root.as_deref();
+    let doc = match route {
+        "datasets" => reads::datasets(&snapshot),
+        "current" => reads::current(&snapshot, &parse::<DatasetQuery>(route, body)?.dataset),
+        "manifest" => {
+            let q = parse::<ManifestQuery>(route, body)?;
+            reads::show(&snapshot, &q.dataset, q.generation, root)
+        }
+        "history" => reads::history(&snapshot, parse::<DatasetOpt>(route, body)?.dataset.as_deref()),
+        "diff" => {
+            let q = parse::<DiffQuery>(route, body)?;
+            reads::diff(&snapshot, &q.dataset, q.from, q.to, root)
+        }
+        "stats" => {
+            let path = match handle {
+                Handle::Write(s) => s.path().map(Path::to_path_buf),
+                Handle::Read(_) => None,
+            };
+            reads::stats(&snapshot, path.as_deref())
+        }
+        "runs" => reads::run_list(&snapshot, &parse::<DatasetQuery>(route, body)?.dataset),
+        "runs/show" => {
+            let q = parse::<RunQuery>(route, body)?;
+            reads::run_show(&snapshot, &q.dataset, &q.run)
+        }
+        "attempts" => {
+            let q = parse::<AttemptsQuery>(route, body)?;
+            reads::attempt_list(&snapshot, &q.dataset, &q.run, q.partition.as_deref(), now_ms())
+        }
+        "attempts/show" => reads::attempt_show(&snapshot, &parse::<AttemptRef>(route, body)?.key(), root),
+        "effects" => {
+            let q = parse::<EffectsQuery>(route, body)?;
+            reads::effects(&snapshot, &q.dataset, q.run.as_deref(), q.ready)
+        }
+        "views" => {
+            let q = parse::<ViewQuery>(route, body)?;
+            operator::view(&snapshot, &q.dataset, None, q.generation)
+        }
+        "health" => Ok(json!({ "status": "embedded", "version": env!("CARGO_PKG_VERSION") })),
+        other => return Err(Failure::not_found(format!("no route GET /v1/{other}"))),
+    };
+    Ok(doc?)
+}
+
+/// A Python value of JSON's kinds (dict with str keys, list, tuple, str, int, float, bool,
+/// None) as JSON. Anything else is refused with a message naming its type.
+fn to_json(value: &Bound<'_, PyAny>) -> Result<Value, Failure> {
+    if value.is_none() {
+        Ok(Value::Null)
+    } else if let Ok(b) = value.cast::<PyBool>() {
+        Ok(Value::Bool(b.is_true()))
+    } else if let Ok(i) = value.cast::<PyInt>() {
+        if let Ok(n) = i.extract::<i64>() {
+            Ok(Value::from(n))
+        } else if let Ok(n) = i.extract::<u64>() {
+            Ok(Value::from(n))
+        } else {
+            Err(Failure::usage(format!("integer {i} does not fit 64 bits")))
+        }
+    } else if let Ok(f) = value.cast::<PyFloat>() {
+        serde_json::Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| Failure::usage("a float that is not finite"))
+    } else if let Ok(s) = value.cast::<PyString>() {
+        Ok(Value::String(s.to_str().map_err(|e| Failure::usage(format!("text that is not UTF-8: {e}")))?.to_owned()))
+    } else if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::with_capacity(d.len());
+        for (k, v) in d.iter() {
+            let key = k.cast::<PyString>().map_err(|_| Failure::usage("a dict key that is not a str"))?;
+            let key = key.to_str().map_err(|e| Failure::usage(format!("text that is not UTF-8: {e}")))?.to_owned();
+            map.insert(key, to_json(&v)?);
+        }
+        Ok(Value::Object(map))
+    } else if let Ok(l) = value.cast::<PyList>() {
+        l.iter().map(|v| to_json(&v)).collect::<Result<Vec<_>, _>>().map(Value::Array)
+    } else if let Ok(t) = value.cast::<PyTuple>() {
+        t.iter().map(|v| to_json(&v)).collect::<Result<Vec<_>, _>>().map(Value::Array)
+    } else {
+        let type_name = value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        Err(Failure::usage(format!("a value of type {type_name} where JSON was expected")))
+    }
+}
+
+/// A JSON document as Python values (dict, list, str, int, float, bool, None).
+fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match value {
+        Value::Null => py.None().into_bound(py),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
+        Value::Number(n) => {
+            if let Some(i) = n.as_u64() {
+                i.into_pyobject(py)?.into_any()
+            } else if let Some(i) = n.as_i64() {
+                i.into_pyobject(py)?.into_any()
+            } else {
+                n.as_f64().unwrap_or(f64::NAN).into_pyobject(py)?.into_any()
+            }
+        }
+        Value::String(s) => PyString::new(py, s).into_any(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_py(py, item)?)?;
+            }
+            list.into_any()
+        }
+        Value::Object(fields) => {
+            let dict = PyDict::new(py);
+            for (k, v) in fields {
+                dict.set_item(PyString::intern(py, k), to_py(py, v)?)?;
+            }
+            dict.into_any()
+        }
+    })
+}
+
+/// The size and CRC32 of a file a worker wrote (`manifestdb::describe_file`), read with the GIL
+/// released: the `{"path", "size_bytes", "crc32"}` document.
+#[pyfunction]
+fn describe(py: Python<'_>, staging_dir: PathBuf, path: String) -> PyResult<Py<PyAny>> {
+    match py.detach(|| manifestdb::describe_file(&staging_dir, &path)) {
+        Ok(f) => to_py(py, &documents::file(&f)).map(Bound::unbind),
+        Err(e) => Err(Failure::from(e).into_py(py)),
+    }
+}
+
+/// The benchmark's Rust side (python/bench/cycle.py): attempt cycles of `partition` (begin,
+/// finish with an empty candidate, validate; the throughput harness's `md_cycle`) run from Rust
+/// on this handle for `duration_s`, with the GIL released; returns how many completed. The same
+/// cycle through the Python API runs beside it in the same process and store.
+#[pyfunction]
+fn bench_rust_cycles(
+    py: Python<'_>,
+    store: &NativeStore,
+    dataset: String,
+    run: String,
+    partition: String,
+    snapshot: String,
+    duration_s: f64,
+) -> PyResult<u64> {
+    let handle = store.handle(py)?;
+    let Handle::Write(store) = handle else { return Err(Failure::usage("the benchmark needs a writable store").into_py(py)) };
+    let result = py.detach(move || -> Result<u64, Error> {
+        let task = TaskKey::new(dataset, run, partition);
+        let candidate = manifestdb::Candidate { snapshot, rows: Some(0), total: None, digest: Some("sha256:0".into()), files: Vec::new() };
+        let start = std::time::Instant::now();
+        let mut count = 0;
+        while start.elapsed().as_secs_f64() < duration_s {
+            let ticket = store.begin_attempt(&task)?;
+            store.finish_attempt(&ticket.key, &candidate)?;
+            if !store.validate_attempt(&ticket.key, FileCheck::Size)?.is_valid() {
+                return Err(Error::InvalidInput { what: "benchmark attempt", value: ticket.key.to_string(), reason: "invalid".into() });
+            }
+            count += 1;
+        }
+        Ok(count)
+    });
+    result.map_err(|e| Failure::from(e).into_py(py))
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<NativeStore>()?;
+    m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_rust_cycles, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

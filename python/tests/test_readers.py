@@ -1,0 +1,109 @@
+"""Real engines read what Python published: DuckDB and polars over the manifest's files, and
+DuckDB over the published view while publishes go on (it sees one generation or the next,
+never a mix, never a candidate)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+import manifestdb as m
+
+duckdb = pytest.importorskip("duckdb")
+pl = pytest.importorskip("polars")
+
+GRAIN = m.Grain("csv", ["store", "item"], "units")
+PARTS = ["region=eu", "region=us"]
+
+
+def publish_generation(store: m.Store, n: int) -> int:
+    """Publishes run `n`, whose partitions hold n and 10*n units, with a retried (duplicate)
+    attempt in each partition; returns the total a reader must see."""
+    run = f"run-{n}"
+    store.declare_run(m.RunSpec("units", run, f"snap-{n}", [m.TaskSpec(p, 1, n * (1 + 9 * i)) for i, p in enumerate(PARTS)], GRAIN))
+    for i, p in enumerate(PARTS):
+        for _ in range(2):  # the first answer is lost; the retry writes the same rows again
+            t = store.begin_attempt(m.TaskKey("units", run, p))
+            (t.staging_dir / "part.csv").write_text(f"store,item,units\n{i},{n},{n * (1 + 9 * i)}\n")
+            store.finish_attempt(t.key, m.Candidate(f"snap-{n}", files=[m.describe_file(t.staging_dir, "part.csv")]))
+            assert store.validate_attempt(t.key).is_valid()
+    assert isinstance(store.publish("units", run), m.Published)
+    return 11 * n
+
+
+def test_duckdb_and_polars_read_the_published_totals_once(paths: tuple[Path, Path]) -> None:
+    with m.Store.open(*paths) as store:
+        expected = publish_generation(store, 7)
+        manifest = store.manifest("units")
+    assert manifest is not None
+    files = [str(p) for p in manifest.paths()]
+    assert len(files) == 2  # one attempt per partition, though each partition has two
+    total = duckdb.sql(f"select sum(units) from read_csv({files!r})").fetchall()[0][0]
+    assert total == expected == manifest.totals.total
+    assert pl.scan_csv(files).select(pl.col("units").sum()).collect().item() == expected
+    # Another process's view of the same store: a read-only handle with the staging root.
+    with m.ReadOnlyStore.open(paths[0], paths[1]) as reader:
+        again = reader.manifest("units")
+        assert again is not None and [str(p) for p in again.paths()] == files
+
+
+def test_duckdb_reading_the_view_during_publishes_sees_whole_generations(tmp_path: Path) -> None:
+    views = tmp_path / "views"
+    totals = set()
+    seen: list[int] = []
+    failures: list[BaseException] = []
+    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views) as store:
+        totals.add(publish_generation(store, 1))
+        stop = threading.Event()
+
+        def read() -> None:
+            con = duckdb.connect()
+            try:
+                while not stop.is_set():
+                    current = views / "units" / "current"
+                    # Resolve `current` once: the view it names is complete and immutable.
+                    target = current.resolve()
+                    seen.append(con.sql(f"select sum(units) from read_csv('{target}/**/*.csv')").fetchall()[0][0])
+            except BaseException as e:  # noqa: BLE001
+                failures.append(e)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        for n in range(2, 12):
+            totals.add(publish_generation(store, n))
+        stop.set()
+        reader.join()
+        status = store.view("units")
+        # A retained generation by number: its own directory, never a path through `current`.
+        ten = store.view("units", 10)
+        assert ten is not None and ten.path.name == "v10" and ten.path.is_dir(), ten
+    assert not failures, failures
+    assert seen and set(seen) <= totals, (set(seen) - totals)
+    assert status is not None and status.view_generation == status.store_generation == 11 and not status.lagging
+
+
+def test_parquet_written_by_polars_is_validated_and_read_back(paths: tuple[Path, Path]) -> None:
+    """A Parquet grain: validation reads the files polars wrote (rows, total, duplicate keys);
+    the attempt with a repeated key is refused, the next one published, and DuckDB reads it."""
+    grain = m.Grain(m.DataFormat.PARQUET, ["store", "item"], "units")
+    task = m.TaskKey("units_pq", "r1", "region=eu")
+    with m.Store.open(*paths) as store:
+        store.declare_run(m.RunSpec("units_pq", "r1", "snap", [m.TaskSpec("region=eu", 2, 700)], grain))
+        verdicts = []
+        for stores in ([1, 1], [1, 2]):  # the first try repeats a key
+            t = store.begin_attempt(task)
+            frame = pl.DataFrame({"store": stores, "item": [7, 7], "units": [300, 400]})
+            # Snappy, pandas' and pyarrow's default: the core reads no zstd (polars' default).
+            frame.write_parquet(t.staging_dir / "part.parquet", compression="snappy")
+            store.finish_attempt(t.key, m.Candidate("snap", files=[m.describe_file(t.staging_dir, "part.parquet")]))
+            verdicts.append(store.validate_attempt(t.key))
+        assert [f.kind for f in verdicts[0].failures] == ["duplicate_grain_key"]
+        assert verdicts[1].is_valid() and verdicts[1].accepted_attempt == 2
+        assert verdicts[1].reconciliation is not None and verdicts[1].reconciliation.computed_total == 700
+        assert isinstance(store.publish("units_pq", "r1"), m.Published)
+        manifest = store.manifest("units_pq")
+    assert manifest is not None
+    files = [str(p) for p in manifest.paths()]
+    assert duckdb.sql(f"select count(*), sum(units) from read_parquet({files!r})").fetchall() == [(2, 700)]
