@@ -1000,7 +1000,9 @@ fn md_prepare_parquet(store: &Store, dataset: &str, run: &str, partitions: &[usi
     for task in &spec.tasks {
         let ticket = store.begin_attempt(&TaskKey::new(dataset, run, &task.partition))?;
         let file = parquet_part(&ticket.staging_dir, 100, run.len() as i64)?;
-        let candidate = Candidate { snapshot: spec.snapshot.clone(), rows: None, total: None, digest: None, files: vec![file] };
+        // Without a grain the worker reports its figures (the store computes none).
+        let (rows, digest) = if grain { (None, None) } else { (Some(100), Some(format!("d-{run}-{}", task.partition))) };
+        let candidate = Candidate { snapshot: spec.snapshot.clone(), rows, total: None, digest, files: vec![file] };
         store.finish_attempt(&ticket.key, &candidate)?;
         store.validate_attempt(&ticket.key, FileCheck::Size)?;
     }
