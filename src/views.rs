@@ -71,6 +71,7 @@ pub(crate) trait Generations {
     /// Generation `number`'s manifest (`None`: the current one).
     fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>>;
     /// The data format of run `run`'s declared grain (`None`: no grain declared, or no such run).
+    #[cfg_attr(not(feature = "delta"), allow(dead_code))] // reason: only the Delta table asks
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>>;
 }
 

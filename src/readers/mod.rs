@@ -48,6 +48,7 @@ pub(crate) struct ReadOptions {
     /// A Parquet file's columns with their types (`name type`, in file order) as the dataset's
     /// published files have them; a file whose columns differ is refused (`ColumnsMismatch`),
     /// so a Delta table over the dataset keeps one schema. `None`: nothing published yet.
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))] // reason: only the Parquet reader checks it
     pub(crate) dataset_columns: Option<Vec<String>>,
 }
 

@@ -3,6 +3,9 @@
 //! partition key, where a view file lives in the table's data directory, which log entries and
 //! data files the store's retention lets go.
 
+// Without the `delta` feature only the directory names are used (the views leave them alone).
+#![cfg_attr(not(feature = "delta"), allow(dead_code))]
+
 use std::collections::BTreeSet;
 
 /// The table's data directory, inside the dataset's view directory: one hard link (or copy)

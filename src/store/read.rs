@@ -212,16 +212,17 @@ impl Snapshot {
         };
         let path = views.root.join(dataset);
         #[cfg(feature = "delta")]
-        if let Some(reason) = crate::views::Views::not_a_table(self, dataset, &manifest)? {
-            return Err(Error::ViewRefused { dataset: dataset.to_owned(), path: path.display().to_string(), reason });
+        {
+            if let Some(reason) = crate::views::Views::not_a_table(self, dataset, &manifest)? {
+                return Err(Error::ViewRefused { dataset: dataset.to_owned(), path: path.display().to_string(), reason });
+            }
+            Ok(path)
         }
         #[cfg(not(feature = "delta"))]
         {
             let _ = (manifest, path);
-            return Err(no_table("this build of manifestdb has no Delta tables (the `delta` feature)".into()));
+            Err(no_table("this build of manifestdb has no Delta tables (the `delta` feature)".into()))
         }
-        #[cfg(feature = "delta")]
-        Ok(path)
     }
 
     /// Every retained generation of the dataset, oldest first.
