@@ -986,6 +986,127 @@ fn view_expiry_figure(dir: &Path, report: &mut Report) -> Res<()> {
     Ok(())
 }
 
+/// One Parquet file of `rows` rows (`store` Int64, `item` Utf8, `units` Int64) in `dir`.
+fn parquet_part(dir: &Path, rows: usize, units: i64) -> Res<manifestdb::FileEntry> {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use arrow_schema::{DataType, Field, Schema};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("store", DataType::Int64, false),
+        Field::new("item", DataType::Utf8, false),
+        Field::new("units", DataType::Int64, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from((0..rows as i64).collect::<Vec<_>>())),
+        Arc::new(StringArray::from(vec!["apple"; rows])),
+        Arc::new(Int64Array::from(vec![units; rows])),
+    ];
+    let batch = RecordBatch::try_new(schema, columns)?;
+    let mut writer = parquet::arrow::ArrowWriter::try_new(File::create(dir.join("part-0.parquet"))?, batch.schema(), None)?;
+    writer.write(&batch)?;
+    writer.close()?;
+    Ok(manifestdb::describe_file(dir, "part-0.parquet")?)
+}
+
+/// A run of `dataset` over `partitions` (`region=NNN`), one valid Parquet attempt each;
+/// `grain`: declared at the Parquet grain (so the dataset gets a Delta table), else none.
+fn md_prepare_parquet(store: &Store, dataset: &str, run: &str, partitions: &[usize], grain: bool) -> Res<()> {
+    let spec = RunSpec {
+        dataset: dataset.to_owned(),
+        run: run.to_owned(),
+        snapshot: format!("snap-{run}"),
+        tasks: partitions
+            .iter()
+            .map(|i| TaskSpec { partition: format!("region={i:03}"), expected_rows: 100, expected_total: None })
+            .collect(),
+        grain: grain.then(|| manifestdb::Grain::new(manifestdb::DataFormat::Parquet, &["store", "item"], "units")),
+    };
+    store.declare_run(&spec)?;
+    for task in &spec.tasks {
+        let ticket = store.begin_attempt(&TaskKey::new(dataset, run, &task.partition))?;
+        let file = parquet_part(&ticket.staging_dir, 100, run.len() as i64)?;
+        // Without a grain the worker reports its figures (the store computes none).
+        let (rows, digest) = if grain { (None, None) } else { (Some(100), Some(format!("d-{run}-{}", task.partition))) };
+        let candidate = Candidate { snapshot: spec.snapshot.clone(), rows, total: None, digest, files: vec![file] };
+        store.finish_attempt(&ticket.key, &candidate)?;
+        store.validate_attempt(&ticket.key, FileCheck::Size)?;
+    }
+    Ok(())
+}
+
+const DELTALAKE_REPLACE: &str = r#"
+import sys, time, json
+import pyarrow as pa
+from deltalake import write_deltalake
+path, partitions, rounds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def part(i, units):
+    n = 100
+    return pa.table({"store": pa.array(range(n), pa.int64()), "item": ["apple"] * n, "units": pa.array([units] * n, pa.int64()),
+                     "region": ["%03d" % i] * n})
+write_deltalake(path, pa.concat_tables([part(i, 1) for i in range(partitions)]), partition_by=["region"])
+samples = []
+for r in range(rounds):
+    t = part(r % partitions, r + 2)
+    start = time.perf_counter()
+    write_deltalake(path, t, mode="overwrite", predicate="region = '%03d'" % (r % partitions))
+    samples.append((time.perf_counter() - start) * 1e3)
+samples.sort()
+print(json.dumps({"median_ms": samples[len(samples) // 2]}))
+"#;
+
+/// The Delta table's cost (issue 28 item 5): replacing one partition of a 100-partition
+/// Parquet dataset through manifestdb (publish: the commit, the view and the Delta commit)
+/// beside the same publish on a dataset without a Delta table (the same files, no declared
+/// grain: the view alone), so the Delta commit's share is the difference; and beside
+/// `deltalake.write_deltalake(..., mode="overwrite", predicate=...)` replacing one partition
+/// of the same data (delta-rs from PyPI; skipped, saying so, where Python lacks it).
+fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
+    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views-delta"))), ..StoreOptions::default() };
+    let store = Store::open_with_options(dir.join("views-delta.redb"), dir.join("staging-views-delta"), &options)?;
+    let all: Vec<usize> = (0..100).collect();
+    for (dataset, grain) in [("delta-on", true), ("delta-off", false)] {
+        md_prepare_parquet(&store, dataset, "r0", &all, grain)?;
+        md_publish(&store, dataset, "r0")?;
+    }
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for r in 1..=rounds {
+        let run = format!("r{r}");
+        let replaced = [r % 100];
+        md_prepare_parquet(&store, "delta-on", &run, &replaced, true)?;
+        md_prepare_parquet(&store, "delta-off", &run, &replaced, false)?;
+        on.push(md_publish(&store, "delta-on", &run)?);
+        off.push(md_publish(&store, "delta-off", &run)?);
+    }
+    let status = store.sync_view("delta-on")?.ok_or("no view status")?;
+    if status.table_version != Some(rounds as u64) {
+        return Err(format!("the Delta table is at version {:?}, expected {rounds}", status.table_version).into());
+    }
+    report.put("delta_publish_ms_1_of_100p", median_ms(on), "ms (median: publish, view and Delta commit, one Parquet partition replaced)");
+    report.put("delta_publish_ms_1_of_100p_without_table", median_ms(off), "ms (median: the same publish and view, no Delta table)");
+    let share = report.figures.get("delta_publish_ms_1_of_100p").and_then(Value::as_f64).unwrap_or(0.0)
+        - report.figures.get("delta_publish_ms_1_of_100p_without_table").and_then(Value::as_f64).unwrap_or(0.0);
+    report.put("delta_commit_share_ms", share, "ms (the Delta commit's share of that publish: the difference)");
+    let out = std::process::Command::new("python3")
+        .args(["-c", DELTALAKE_REPLACE])
+        .arg(dir.join("deltalake-table"))
+        .arg("100")
+        .arg(rounds.to_string())
+        .output();
+    match out {
+        Ok(out) if out.status.success() => {
+            let doc: Value = serde_json::from_slice(&out.stdout)?;
+            report.put(
+                "deltalake_overwrite_ms_1_of_100p",
+                doc["median_ms"].as_f64().unwrap_or(f64::NAN),
+                "ms (median: write_deltalake overwrite with a predicate, delta-rs from PyPI)",
+            );
+            report.ratio("delta_publish_vs_deltalake_ratio", "delta_publish_ms_1_of_100p", "deltalake_overwrite_ms_1_of_100p");
+        }
+        Ok(out) => println!("deltalake comparison skipped: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")),
+        Err(e) => println!("deltalake comparison skipped: python3: {e}"),
+    }
+    Ok(())
+}
+
 /// The cost of a view: publishes of 1 and 1,000 partitions (each publish replaces them all, so
 /// its view links every file again) on a store without views and one with hard-link views,
 /// interleaved; and the time of a view build alone (a `sync_view` that must rebuild the current
@@ -1226,6 +1347,7 @@ fn main() -> Res<()> {
         // Only the cost of views (issues 13, 28): `cargo bench --bench throughput -- --views-only`.
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
         view_expiry_figure(dir, &mut report)?;
+        delta_figures(dir, &mut report, if sizes.quick { 5 } else { 15 })?;
         report.finish(&args, "views", sizes.quick)?;
         return Ok(());
     }
@@ -1344,6 +1466,7 @@ fn main() -> Res<()> {
     // Views: publish with vs without, and the build alone.
     println!("views: publishes of 1 and 1,000 partitions with and without views; expiry of 40 views");
     view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
+    delta_figures(dir, &mut report, if sizes.quick { 5 } else { 15 })?;
     view_expiry_figure(dir, &mut report)?;
 
     // The server: cycles through it from 1, 8 and 64 clients beside the library and the CLI.

@@ -75,6 +75,8 @@
 
 mod batch;
 mod codec;
+#[cfg(feature = "delta")]
+mod delta;
 pub mod documents;
 mod error;
 mod grain;

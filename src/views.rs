@@ -55,6 +55,9 @@ use crate::error::{Error, Result};
 use crate::model::{FileCheck, GenerationKind, Manifest};
 use crate::rules::views::{self as rule, Found, ViewPlan};
 
+#[cfg(feature = "delta")]
+mod table;
+
 /// What the views read of the store, as plain values of one consistent read. The store's
 /// `Snapshot` implements it; views never name the store, so the store can own views without an
 /// import circle.
@@ -67,6 +70,9 @@ pub(crate) trait Generations {
     fn stored_numbers(&self, dataset: &str) -> Result<BTreeSet<u64>>;
     /// Generation `number`'s manifest (`None`: the current one).
     fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>>;
+    /// The data format of run `run`'s declared grain (`None`: no grain declared, or no such run).
+    #[cfg_attr(not(feature = "delta"), allow(dead_code))] // reason: only the Delta table asks
+    fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>>;
 }
 
 /// How a view holds its files.
@@ -137,6 +143,10 @@ pub struct ViewStatus {
     pub repaired: Vec<u64>,
     /// Views removed because their generation is no longer in the store, oldest first.
     pub removed: Vec<u64>,
+    /// The Delta table's version after this call (`<root>/<dataset>/_delta_log`; version =
+    /// generation - 1), `None` if the dataset has no table (its grain is not Parquet, or the
+    /// library was built without the `delta` feature).
+    pub table_version: Option<u64>,
 }
 
 /// Where one generation's view is: [`crate::Snapshot::view_path`].
@@ -378,6 +388,9 @@ pub(crate) struct Views {
     mode: ViewMode,
     seam: Seam,
     lock: Mutex<()>,
+    /// The Delta kernel's engine, made on first use.
+    #[cfg(feature = "delta")]
+    delta: std::sync::OnceLock<crate::delta::DeltaEngine>,
 }
 
 fn errno(e: rustix::io::Errno) -> io::Error {
@@ -571,7 +584,14 @@ impl Views {
                 )));
             }
         }
-        Ok(Views { root, mode: options.mode, seam: Seam::default(), lock: Mutex::new(()) })
+        Ok(Views {
+            root,
+            mode: options.mode,
+            seam: Seam::default(),
+            lock: Mutex::new(()),
+            #[cfg(feature = "delta")]
+            delta: std::sync::OnceLock::new(),
+        })
     }
 
     /// The canonical view root.
@@ -783,6 +803,11 @@ impl Views {
         }
         let removed = rule::views_to_remove(&listing.views, &stored, Some(number));
         self.remove_views(ds.as_fd(), dataset, &removed)?;
+        // The Delta table follows the view (a Parquet dataset's only).
+        #[cfg(feature = "delta")]
+        let table_version = self.sync_table(ds.as_fd(), dataset, source, staging_root, &manifest, &stored)?.map(|t| t.version);
+        #[cfg(not(feature = "delta"))]
+        let table_version = None;
         if built || swapped || !repaired.is_empty() {
             tracing::info!(dataset, generation = number, built, swapped, repaired = repaired.len(), removed = removed.len(), "view synced");
         }
@@ -796,6 +821,7 @@ impl Views {
             swapped,
             repaired,
             removed,
+            table_version,
         }))
     }
 
@@ -1378,7 +1404,11 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
                 continue;
             }
             let Some(n) = rule::parse_view_name(&name) else {
-                if name != rule::MARKER && name != rule::CURRENT {
+                if name != rule::MARKER
+                    && name != rule::CURRENT
+                    && name != crate::rules::delta::LOG_DIR
+                    && name != crate::rules::delta::DATA_DIR
+                {
                     notes.push(format!("{}: not a view; left alone", here(&name)));
                 }
                 continue;

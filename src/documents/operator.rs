@@ -182,11 +182,12 @@ pub fn cleanup_applied(report: &ApplyReport) -> Value {
 }
 
 /// One synced view: `{"dataset", "generation", "current", "path", "built", "swapped", "repaired",
-/// "removed"}`.
+/// "removed", "table_version"}`.
 pub fn view_status(s: &ViewStatus) -> Value {
     json!({
         "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
         "built": s.built, "swapped": s.swapped, "repaired": s.repaired, "removed": s.removed,
+        "table_version": s.table_version,
     })
 }
 
@@ -196,7 +197,8 @@ pub fn views_synced(synced: &[ViewStatus]) -> Value {
 }
 
 /// `view DATASET [--generation N]` (`GET /v1/views`): `{"dataset", "view_root", "current",
-/// "path", "view_generation", "store_generation", "lagging", "manifest"}`: where the dataset's
+/// "path", "view_generation", "store_generation", "lagging", "table": {"path", "version",
+/// "reason"}, "manifest"}`: where the dataset's
 /// view is (read from the file system under the view root: `root` if given, else the store's
 /// recorded one) and its `_manifest.json`. Without `generation`, `path` is the directory
 /// `current` names now (resolved: read it, not `current`); with it, retained generation N's
@@ -240,6 +242,17 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         other => other?,
     };
     let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
+    // The Delta table (a Parquet dataset's), at the version of the generation shown.
+    let table = match snapshot.delta_table(dataset) {
+        Ok(_) if !root.join(dataset).join("_delta_log").is_dir() => {
+            json!({ "path": null, "version": null, "reason": "no Delta log yet (`manifestdb view sync` writes it)" })
+        }
+        Ok(_) => json!({ "path": root.join(dataset), "version": view_generation.map(|g| g.saturating_sub(1)), "reason": null }),
+        Err(crate::Error::ViewRefused { reason, .. } | crate::Error::NoView { reason, .. }) => {
+            json!({ "path": null, "version": null, "reason": reason })
+        }
+        Err(e) => return Err(e.into()),
+    };
     Ok(json!({
         "dataset": dataset,
         "view_root": root,
@@ -248,6 +261,7 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         "view_generation": view_generation,
         "store_generation": store_generation,
         "lagging": current_generation != store_generation,
+        "table": table,
         "manifest": manifest,
     }))
 }

@@ -17,6 +17,8 @@ mod csv;
 mod keys;
 #[cfg(feature = "parquet")]
 mod parquet;
+#[cfg(feature = "parquet")]
+pub(crate) use parquet::typed_columns as parquet_typed_columns;
 
 use std::fs::File;
 use std::io;
@@ -43,6 +45,11 @@ pub(crate) struct ReadOptions {
     pub(crate) key_bytes_in_memory_max: usize,
     /// Where the key set spills (a private directory is made inside and removed after).
     pub(crate) spill_parent: PathBuf,
+    /// A Parquet file's columns with their types (`name type`, in file order) as the dataset's
+    /// published files have them; a file whose columns differ is refused (`ColumnsMismatch`),
+    /// so a Delta table over the dataset keeps one schema. `None`: nothing published yet.
+    #[cfg_attr(not(feature = "parquet"), allow(dead_code))] // reason: only the Parquet reader checks it
+    pub(crate) dataset_columns: Option<Vec<String>>,
 }
 
 pub(crate) use crate::rules::validate::Computed as PartitionFigures;
@@ -189,7 +196,7 @@ pub(crate) fn read_partition(
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match grain.format {
             DataFormat::Csv => csv::read(file, &entry.path, grain, options.record_bytes_max, &mut sink),
             #[cfg(feature = "parquet")]
-            DataFormat::Parquet => parquet::read(file, &entry.path, grain, &mut sink),
+            DataFormat::Parquet => parquet::read(file, &entry.path, grain, options.dataset_columns.as_deref(), &mut sink),
             #[cfg(not(feature = "parquet"))]
             DataFormat::Parquet => {
                 // Refused above, before any file is read; nothing to read here.

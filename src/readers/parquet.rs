@@ -171,7 +171,14 @@ impl<'a> MeasureColumn<'a> {
 /// # Errors
 /// [`crate::Error::Io`] if the key set cannot spill. Problems of the file itself are gate
 /// failures in `sink`.
-pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Result<()> {
+/// The columns of a Parquet file as `name type`, in file order, from its footer (`None` if it
+/// cannot be read as Parquet).
+pub(crate) fn typed_columns(file: File) -> Option<Vec<String>> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
+    Some(builder.schema().fields().iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect())
+}
+
+pub(super) fn read(file: File, rel: &str, grain: &Grain, dataset_columns: Option<&[String]>, sink: &mut Sink) -> Result<()> {
     let malformed = |message: String| GateFailure::MalformedFile { path: rel.to_owned(), message };
     let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
         Ok(builder) => builder,
@@ -186,6 +193,15 @@ pub(super) fn read(file: File, rel: &str, grain: &Grain, sink: &mut Sink) -> Res
         sink.file_failure(GateFailure::ColumnsMismatch { path: rel.to_owned(), expected: grain_columns_sorted(grain), got: names });
         return Ok(());
     };
+    // The dataset's published files fix its schema (a Delta table over it has one): another
+    // order or another type of the same columns is refused here, before it is published.
+    if let Some(expected) = dataset_columns {
+        let got: Vec<String> = schema.fields().iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect();
+        if got != expected {
+            sink.file_failure(GateFailure::ColumnsMismatch { path: rel.to_owned(), expected: expected.to_vec(), got });
+            return Ok(());
+        }
+    }
     let mut unsupported = false;
     for (i, field) in schema.fields().iter().enumerate() {
         let supported =

@@ -14,6 +14,7 @@ pub(crate) mod accept;
 pub(crate) mod attempts;
 pub(crate) mod cleanup;
 pub(crate) mod declare;
+pub(crate) mod delta;
 pub(crate) mod digest;
 pub(crate) mod effects;
 pub(crate) mod ids;

@@ -583,6 +583,14 @@ impl Store {
         self.snapshot()?.view_path(dataset, generation)
     }
 
+    /// The dataset's Delta table: [`Snapshot::delta_table`] on a fresh snapshot.
+    ///
+    /// # Errors
+    /// As [`Snapshot::delta_table`]; [`Error::Poisoned`] after a failed write.
+    pub fn delta_table(&self, dataset: &str) -> Result<std::path::PathBuf> {
+        self.snapshot()?.delta_table(dataset)
+    }
+
     /// Brings `dataset`'s view up to date with the store: checks every view present of a
     /// stored generation (its `_manifest.json` present, parseable and right, every file present
     /// with its size, nothing extra) and rebuilds a damaged one, builds the current
@@ -607,7 +615,7 @@ impl Store {
 
     /// The view of the generation just committed: built and swapped in, without checking the
     /// views already there (an explicit sync and every open do).
-    fn sync_view_after_commit(&self, dataset: &str) -> Result<Option<ViewStatus>> {
+    pub(crate) fn sync_view_after_commit(&self, dataset: &str) -> Result<Option<ViewStatus>> {
         let Some(views) = &self.views else {
             return Ok(None);
         };

@@ -192,6 +192,39 @@ impl Snapshot {
         crate::views::locate_view(self, &views.root, dataset, generation)
     }
 
+    /// The dataset's Delta table: `<root>/<dataset>` under the store's recorded view root, whose
+    /// `_delta_log` holds one version per generation (Delta version = generation - 1), for
+    /// `DeltaTable(path)`, `DeltaTable(path, version=N-1)`, `polars.read_delta`, DuckDB's
+    /// `delta_scan` or Spark's `format("delta")`.
+    ///
+    /// # Errors
+    /// [`Error::NoView`] if the store publishes no views, the dataset has no generation, or the
+    /// library was built without the `delta` feature; [`Error::ViewRefused`] if the dataset
+    /// gets no table, saying why (its grain is not Parquet: Delta data files are Parquet; its
+    /// partition keys are not hive `column=value`); storage and corruption errors.
+    pub fn delta_table(&self, dataset: &str) -> Result<std::path::PathBuf> {
+        let no_table = |reason: String| Error::NoView { dataset: dataset.to_owned(), generation: None, reason };
+        let Some(views) = self.views()? else {
+            return Err(no_table("the store publishes no views (open it once with a view root: `--views DIR`)".into()));
+        };
+        let Some(manifest) = self.manifest(dataset, None)? else {
+            return Err(no_table("the dataset has no generation".into()));
+        };
+        let path = views.root.join(dataset);
+        #[cfg(feature = "delta")]
+        {
+            if let Some(reason) = crate::views::Views::not_a_table(self, dataset, &manifest)? {
+                return Err(Error::ViewRefused { dataset: dataset.to_owned(), path: path.display().to_string(), reason });
+            }
+            Ok(path)
+        }
+        #[cfg(not(feature = "delta"))]
+        {
+            let _ = (manifest, path);
+            Err(no_table("this build of manifestdb has no Delta tables (the `delta` feature)".into()))
+        }
+    }
+
     /// Every retained generation of the dataset, oldest first.
     ///
     /// # Errors
@@ -416,5 +449,9 @@ impl crate::views::Generations for Snapshot {
 
     fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>> {
         self.manifest(dataset, number)
+    }
+
+    fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>> {
+        Ok(self.run(dataset, run)?.and_then(|r| r.grain).map(|g| g.format))
     }
 }

@@ -160,6 +160,17 @@ impl Store {
             let now = meta.now_ms();
             ops::lifecycle::expire(meta, dataset, policy, mode, now, &mut remove_views)
         })
+        .inspect(|report| {
+            // The Delta table lets go of the expired versions (checkpoint, older log entries,
+            // data files no retained version names) once the store no longer holds them; a
+            // failure leaves that to the next sync, and the table reads as before meanwhile.
+            if mode == RunMode::Execute
+                && !report.expired.is_empty()
+                && let Err(err) = self.sync_view_after_commit(dataset)
+            {
+                tracing::warn!(dataset, error = %err, "the Delta table keeps the expired versions until the next view sync");
+            }
+        })
     }
 }
 

@@ -206,6 +206,10 @@ impl Store {
                 let record = read_task(meta, task)?;
                 Ok((run, task_spec(task, &record)))
             })?;
+            let dataset_columns = match &run.grain {
+                Some(grain) => published_columns(&snapshot, &self.staging_root, &task.dataset, grain)?,
+                None => None,
+            };
             drop(snapshot);
             // What the write would refuse on the candidate alone (another snapshot, figures
             // missing) is refused before any file is read or synced.
@@ -214,7 +218,8 @@ impl Store {
             // Where the begin made the attempt's directory; the write checks that its record
             // names the same one.
             let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
-            let (verdict, reconciliation) = decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check, NO_PROGRESS)?;
+            let (verdict, reconciliation) =
+                decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check, dataset_columns, NO_PROGRESS)?;
             let finished = self.write_grouped("finishing and validating an attempt", |meta| {
                 ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
             })?;
@@ -532,7 +537,13 @@ pub(super) fn prepare_validation(
         ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
         ToValidate::Candidate(candidate) => candidate,
     };
-    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check, progress)?;
+    // A Parquet file must have the columns the dataset's published files have (read while the
+    // snapshot is held).
+    let dataset_columns = match &run.grain {
+        Some(grain) => published_columns(snapshot, work.staging_root, &task.dataset, grain)?,
+        None => None,
+    };
+    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check, dataset_columns, progress)?;
     Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
 }
 
@@ -548,12 +559,15 @@ fn decide_verdict(
     staging_rel: &str,
     candidate: &Candidate,
     check: FileCheck,
+    dataset_columns: Option<Vec<String>>,
     progress: &dyn Fn(Progress),
 ) -> Result<(Verdict, Reconciliation)> {
     let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
         Some(grain) => {
-            Some((grain.format, read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed, progress)?))
+            let read =
+                read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed, dataset_columns, progress)?;
+            Some((grain.format, read))
         }
         None => None,
     };
@@ -569,6 +583,37 @@ fn decide_verdict(
         verdict
     };
     Ok((verdict, reconciliation))
+}
+
+/// For a Parquet grain, the typed columns of the dataset's current generation's first Parquet
+/// file (read from its footer), which every new Parquet file must have; `None` for CSV, before
+/// the first publish, or if that file cannot be read (then only the grain's columns are
+/// checked).
+fn published_columns(
+    snapshot: &super::Snapshot,
+    staging_root: &std::path::Path,
+    dataset: &str,
+    grain: &crate::grain::Grain,
+) -> Result<Option<Vec<String>>> {
+    if grain.format != crate::grain::DataFormat::Parquet || !cfg!(feature = "parquet") {
+        return Ok(None);
+    }
+    let Some(manifest) = snapshot.manifest(dataset, None)? else { return Ok(None) };
+    let Some((partition, file)) =
+        manifest.partitions.iter().find_map(|p| p.files.iter().find(|f| f.path.ends_with(".parquet")).map(|f| (p, f)))
+    else {
+        return Ok(None);
+    };
+    let Ok(Some((opened, _))) = super::handles::open_regular_file(staging_root, &partition.staging_rel, &file.path) else {
+        return Ok(None);
+    };
+    #[cfg(feature = "parquet")]
+    return Ok(readers::parquet_typed_columns(opened));
+    #[cfg(not(feature = "parquet"))]
+    {
+        drop(opened);
+        Ok(None)
+    }
 }
 
 /// The limits of reading a candidate at its grain ([`crate::StoreOptions`]).
@@ -593,6 +638,7 @@ fn read_candidate_data(
     staging_rel: &str,
     candidate: &Candidate,
     observed: &[FileObservation],
+    dataset_columns: Option<Vec<String>>,
     progress: &dyn Fn(Progress),
 ) -> Result<rules::validate::Computed> {
     let present: Vec<FileEntry> = candidate
@@ -606,6 +652,7 @@ fn read_candidate_data(
         record_bytes_max: limits.record_bytes_max,
         key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
         spill_parent: staging_root.to_path_buf(),
+        dataset_columns,
     };
     // Each file is opened through directory handles from the staging root, without
     // following a symlink: what is read is what observation saw (or the file is missing).

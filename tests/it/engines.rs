@@ -1,9 +1,10 @@
-//! Real readers from PyPI over the published views of a Parquet dataset (issue 28, "Tests with
-//! real readers"): three generations with retried attempts left in staging; for every retained
-//! generation, DuckDB, polars and pyarrow over its view directory (`Store::view_path`, `current`
-//! resolved once) sum exactly what the store's manifest says; the same after a rollback and
-//! after an expiry (and the expired generation's view is refused, naming the oldest retained);
-//! a reader of the staging tree overcounts, by the retried attempts' totals.
+//! Real readers from PyPI over the published views and the Delta table of a Parquet dataset
+//! (issue 28, "Tests with real readers"): three generations with retried attempts left in
+//! staging; for every retained generation, DuckDB, polars and pyarrow over its view directory
+//! (`Store::view_path`, `current` resolved once) and deltalake and polars over the Delta table
+//! (`DeltaTable(path)`, `DeltaTable(path, version=N-1)`; DuckDB's `delta_scan` only where its
+//! extension is installed) sum exactly what `show --json` says; the same after a rollback and
+//! after expiries; a reader of the staging tree overcounts, by the retried attempts' totals.
 //!
 //! Outside CI the test skips, saying so, when Python lacks one of the readers; in CI
 //! (`CI=true`) that fails it (`.ci/run` installs them). The readers read local files only.
@@ -78,15 +79,19 @@ fn read_with_engines(path: &Path) -> BTreeMap<String, Vec<(String, String, i64)>
         .collect()
 }
 
-/// What the store says generation `generation` holds: `(date, region, total)` per partition.
+/// What `show --json -g N` says generation `generation` holds (the same document,
+/// `documents::reads::show`): `(date, region, total)` per partition.
 fn store_says(store: &Store, generation: u64) -> Vec<(String, String, i64)> {
-    let manifest = store.snapshot().unwrap().manifest(DATASET, Some(generation)).unwrap().expect("retained");
-    let mut out: Vec<(String, String, i64)> = manifest
-        .partitions
+    let snapshot = store.snapshot().unwrap();
+    let doc = manifestdb::documents::reads::show(&snapshot, DATASET, Some(generation), None).expect("show's document");
+    let mut out: Vec<(String, String, i64)> = doc["partitions"]
+        .as_array()
+        .expect("partitions")
         .iter()
         .map(|p| {
-            let field = |key: &str| p.partition.split('/').find_map(|c| c.strip_prefix(key)).unwrap().to_owned();
-            (field("date="), field("region="), p.total.expect("total"))
+            let key = p["partition"].as_str().expect("partition");
+            let field = |name: &str| key.split('/').find_map(|c| c.strip_prefix(name)).expect("hive key").to_owned();
+            (field("date="), field("region="), p["total"].as_i64().expect("total"))
         })
         .collect();
     out.sort();
@@ -159,19 +164,138 @@ fn check_retained(store: &Store) -> usize {
     history.len()
 }
 
+const DELTA_READERS: &str = r#"
+import json, sys
+from deltalake import DeltaTable
+import polars as pl
+path, versions = sys.argv[1], json.loads(sys.argv[2])
+def rows(t):
+    t = t.group_by(["date", "region"]).aggregate([("units", "sum")])
+    return sorted([str(d), str(r), int(s)] for d, r, s in zip(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist()))
+out = {"latest": DeltaTable(path).version()}
+out["deltalake"] = rows(DeltaTable(path).to_pyarrow_table())
+g = pl.read_delta(path).group_by(["date", "region"]).agg(pl.col("units").sum())
+out["polars"] = sorted([str(d), str(r), int(s)] for d, r, s in zip(g["date"].to_list(), g["region"].to_list(), g["units"].to_list()))
+for v in versions:
+    out[f"deltalake@{v}"] = rows(DeltaTable(path, version=v).to_pyarrow_table())
+    g = pl.read_delta(path, version=v).group_by(["date", "region"]).agg(pl.col("units").sum())
+    out[f"polars@{v}"] = sorted([str(d), str(r), int(s)] for d, r, s in zip(g["date"].to_list(), g["region"].to_list(), g["units"].to_list()))
+try:
+    DeltaTable(path, version=versions[0] - 1)
+    out["before_oldest"] = "readable"
+except Exception as e:
+    out["before_oldest"] = type(e).__name__
+import duckdb
+# Never a download at test time: the extension is used only where it is installed already.
+con = duckdb.connect(config={"autoinstall_known_extensions": False})
+try:
+    con.sql("LOAD delta")
+    out["duckdb"] = sorted([str(d), str(r), int(s)] for d, r, s in con.sql(
+        f"SELECT CAST(date AS VARCHAR), region, sum(units) FROM delta_scan('{path}') GROUP BY ALL").fetchall())
+except Exception as e:
+    out["duckdb_skipped"] = "DuckDB's delta extension is not installed (installing it is a download): " + str(e).splitlines()[0][:120]
+print(json.dumps(out))
+"#;
+
+fn deltalake_available() -> bool {
+    let ok = Command::new("python3").args(["-c", "import deltalake, polars, duckdb"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true but Python lacks deltalake or polars (.ci/run installs them)");
+        println!("SKIPPED: python3 cannot import deltalake and polars (pip install deltalake polars)");
+    }
+    ok
+}
+
+/// The Delta table over every retained generation: the latest version read by deltalake and
+/// polars (and DuckDB's `delta_scan` where its extension is installed) sums what the store's
+/// current generation says; `version = N - 1` for every retained N equals generation N; the
+/// table's version is the current generation - 1.
+fn check_delta(store: &Store) -> serde_json::Value {
+    let snapshot = store.snapshot().unwrap();
+    let history = snapshot.history(DATASET).unwrap();
+    let table = store.view_root().unwrap().join(DATASET);
+    let versions: Vec<u64> = history.iter().map(|g| g.number - 1).collect();
+    let out = Command::new("python3")
+        .args(["-c", DELTA_READERS])
+        .arg(&table)
+        .arg(serde_json::to_string(&versions).unwrap())
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "Delta readers failed over {}: {}", table.display(), String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("readers' JSON");
+    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+            .collect()
+    };
+    let current = snapshot.current(DATASET).unwrap().unwrap().number;
+    assert_eq!(doc["latest"], current - 1, "Delta version = generation - 1");
+    for engine in ["deltalake", "polars", "duckdb"] {
+        if doc.get(engine).is_some() {
+            assert_eq!(rows(&doc[engine]), store_says(store, current), "{engine} over the latest version");
+        }
+    }
+    if let Some(reason) = doc.get("duckdb_skipped") {
+        println!("DuckDB delta_scan skipped: {reason}");
+    }
+    for generation in &history {
+        for engine in ["deltalake", "polars"] {
+            assert_eq!(
+                rows(&doc[format!("{engine}@{}", generation.number - 1)]),
+                store_says(store, generation.number),
+                "{engine} at version {} (generation {})",
+                generation.number - 1,
+                generation.number
+            );
+        }
+    }
+    doc
+}
+
+/// The actions of one Delta commit: (adds, removes, every add's numRecords present).
+fn delta_actions(table: &Path, version: u64) -> (usize, usize, bool) {
+    let text = std::fs::read_to_string(table.join("_delta_log").join(format!("{version:020}.json"))).expect("the commit");
+    let (mut adds, mut removes, mut stats) = (0, 0, true);
+    for line in text.lines() {
+        let action: serde_json::Value = serde_json::from_str(line).expect("a JSON action");
+        if let Some(add) = action.get("add") {
+            adds += 1;
+            let s: serde_json::Value = serde_json::from_str(add["stats"].as_str().unwrap_or("{}")).unwrap_or_default();
+            stats &= s["numRecords"].as_i64().is_some_and(|n| n > 0);
+        }
+        if action.get("remove").is_some() {
+            removes += 1;
+        }
+    }
+    (adds, removes, stats)
+}
+
+/// Every reader of the issue over one Parquet dataset: three generations with retried
+/// attempts left in staging, then a rollback, an expiry and one more publish. At each step
+/// DuckDB, polars and pyarrow over every retained generation's view (`current` resolved once)
+/// and deltalake and polars over the Delta table (its latest version and `version = N - 1` for
+/// every retained N) sum exactly what `show --json` says; each Delta commit adds and removes
+/// exactly the partitions its generation replaced; a reader of the staging tree overcounts.
 #[test]
-fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
-    if !readers_available() {
+fn readers_of_the_views_and_the_delta_table_sum_what_show_says_through_rollback_and_expiry() {
+    if !readers_available() || !deltalake_available() {
         return;
     }
     let dir = TestDir::new();
     let store = dir
         .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
+    let table = store.view_root().unwrap().join(DATASET);
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
+    assert_eq!(delta_actions(&table, 0), (4, 0, true), "version 0 adds the four partitions");
     assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
+    assert_eq!(delta_actions(&table, 1), (2, 2, true), "version 1 replaces exactly the two partitions generation 2 replaced");
     assert_eq!(publish(&store, "r3", &[(3, 33)], &[3]), 3);
+    assert_eq!(delta_actions(&table, 2), (1, 1, true));
     assert_eq!(check_retained(&store), 3);
+    check_delta(&store);
 
     // A reader of the staging tree counts every attempt: the retried partitions twice.
     let staging = dir.path().join("staging").join(DATASET);
@@ -184,22 +308,31 @@ fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
     let staged: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().expect("a sum");
     let every_run: i64 = (100 + 70 + 50 + 30) + (71 + 51) + 33;
     let retried: i64 = 100 + 51 + 33;
+    let current: i64 = store_says(&store, 3).iter().map(|(_, _, t)| t).sum();
+    assert_eq!(current, 71 + 51 + 100 + 33);
     assert_eq!(staged, every_run + retried, "the staging tree holds every attempt of every run");
     println!(
-        "a reader of the staging tree sums {staged}: every run's output ({every_run}) plus the retried attempts ({retried}); the current view sums {}",
-        store_says(&store, 3).iter().map(|(_, _, t)| t).sum::<i64>()
+        "a reader of the staging tree sums {staged}, {} more than the current generation's {current}: every run's output ({every_run}) \
+         plus the retried attempts ({retried})",
+        staged - current
     );
 
-    // A rollback is a new generation with its own view; the older views stay readable.
+    // A rollback is a new generation with its own view and a new Delta version restoring the
+    // rolled-back generation's files; the older views and versions stay readable.
     let RollbackOutcome::RolledBack(rolled) = store.rollback(DATASET, 1, "ops", "bad upstream").expect("rollback") else {
         panic!("refused");
     };
     assert_eq!(rolled.number, 4);
     assert_eq!(store_says(&store, 4), store_says(&store, 1));
+    assert_eq!(delta_actions(&table, 3), (3, 3, true), "version 3 restores the three partitions generations 2 and 3 replaced");
     assert_eq!(check_retained(&store), 4);
+    check_delta(&store);
 
     // Expiry: the expired generations' views are gone and asking for one names the oldest
-    // retained; the retained ones still read exactly.
+    // retained; the table gets a checkpoint at the oldest retained version and loses the older
+    // log entries (reading an expired version fails) and the data files only expired versions
+    // named; the retained generations still read exactly, as views and as versions.
+    assert_eq!(data_files(&table), named_by_views(&store), "the table's data files are those the retained views hold");
     let report = store
         .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
         .expect("expire");
@@ -209,4 +342,174 @@ fn duckdb_polars_and_pyarrow_over_each_retained_view_sum_what_the_store_says() {
         other => panic!("{other:?}"),
     }
     assert_eq!(check_retained(&store), 2);
+    let doc = check_delta(&store);
+    assert_ne!(doc["before_oldest"], "readable", "version 1 (generation 2, expired) is still readable");
+    let log = table.join("_delta_log");
+    assert!(log.join(format!("{:020}.checkpoint.parquet", 2)).exists(), "a checkpoint at the oldest retained version");
+    assert!(!log.join(format!("{:020}.json", 0)).exists() && !log.join(format!("{:020}.json", 1)).exists(), "expired versions' commits");
+    assert_eq!(data_files(&table), named_by_views(&store), "no data file a retained version names is gone");
+
+    // One more publish and expiry: generation 3 expires, and with it the data files only it
+    // (and the expired ones) named.
+    assert_eq!(publish(&store, "r5", &[(0, 105)], &[]), 5);
+    assert_eq!(delta_actions(&table, 4), (1, 1, true));
+    let before = data_files(&table).len();
+    let report = store
+        .expire_generations(DATASET, &RetentionPolicy { keep_last: 2, rollback_window: Duration::ZERO }, RunMode::Execute)
+        .expect("expire");
+    assert_eq!(report.expired, [3]);
+    assert_eq!(check_retained(&store), 2);
+    let doc = check_delta(&store);
+    assert_ne!(doc["before_oldest"], "readable", "version 2 (generation 3, expired) is still readable");
+    assert!(log.join(format!("{:020}.checkpoint.parquet", 3)).exists(), "a checkpoint at the oldest retained version");
+    let after = data_files(&table);
+    assert_eq!(after, named_by_views(&store), "the table's data files are those the retained views hold");
+    assert!(after.len() < before, "the data files only expired versions named are gone ({before} before, {} after)", after.len());
+}
+
+/// The Parquet files under the table's data directory, relative to it.
+fn data_files(table: &Path) -> std::collections::BTreeSet<String> {
+    let data = table.join("data");
+    walk_files(&data)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+        .map(|p| p.strip_prefix(&data).unwrap().display().to_string())
+        .collect()
+}
+
+/// The Parquet files of every retained generation's view, relative to the view directory.
+fn named_by_views(store: &Store) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for generation in store.snapshot().unwrap().history(DATASET).unwrap() {
+        let view = store.view_path(DATASET, Some(generation.number)).expect("view path").path;
+        out.extend(
+            walk_files(&view)
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                .map(|p| p.strip_prefix(&view).unwrap().display().to_string()),
+        );
+    }
+    out
+}
+
+fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk_files(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    let spec = RunSpec {
+        grain: Some(Grain::new(DataFormat::Csv, &["item"], "units")),
+        ..crate::support::run_spec("csv", "r1", "s1", &[("p=1", 2, 10)])
+    };
+    store.declare_run(&spec).expect("declare");
+    let ticket = store.begin_attempt(&TaskKey::new("csv", "r1", "p=1")).expect("begin");
+    let file = crate::support::write_rows(&ticket.staging_dir, 2, 10);
+    let candidate = Candidate { snapshot: "s1".into(), rows: None, total: None, digest: None, files: vec![file] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    assert!(store.validate_attempt(&ticket.key, FileCheck::Size).expect("validate").is_valid());
+    match store.publish("csv", "r1", &PublishOptions::default()).expect("publish") {
+        PublishOutcome::Published(_) => {}
+        other => panic!("{other:?}"),
+    }
+    let status = store.sync_view("csv").unwrap().unwrap();
+    assert_eq!(status.table_version, None);
+    assert!(views.join("csv/current").exists());
+    assert!(!views.join("csv/_delta_log").exists());
+    match store.delta_table("csv") {
+        Err(Error::ViewRefused { reason, .. }) => assert!(reason.contains("Delta table's data files are Parquet"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A Parquet file whose columns have other types than the dataset's published files is refused
+/// at validation (`ColumnsMismatch`, naming both), before it could give the Delta table two
+/// schemas; the same columns and types pass.
+#[test]
+fn a_parquet_file_of_another_schema_is_refused_at_validation() {
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
+    store
+        .declare_run(&RunSpec {
+            dataset: DATASET.into(),
+            run: "r2".into(),
+            snapshot: "sales@r2".into(),
+            tasks: vec![TaskSpec { partition: PARTITIONS[0].into(), expected_rows: 2, expected_total: Some(100) }],
+            grain: Some(Grain::new(DataFormat::Parquet, &["store", "item"], "units")),
+        })
+        .expect("declare");
+    let ticket = store.begin_attempt(&TaskKey::new(DATASET, "r2", PARTITIONS[0])).expect("begin");
+    // `store` as a 32-bit integer: a valid grain key, but not the dataset's type.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("store", DataType::Int32, false),
+        Field::new("item", DataType::Utf8, false),
+        Field::new("units", DataType::Int64, false),
+    ]));
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(arrow_array::Int32Array::from(vec![0, 1])),
+        Arc::new(StringArray::from(vec!["apple"; 2])),
+        Arc::new(Int64Array::from(vec![99, 1])),
+    ];
+    let batch = RecordBatch::try_new(schema, columns).expect("batch");
+    let file = std::fs::File::create(ticket.staging_dir.join("part-0.parquet")).expect("create");
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).expect("writer");
+    writer.write(&batch).expect("write");
+    writer.close().expect("close");
+    let entry = describe_file(&ticket.staging_dir, "part-0.parquet").expect("describe");
+    let candidate = Candidate { snapshot: "sales@r2".into(), rows: None, total: None, digest: None, files: vec![entry] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    match store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate") {
+        manifestdb::Verdict::Invalid(failures) => {
+            let text: Vec<String> = failures.iter().map(ToString::to_string).collect();
+            assert!(
+                failures.iter().any(|f| matches!(f, manifestdb::GateFailure::ColumnsMismatch { got, expected, .. }
+                    if got.contains(&"store Int32".to_owned()) && expected.contains(&"store Int64".to_owned()))),
+                "{text:?}"
+            );
+        }
+        other => panic!("a file of another schema passed: {other:?}"),
+    }
+    // The dataset's own schema passes.
+    let ticket = store.begin_attempt(&TaskKey::new(DATASET, "r2", PARTITIONS[0])).expect("begin");
+    let entry = write_parquet(&ticket.staging_dir, &[99, 1]);
+    let candidate = Candidate { snapshot: "sales@r2".into(), rows: None, total: None, digest: None, files: vec![entry] };
+    store.finish_attempt(&ticket.key, &candidate).expect("finish");
+    assert!(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate").is_valid());
+}
+
+/// A symlink planted in place of the Delta log is refused, not followed: the kernel would write
+/// where it points.
+#[test]
+fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
+    let table = store.view_root().unwrap().join(DATASET);
+    assert!(table.join("_delta_log").is_dir(), "the first publish wrote the table");
+    std::fs::remove_dir_all(table.join("_delta_log")).expect("remove the log");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("mkdir");
+    std::os::unix::fs::symlink(&elsewhere, table.join("_delta_log")).expect("symlink");
+    match store.sync_view(DATASET) {
+        Err(Error::ViewRefused { reason, .. }) => assert!(reason.contains("symlink"), "{reason}"),
+        other => panic!("a symlinked log was not refused: {other:?}"),
+    }
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing written through the symlink");
 }

@@ -57,6 +57,12 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
             ]);
         }
         table.write(w)?;
+        let delta = &doc["table"];
+        if delta["path"].is_null() {
+            writeln!(w, "no Delta table: {}", text(&delta["reason"]))?;
+        } else {
+            writeln!(w, "Delta table {} at version {} (version = generation - 1)", text(&delta["path"]), text(&delta["version"]))?;
+        }
         let t = &manifest["totals"];
         writeln!(
             w,
