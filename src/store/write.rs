@@ -218,8 +218,14 @@ impl Store {
             // Where the begin made the attempt's directory; the write checks that its record
             // names the same one.
             let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
-            let (verdict, reconciliation) =
-                decide_verdict(&self.file_work(), &run, &spec, &staging_rel, candidate, check, dataset_columns, NO_PROGRESS)?;
+            let (verdict, reconciliation) = decide_verdict(
+                &self.file_work(),
+                Against { run: &run, spec: &spec, dataset_columns },
+                &staging_rel,
+                candidate,
+                check,
+                NO_PROGRESS,
+            )?;
             let finished = self.write_grouped("finishing and validating an attempt", |meta| {
                 ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
             })?;
@@ -543,8 +549,17 @@ pub(super) fn prepare_validation(
         Some(grain) => published_columns(snapshot, work.staging_root, &task.dataset, grain)?,
         None => None,
     };
-    let (verdict, reconciliation) = decide_verdict(work, &run, &spec, &record.staging_rel, &candidate, check, dataset_columns, progress)?;
+    let (verdict, reconciliation) =
+        decide_verdict(work, Against { run: &run, spec: &spec, dataset_columns }, &record.staging_rel, &candidate, check, progress)?;
     Ok(prepared(Decided::New { candidate: Box::new(candidate), verdict, reconciliation: Box::new(reconciliation) }))
+}
+
+/// What a candidate is validated against: its run, its task's expectations and, for a Parquet
+/// grain, the columns of the dataset's published files (see [`published_columns`]).
+struct Against<'a> {
+    run: &'a RunRecord,
+    spec: &'a TaskSpec,
+    dataset_columns: Option<Vec<String>>,
 }
 
 /// The verdict on `candidate`, whose files lie in `staging_rel`: observes them (and reads them
@@ -554,19 +569,17 @@ pub(super) fn prepare_validation(
 /// the candidate. Each stage of file work reports to `progress`.
 fn decide_verdict(
     work: &FileWork<'_>,
-    run: &RunRecord,
-    spec: &TaskSpec,
+    against: Against<'_>,
     staging_rel: &str,
     candidate: &Candidate,
     check: FileCheck,
-    dataset_columns: Option<Vec<String>>,
     progress: &dyn Fn(Progress),
 ) -> Result<(Verdict, Reconciliation)> {
+    let Against { run, spec, dataset_columns } = against;
     let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
         Some(grain) => {
-            let read =
-                read_candidate_data(work.staging_root, work.limits, grain, staging_rel, candidate, &observed, dataset_columns, progress)?;
+            let read = read_candidate_data(work, grain, staging_rel, candidate, &observed, dataset_columns, progress)?;
             Some((grain.format, read))
         }
         None => None,
@@ -632,8 +645,7 @@ pub(super) struct ReadLimits {
 /// [`Error::Io`] when a file or the key spill cannot be read or written: a fault to retry,
 /// not a verdict on the candidate.
 fn read_candidate_data(
-    staging_root: &std::path::Path,
-    limits: ReadLimits,
+    work: &FileWork<'_>,
     grain: &crate::grain::Grain,
     staging_rel: &str,
     candidate: &Candidate,
@@ -648,6 +660,7 @@ fn read_candidate_data(
         .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
         .map(|(file, _)| file.clone())
         .collect();
+    let (staging_root, limits) = (work.staging_root, work.limits);
     let options = readers::ReadOptions {
         record_bytes_max: limits.record_bytes_max,
         key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
