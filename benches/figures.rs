@@ -116,10 +116,16 @@ pub fn table(dir: &Path) -> Res<String> {
         }
         for (key, value) in rows {
             let unit = units.and_then(|u| u.get(&key)).and_then(Value::as_str).unwrap_or("");
-            let _ = writeln!(out, "| `{key}` | {value} | {} |", unit.replace('|', "\\|"));
+            let _ = writeln!(out, "| `{key}` | {value} | {} |", cell(unit));
         }
     }
     Ok(out)
+}
+
+/// Text as a table cell: a `|` would end the cell and `<...>` would read as an HTML tag
+/// (mdBook warns on `v<N>`), so both are escaped.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Every leaf of `figures` as (dotted key, shown value), in key order.
@@ -129,9 +135,9 @@ fn flatten(prefix: &str, figures: &Map<String, Value>, rows: &mut Vec<(String, S
         match value {
             Value::Object(inner) => flatten(&name, inner, rows),
             Value::Number(n) => rows.push((name, show_number(n))),
-            Value::String(s) => rows.push((name, s.replace('|', "\\|"))),
+            Value::String(s) => rows.push((name, cell(s))),
             Value::Null => rows.push((name, "n/a".to_owned())),
-            other => rows.push((name, other.to_string().replace('|', "\\|"))),
+            other => rows.push((name, cell(&other.to_string()))),
         }
     }
 }
