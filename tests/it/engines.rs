@@ -513,3 +513,119 @@ fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
     }
     assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing written through the symlink");
 }
+
+const CONCURRENT_DELTA_READER: &str = r#"
+import json, os, sys
+from deltalake import DeltaTable
+import polars as pl
+path, stop = sys.argv[1], sys.argv[2]
+def rows(dates, regions, sums):
+    return sorted([str(d), str(r), int(s)] for d, r, s in zip(dates, regions, sums))
+def emit(doc):
+    print(json.dumps(doc), flush=True)
+while not os.path.exists(stop):
+    try:
+        dt = DeltaTable(path)
+        t = dt.to_pyarrow_table().group_by(["date", "region"]).aggregate([("units", "sum")])
+        emit({"engine": "deltalake", "version": dt.version(),
+              "rows": rows(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist())})
+    except Exception as e:
+        emit({"engine": "deltalake", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"})
+    try:
+        g = pl.read_delta(path).group_by(["date", "region"]).agg(pl.col("units").sum())
+        emit({"engine": "polars", "rows": rows(g["date"].to_list(), g["region"].to_list(), g["units"].to_list())})
+    except Exception as e:
+        emit({"engine": "polars", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"})
+"#;
+
+/// deltalake and polars read the Delta table's latest version in a loop while a publisher
+/// replaces 2 of the 4 partitions per generation and expires all but the last 3 generations
+/// every third one (6 s, or `MANIFESTDB_VIEW_STRESS_SECS`). Every read that answers holds one
+/// generation's partitions exactly: deltalake's the generation its version maps to (version + 1),
+/// polars' some generation's; 0 mixed. A read that fails (a version expired under it) is
+/// counted as retryable, never as an answer.
+#[test]
+fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
+    if !readers_available() || !deltalake_available() {
+        return;
+    }
+    let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    let table = store.view_root().unwrap().join(DATASET);
+    // Generation g's partitions, as `store_says` gives them; index 0 is unused.
+    let mut states: Vec<Vec<(String, String, i64)>> = vec![Vec::new()];
+    assert_eq!(publish(&store, "r1", &[(0, 1000), (1, 1001), (2, 1002), (3, 1003)], &[]), 1);
+    states.push(store_says(&store, 1));
+    let stop = dir.path().join("stop");
+    let reader = Command::new("python3")
+        .args(["-c", CONCURRENT_DELTA_READER])
+        .arg(&table)
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Delta readers");
+    let start = std::time::Instant::now();
+    let mut generation: u64 = 1;
+    let mut expired = 0;
+    while start.elapsed().as_secs_f64() < seconds || generation < 7 {
+        generation += 1;
+        let first = (generation as usize * 2) % PARTITIONS.len();
+        let replaced: Vec<(usize, i64)> =
+            (0..2).map(|j| (first + j) % PARTITIONS.len()).map(|i| (i, generation as i64 * 1000 + i as i64)).collect();
+        assert_eq!(publish(&store, &format!("r{generation}"), &replaced, &[]), generation);
+        states.push(store_says(&store, generation));
+        if generation % 3 == 0 {
+            let report = store
+                .expire_generations(DATASET, &RetentionPolicy { keep_last: 3, rollback_window: Duration::ZERO }, RunMode::Execute)
+                .expect("expire");
+            expired += report.expired.len();
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::fs::write(&stop, b"").expect("stop the readers");
+    let out = reader.wait_with_output().expect("the readers' output");
+    assert!(out.status.success(), "the Delta readers failed");
+    let mut counts: BTreeMap<(String, &str), usize> = BTreeMap::new();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+            .collect()
+    };
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let doc: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let engine = doc["engine"].as_str().expect("engine").to_owned();
+        if let Some(error) = doc["error"].as_str() {
+            *counts.entry((engine.clone(), "failed")).or_default() += 1;
+            *errors.entry(format!("{engine}: {}", error.chars().take(70).collect::<String>())).or_default() += 1;
+            continue;
+        }
+        let seen = rows(&doc["rows"]);
+        let verdict = match doc["version"].as_u64() {
+            // deltalake names the version it read: it must be exactly that version's generation.
+            Some(version) => {
+                let generation = version as usize + 1;
+                assert!(generation < states.len(), "deltalake read version {version}, which no publish made");
+                if seen == states[generation] { "exact" } else { "mixed" }
+            }
+            None if states.contains(&seen) => "exact",
+            None => "mixed",
+        };
+        *counts.entry((engine, verdict)).or_default() += 1;
+    }
+    println!(
+        "Delta readers over the latest version for {elapsed:.1} s during {} publishes and {expired} expired generations: {counts:?} {errors:?}",
+        generation - 1
+    );
+    for engine in ["deltalake", "polars"] {
+        assert_eq!(counts.get(&(engine.to_owned(), "mixed")), None, "{engine} read a mix of generations");
+        let exact = counts.get(&(engine.to_owned(), "exact")).copied().unwrap_or(0);
+        assert!(exact >= 3, "too few {engine} reads answered: {exact}");
+    }
+    assert!(expired > 0, "the loop expired nothing");
+}
