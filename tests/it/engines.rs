@@ -577,7 +577,7 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
             (0..2).map(|j| (first + j) % PARTITIONS.len()).map(|i| (i, generation as i64 * 1000 + i as i64)).collect();
         assert_eq!(publish(&store, &format!("r{generation}"), &replaced, &[]), generation);
         states.push(store_says(&store, generation));
-        if generation % 3 == 0 {
+        if generation.is_multiple_of(3) {
             let report = store
                 .expire_generations(DATASET, &RetentionPolicy { keep_last: 3, rollback_window: Duration::ZERO }, RunMode::Execute)
                 .expect("expire");
