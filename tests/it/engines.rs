@@ -81,9 +81,17 @@ fn read_with_engines(path: &Path) -> BTreeMap<String, Vec<(String, String, i64)>
 
 /// What `show --json -g N` says generation `generation` holds (the same document,
 /// `documents::reads::show`): `(date, region, total)` per partition.
-fn store_says(store: &Store, generation: u64) -> Vec<(String, String, i64)> {
+/// `(date, region, total)` per partition, sorted.
+type Sums = Vec<(String, String, i64)>;
+
+fn store_says(store: &Store, generation: u64) -> Sums {
+    store_says_of(store, DATASET, generation)
+}
+
+/// As [`store_says`], for any dataset whose partitions are `date=.../region=...`.
+fn store_says_of(store: &Store, dataset: &str, generation: u64) -> Vec<(String, String, i64)> {
     let snapshot = store.snapshot().unwrap();
-    let doc = manifestdb::documents::reads::show(&snapshot, DATASET, Some(generation), None).expect("show's document");
+    let doc = manifestdb::documents::reads::show(&snapshot, dataset, Some(generation), None).expect("show's document");
     let mut out: Vec<(String, String, i64)> = doc["partitions"]
         .as_array()
         .expect("partitions")
@@ -628,4 +636,109 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
         assert!(exact >= 3, "too few {engine} reads answered: {exact}");
     }
     assert!(expired > 0, "the loop expired nothing");
+}
+
+const SPARK_READER: &str = r#"
+import json, sys
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[1]").appName("manifestdb-views")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+def rows(df):
+    return sorted([str(r[0]), str(r[1]), int(r[2])] for r in df.groupBy("date", "region").agg(F.sum("units")).collect())
+out = {"version": spark.version, "parquet": {}, "csv": {}}
+# The reading chapter's lines, as written there.
+for path in json.loads(sys.argv[1]):
+    out["parquet"][path] = rows(spark.read.parquet(path))
+for path in json.loads(sys.argv[2]):
+    out["csv"][path] = rows(spark.read.option("header", True).csv(path))
+spark.stop()
+print(json.dumps(out))
+"#;
+
+/// Whether Spark can run here: PyPI's pyspark importable and a Java runtime. Skipped, saying
+/// so, where it cannot; `MANIFESTDB_TEST_SPARK=1` (set by `.ci/run` once its install worked)
+/// makes a missing Spark a failure.
+fn spark_available() -> bool {
+    let python = Command::new("python3").args(["-c", "import pyspark"]).output().is_ok_and(|o| o.status.success());
+    let java = Command::new("java").arg("-version").output().is_ok_and(|o| o.status.success());
+    if !(python && java) {
+        assert_ne!(std::env::var("MANIFESTDB_TEST_SPARK").as_deref(), Ok("1"), "MANIFESTDB_TEST_SPARK=1 but pyspark or java is missing");
+        println!("SKIPPED: Spark needs python3 with pyspark (pip install pyspark) and a Java runtime (pyspark {python}, java {java})");
+    }
+    python && java
+}
+
+/// Spark (PyPI pyspark, local mode) reads every retained generation's view of a Parquet and of
+/// a CSV dataset with the reading chapter's one line (`spark.read.parquet(V)`,
+/// `spark.read.option("header", True).csv(V)`): hive columns discovered, `_manifest.json`
+/// hidden, each sum exactly what `show --json -g N` says, with retried attempts left in
+/// staging. Spark's Delta reader is not tested: it needs the delta-spark jars, a download.
+#[test]
+fn spark_reads_each_retained_view_of_a_parquet_and_a_csv_dataset_exactly() {
+    use crate::support::{run_attempt, run_spec};
+
+    if !spark_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
+    assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
+    const CSV: &str = "units_csv";
+    for (generation, partitions) in [(1u64, vec![(0usize, 10i64), (1, 20), (2, 30), (3, 40)]), (2, vec![(3, 44)])] {
+        let run = format!("c{generation}");
+        let snapshot = format!("csv@{generation}");
+        let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|(i, total)| (PARTITIONS[*i], 2, *total)).collect();
+        store.declare_run(&run_spec(CSV, &run, &snapshot, &tasks)).expect("declare");
+        for (partition, rows, total) in &tasks {
+            // Two valid attempts of the first task: the retry whose acknowledgement was lost.
+            let attempts = if *partition == tasks[0].0 { 2 } else { 1 };
+            for _ in 0..attempts {
+                let ticket = run_attempt(&store, &TaskKey::new(CSV, &run, *partition), &snapshot, *rows, *total);
+                store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate");
+            }
+        }
+        match store.publish(CSV, &run, &PublishOptions::default()).expect("publish") {
+            PublishOutcome::Published(g) => assert_eq!(g.number, generation),
+            other => panic!("{other:?}"),
+        }
+    }
+    let views = |dataset: &str| -> Vec<(String, Sums)> {
+        store
+            .snapshot()
+            .unwrap()
+            .history(dataset)
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let path = store.view_path(dataset, Some(g.number)).expect("view path").path.display().to_string();
+                (path, store_says_of(&store, dataset, g.number))
+            })
+            .collect()
+    };
+    let (parquet, csv) = (views(DATASET), views(CSV));
+    let paths = |v: &[(String, Sums)]| serde_json::to_string(&v.iter().map(|(p, _)| p).collect::<Vec<_>>()).unwrap();
+    let out = Command::new("python3").args(["-c", SPARK_READER]).arg(paths(&parquet)).arg(paths(&csv)).output().expect("run python3");
+    assert!(out.status.success(), "Spark failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(stdout.lines().last().expect("Spark's JSON")).expect("Spark's JSON");
+    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
+        v.as_array()
+            .expect("rows")
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+            .collect()
+    };
+    for (format, expected) in [("parquet", &parquet), ("csv", &csv)] {
+        assert_eq!(expected.len(), 2, "two retained generations of the {format} dataset");
+        for (path, says) in expected {
+            assert_eq!(&rows(&doc[format][path]), says, "Spark over {path}");
+        }
+    }
+    println!("Spark {} read {} Parquet and {} CSV views exactly", doc["version"], parquet.len(), csv.len());
 }
