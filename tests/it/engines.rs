@@ -84,6 +84,15 @@ fn read_with_engines(path: &Path) -> BTreeMap<String, Vec<(String, String, i64)>
 /// `(date, region, total)` per partition, sorted.
 type Sums = Vec<(String, String, i64)>;
 
+/// A reader's `[[date, region, sum], ...]` as [`Sums`].
+fn sums(v: &serde_json::Value) -> Sums {
+    v.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r[0].as_str().expect("date").to_owned(), r[1].as_str().expect("region").to_owned(), r[2].as_i64().expect("sum")))
+        .collect()
+}
+
 fn store_says(store: &Store, generation: u64) -> Sums {
     store_says_of(store, DATASET, generation)
 }
@@ -231,18 +240,11 @@ fn check_delta(store: &Store) -> serde_json::Value {
         .expect("run python3");
     assert!(out.status.success(), "Delta readers failed over {}: {}", table.display(), String::from_utf8_lossy(&out.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("readers' JSON");
-    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
-        v.as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
-            .collect()
-    };
     let current = snapshot.current(DATASET).unwrap().unwrap().number;
     assert_eq!(doc["latest"], current - 1, "Delta version = generation - 1");
     for engine in ["deltalake", "polars", "duckdb"] {
         if doc.get(engine).is_some() {
-            assert_eq!(rows(&doc[engine]), store_says(store, current), "{engine} over the latest version");
+            assert_eq!(sums(&doc[engine]), store_says(store, current), "{engine} over the latest version");
         }
     }
     if let Some(reason) = doc.get("duckdb_skipped") {
@@ -251,7 +253,7 @@ fn check_delta(store: &Store) -> serde_json::Value {
     for generation in &history {
         for engine in ["deltalake", "polars"] {
             assert_eq!(
-                rows(&doc[format!("{engine}@{}", generation.number - 1)]),
+                sums(&doc[format!("{engine}@{}", generation.number - 1)]),
                 store_says(store, generation.number),
                 "{engine} at version {} (generation {})",
                 generation.number - 1,
@@ -598,13 +600,6 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
     assert!(out.status.success(), "the Delta readers failed");
     let mut counts: BTreeMap<(String, &str), usize> = BTreeMap::new();
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
-    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
-        v.as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
-            .collect()
-    };
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let doc: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
         let engine = doc["engine"].as_str().expect("engine").to_owned();
@@ -613,7 +608,7 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
             *errors.entry(format!("{engine}: {}", error.chars().take(70).collect::<String>())).or_default() += 1;
             continue;
         }
-        let seen = rows(&doc["rows"]);
+        let seen = sums(&doc["rows"]);
         let verdict = match doc["version"].as_u64() {
             // deltalake names the version it read: it must be exactly that version's generation.
             Some(version) => {
@@ -727,17 +722,10 @@ fn spark_reads_each_retained_view_of_a_parquet_and_a_csv_dataset_exactly() {
     assert!(out.status.success(), "Spark failed: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let doc: serde_json::Value = serde_json::from_str(stdout.lines().last().expect("Spark's JSON")).expect("Spark's JSON");
-    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
-        v.as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
-            .collect()
-    };
     for (format, expected) in [("parquet", &parquet), ("csv", &csv)] {
         assert_eq!(expected.len(), 2, "two retained generations of the {format} dataset");
         for (path, says) in expected {
-            assert_eq!(&rows(&doc[format][path]), says, "Spark over {path}");
+            assert_eq!(&sums(&doc[format][path]), says, "Spark over {path}");
         }
     }
     println!("Spark {} read {} Parquet and {} CSV views exactly", doc["version"], parquet.len(), csv.len());
