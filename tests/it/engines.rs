@@ -1,6 +1,6 @@
 //! Real readers from PyPI over the published views and the Delta table of a Parquet dataset
 //! (issue 28, "Tests with real readers"): three generations with retried attempts left in
-//! staging; for every retained generation, DuckDB, polars and pyarrow over its view directory
+//! staging; for every retained generation, DuckDB, pandas, polars and pyarrow over its view directory
 //! (`Store::view_path`, `current` resolved once) and deltalake and polars over the Delta table
 //! (`DeltaTable(path)`, `DeltaTable(path, version=N-1)`; DuckDB's `delta_scan` only where its
 //! extension is installed) sum exactly what `show --json` says; the same after a rollback and
@@ -30,7 +30,7 @@ const PARTITIONS: [&str; 4] =
 
 const READERS: &str = r#"
 import json, sys
-import duckdb, polars as pl, pyarrow.dataset as pads
+import duckdb, pandas as pd, polars as pl, pyarrow.dataset as pads
 path = sys.argv[1]
 def rows(pairs):
     return sorted([str(d), str(r), int(s)] for d, r, s in pairs)
@@ -43,18 +43,21 @@ g = df.group_by(["date", "region"]).agg(pl.col("units").sum())
 out["polars"] = rows(zip(g["date"].cast(pl.String).to_list(), g["region"].to_list(), g["units"].to_list()))
 t = pads.dataset(path, format="parquet", partitioning="hive").to_table().group_by(["date", "region"]).aggregate([("units", "sum")])
 out["pyarrow"] = rows(zip(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist()))
+p = pd.read_parquet(path).groupby(["date", "region"], observed=True)["units"].sum()
+out["pandas"] = rows((d, r, s) for (d, r), s in p.items())
 print(json.dumps(out))
 "#;
 
 fn readers_available() -> bool {
-    let ok = Command::new("python3").args(["-c", "import duckdb, polars, pyarrow.dataset"]).output().is_ok_and(|o| o.status.success());
+    let ok =
+        Command::new("python3").args(["-c", "import duckdb, pandas, polars, pyarrow.dataset"]).output().is_ok_and(|o| o.status.success());
     if !ok {
         assert_ne!(
             std::env::var("CI").as_deref(),
             Ok("true"),
-            "CI=true but Python lacks duckdb, polars or pyarrow (.ci/run installs them)"
+            "CI=true but Python lacks duckdb, pandas, polars or pyarrow (.ci/run installs them)"
         );
-        println!("SKIPPED: python3 cannot import duckdb, polars and pyarrow (pip install duckdb polars pyarrow)");
+        println!("SKIPPED: python3 cannot import duckdb, pandas, polars and pyarrow (pip install duckdb pandas polars pyarrow)");
     }
     ok
 }
@@ -284,7 +287,7 @@ fn delta_actions(table: &Path, version: u64) -> (usize, usize, bool) {
 
 /// Every reader of the issue over one Parquet dataset: three generations with retried
 /// attempts left in staging, then a rollback, an expiry and one more publish. At each step
-/// DuckDB, polars and pyarrow over every retained generation's view (`current` resolved once)
+/// DuckDB, pandas, polars and pyarrow over every retained generation's view (`current` resolved once)
 /// and deltalake and polars over the Delta table (its latest version and `version = N - 1` for
 /// every retained N) sum exactly what `show --json` says; each Delta commit adds and removes
 /// exactly the partitions its generation replaced; a reader of the staging tree overcounts.
