@@ -71,6 +71,9 @@ class _Operations:
     #: Whether ``POST attempts/validate-pending`` is answered (the native module's routes);
     #: without it ``validate_pending`` validates each pending attempt in a call of its own.
     _validate_pending_route = True
+    #: Whether ``POST attempts/finish-and-validate`` is answered (the native module's, in one
+    #: commit); without it ``finish_and_validate`` finishes, then validates.
+    _finish_and_validate_route = True
 
     def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Document:
         raise NotImplementedError
@@ -104,6 +107,26 @@ class _Operations:
         body = attempt._body()
         body["checksums"] = check is FileCheck.SIZE_AND_CHECKSUM
         return Verdict._of(self._call("POST", "attempts/validate", body))
+
+    def finish_and_validate(
+        self, attempt: AttemptKey, candidate: Candidate, check: FileCheck = FileCheck.SIZE
+    ) -> Verdict:
+        """Records the attempt's candidate and validates it at once: what :meth:`finish_attempt`
+        then :meth:`validate_attempt` do, for a scheduler that validates each candidate as it
+        arrives. Embedded, one durable commit stores both (a crash leaves both or neither),
+        after the files of a valid candidate were made durable; through a server, two calls.
+        Again with the same candidate: the stored verdict; another candidate raises
+        :class:`Conflict`."""
+        _check("attempt", attempt, AttemptKey)
+        _check("candidate", candidate, Candidate)
+        _check("check", check, FileCheck)
+        if not self._finish_and_validate_route:
+            self.finish_attempt(attempt, candidate)
+            return self.validate_attempt(attempt, check)
+        body = attempt._body()
+        body["candidate"] = candidate._body()
+        body["checksums"] = check is FileCheck.SIZE_AND_CHECKSUM
+        return Verdict._of(self._call("POST", "attempts/finish-and-validate", body))
 
     def publish(self, dataset: str, run: str, options: PublishOptions | None = None) -> PublishOutcome:
         """Publishes the run: one transaction checks completeness, the gates and determinism,

@@ -14,6 +14,8 @@ class NativeStore:
         attempt_lifetime_max_ms: float | None = ...,
         views: str | None = ...,
         view_mode: str | None = ...,
+        cross_process_readers: bool | None = ...,
+        durable_begins: bool | None = ...,
     ) -> NativeStore: ...
     @staticmethod
     def open_read_only(path: str, staging: str | None = ..., cache_size_bytes: int | None = ...) -> NativeStore: ...

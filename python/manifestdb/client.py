@@ -65,6 +65,9 @@ class Client(_Operations):
     # `manifestdb serve` has no validate-pending route yet: `validate_pending` lists the pending
     # attempts and validates each (the same results; each attempt is validated alone either way).
     _validate_pending_route = False
+    # Nor a finish-and-validate route: `finish_and_validate` finishes, then validates (two
+    # commits on the server, the same outcome).
+    _finish_and_validate_route = False
 
     def __init__(
         self,

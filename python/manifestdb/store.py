@@ -78,6 +78,8 @@ class Store(_Handle):
         attempt_lifetime_max: timedelta | float | None = None,
         views: PathLike | None = None,
         view_mode: str | None = None,
+        cross_process_readers: bool = True,
+        durable_begins: bool = False,
     ) -> Store:
         """Opens (creating if needed) the store at ``path`` with its staging root ``staging``.
 
@@ -86,9 +88,25 @@ class Store(_Handle):
         ever grows), ``views`` (a view root: after each publish the current generation is a
         plain directory tree under ``views/<dataset>/current``) and ``view_mode``
         (``"hardlink"``, the default, or ``"copy"``).
+
+        ``cross_process_readers`` (``True`` by default) lets other processes read the store
+        (:class:`ReadOnlyStore`, the CLI's reads) while this handle writes, at two flushes of
+        the store file per commit. ``False`` locks the file for this handle alone (another
+        process's open raises :class:`Busy` until it closes): one flush per commit, and begins
+        commit without a flush of their own. That is the faster choice for a scheduler that
+        reads through its own handle. The redb file only; a PostgreSQL store ignores it.
+
+        ``durable_begins`` (with ``cross_process_readers=False`` only): ``False`` (the default)
+        trades a begin's durability for speed: a power loss or crash may forget a begin that
+        returned, before the handle's next durable commit (a finish, a verdict, a publish, the
+        close). Its attempt number and staging directory are never issued again, and its
+        finish raises :class:`NotFound` (unknown attempt), so the task is retried. ``True``:
+        every begin is durable when it returns.
         """
         _check("cache_size_bytes", cache_size_bytes, int, optional=True)
         _check("view_mode", view_mode, str, optional=True)
+        _check("cross_process_readers", cross_process_readers, bool)
+        _check("durable_begins", durable_begins, bool)
         lease = None if attempt_lifetime_max is None else _ms_of(attempt_lifetime_max, "attempt_lifetime_max")
         native = _native.NativeStore.open(
             _path("path", path),
@@ -97,6 +115,8 @@ class Store(_Handle):
             None if lease is None else float(lease),
             None if views is None else _path("views", views),
             view_mode,
+            cross_process_readers,
+            durable_begins,
         )
         return cls(native)
 

@@ -135,16 +135,28 @@ fn duration_ms(ms: Option<f64>, what: &str) -> Result<Option<Duration>, Failure>
     }
 }
 
-/// The options `Store.open` takes, as `manifestdb._api` passes them.
-fn store_options(
+/// The options `Store.open` takes, as `manifestdb.store` passes them.
+struct OpenOptions<'a> {
     cache_size_bytes: Option<usize>,
     attempt_lifetime_max_ms: Option<f64>,
     views: Option<PathBuf>,
-    view_mode: Option<&str>,
-) -> Result<StoreOptions, Failure> {
+    view_mode: Option<&'a str>,
+    cross_process_readers: Option<bool>,
+    durable_begins: Option<bool>,
+}
+
+/// The options `Store.open` takes, as `manifestdb._api` passes them.
+fn store_options(given: OpenOptions<'_>) -> Result<StoreOptions, Failure> {
+    let OpenOptions { cache_size_bytes, attempt_lifetime_max_ms, views, view_mode, cross_process_readers, durable_begins } = given;
     let mut options = StoreOptions::default();
     if let Some(bytes) = cache_size_bytes {
         options.cache_size_bytes = bytes;
+    }
+    if let Some(readers) = cross_process_readers {
+        options.cross_process_readers = readers;
+    }
+    if let Some(durable) = durable_begins {
+        options.durable_begins = durable;
     }
     options.attempt_lifetime_max = duration_ms(attempt_lifetime_max_ms, "attempt_lifetime_max")?;
     if let Some(root) = views {
@@ -164,7 +176,11 @@ fn store_options(
 impl NativeStore {
     /// Opens (creating if needed) a writable store.
     #[staticmethod]
-    #[pyo3(signature = (path, staging, cache_size_bytes=None, attempt_lifetime_max_ms=None, views=None, view_mode=None))]
+    #[pyo3(signature = (
+        path, staging, cache_size_bytes=None, attempt_lifetime_max_ms=None, views=None, view_mode=None, cross_process_readers=None,
+        durable_begins=None
+    ))]
+    #[allow(clippy::too_many_arguments, reason = "the keyword arguments of Store.open, one per option")]
     fn open(
         py: Python<'_>,
         path: PathBuf,
@@ -173,8 +189,18 @@ impl NativeStore {
         attempt_lifetime_max_ms: Option<f64>,
         views: Option<PathBuf>,
         view_mode: Option<String>,
+        cross_process_readers: Option<bool>,
+        durable_begins: Option<bool>,
     ) -> PyResult<NativeStore> {
-        let options = store_options(cache_size_bytes, attempt_lifetime_max_ms, views, view_mode.as_deref()).map_err(|f| f.into_py(py))?;
+        let given = OpenOptions {
+            cache_size_bytes,
+            attempt_lifetime_max_ms,
+            views,
+            view_mode: view_mode.as_deref(),
+            cross_process_readers,
+            durable_begins,
+        };
+        let options = store_options(given).map_err(|f| f.into_py(py))?;
         let shown = path.display().to_string();
         let store = py.detach(|| Store::open_with_options(&path, &staging, &options)).map_err(|e| Failure::from(e).into_py(py))?;
         Ok(NativeStore { handle: Mutex::new(Some(Handle::Write(Arc::new(store)))), pid: std::process::id(), path: shown })
@@ -184,7 +210,15 @@ impl NativeStore {
     #[staticmethod]
     #[pyo3(signature = (path, staging=None, cache_size_bytes=None))]
     fn open_read_only(py: Python<'_>, path: PathBuf, staging: Option<PathBuf>, cache_size_bytes: Option<usize>) -> PyResult<NativeStore> {
-        let options = store_options(cache_size_bytes, None, None, None).map_err(|f| f.into_py(py))?;
+        let given = OpenOptions {
+            cache_size_bytes,
+            attempt_lifetime_max_ms: None,
+            views: None,
+            view_mode: None,
+            cross_process_readers: None,
+            durable_begins: None,
+        };
+        let options = store_options(given).map_err(|f| f.into_py(py))?;
         let shown = path.display().to_string();
         let store = py
             .detach(|| -> Result<ReadOnlyStore, Error> {
@@ -293,6 +327,20 @@ impl NativeStore {
     }
 }
 
+/// `POST attempts/finish-and-validate` (in-process only): an attempt, its candidate, and
+/// whether to compare checksums.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FinishAndValidateBody {
+    dataset: String,
+    run: String,
+    partition: String,
+    attempt: u32,
+    candidate: manifestdb::Candidate,
+    #[serde(default)]
+    checksums: bool,
+}
+
 /// The body's fields as a typed request (unknown fields refused, as the server refuses them).
 fn parse<T: for<'de> Deserialize<'de>>(route: &str, body: Value) -> Result<T, Failure> {
     serde_json::from_value(body).map_err(|e| Failure::usage(format!("the request to {route} is not valid: {e}")))
@@ -334,7 +382,15 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let outcome = store.declare_run(&spec)?;
             Ok(documents::declared(&spec, outcome))
         }
-        ("POST", "attempts/begin") => write_op(handle, route, "begin", body),
+        // Through `Store::begin_attempt` (not a batch of one): a writer opened without
+        // cross-process readers and without durable begins commits it without a flush.
+        ("POST", "attempts/begin") => {
+            let store = handle.writer(route)?;
+            let op = batch_op("begin", body)?;
+            let BatchOp::Begin { dataset, run, partition } = &op else { return Err(mismatched()) };
+            let ticket = store.begin_attempt(&TaskKey::new(dataset.as_str(), run.as_str(), partition.as_str()))?;
+            Ok(documents::begun(&ticket))
+        }
         ("POST", "effects/record") => write_op(handle, route, "record_effect", body),
         ("POST", "effects/claim") => write_op(handle, route, "claim_effect", body),
         ("POST", "effects/mark-emitted") => write_op(handle, route, "mark_emitted", body),
@@ -361,6 +417,16 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
             let key = TaskKey::new(dataset, run, partition).attempt(*attempt);
             let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
+            Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
+        }
+        // Not a route of the server (its clients finish, then validate): the embedded
+        // scheduler's one commit for both.
+        ("POST", "attempts/finish-and-validate") => {
+            let store = handle.writer(route)?;
+            let body = parse::<FinishAndValidateBody>(route, body)?;
+            let key = TaskKey::new(body.dataset.as_str(), body.run.as_str(), body.partition.as_str()).attempt(body.attempt);
+            let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
+            let verdict = store.finish_and_validate(&key, &body.candidate, check)?;
             Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
         }
         ("POST", "attempts/validate-pending") => {

@@ -34,9 +34,6 @@ NOT_BOUND = {
     "views": "Store.view(dataset)",
     "view_path": "Store.view(dataset, generation).path",
     "table_entries": "Store.stats()['tables']",
-    # Not bound yet (it came with the staging-durability work): finish_attempt then
-    # validate_attempt do the same in two commits.
-    "finish_and_validate": "finish_attempt then validate_attempt (two commits where Rust takes one)",
     # The progress hooks are for a caller that draws progress while it waits (the CLI on a
     # terminal); a Python call runs with the GIL released and reports none.
     "validate_attempt_with_progress": "validate_attempt, without a progress hook",
