@@ -565,9 +565,10 @@ struct Listing {
 
 impl Views {
     /// Checks and prepares the view root for a store whose staging root is `staging_root`
-    /// (canonical): created if missing (with `dir_mode`), canonicalised, not nested with the staging root, and
-    /// for hard links on the staging root's file system.
-    pub(crate) fn open(options: &ViewOptions, staging_root: &Path, dir_mode: u32) -> Result<Views> {
+    /// (canonical): created if missing (by `create_dir_all`, which the store gives: its durable
+    /// creation with the store's directory mode), canonicalised, not nested with the staging
+    /// root, and for hard links on the staging root's file system.
+    pub(crate) fn open(options: &ViewOptions, staging_root: &Path, create_dir_all: &dyn Fn(&Path) -> Result<()>) -> Result<Views> {
         let given = &options.root;
         let refuse = |reason: String| Error::ViewRoot { root: given.clone(), reason };
         if given.as_os_str().is_empty() {
@@ -585,9 +586,9 @@ impl Views {
             Ok(meta) if meta.file_type().is_symlink() => {}
             Ok(meta) if !meta.is_dir() => return Err(refuse("exists and is not a directory".into())),
             Ok(_) => {}
-            // Made with `dir_mode` (private unless the store grants its group access), every
-            // directory made synced into its parent.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => crate::store::create_dir_all_durable(&absolute, dir_mode)?,
+            // Made private unless the store grants its group access, every directory made
+            // synced into its parent.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => create_dir_all(&absolute)?,
             Err(e) => return Err(Error::io(format!("inspecting view root {}", absolute.display()), e)),
         }
         let root = std::fs::canonicalize(&absolute).map_err(|e| Error::io(format!("resolving view root {}", absolute.display()), e))?;

@@ -31,11 +31,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use redb::{Durability, WriteTransaction};
+use redb::{Database, Durability, WriteTransaction};
 
 use super::TxnEnd;
 use super::contain::Poison;
-use super::layer::RedbLayer;
 use super::meta_redb::RedbMeta;
 use crate::error::{Error, Result};
 use crate::meta::Meta;
@@ -125,38 +124,31 @@ enum Ran<T> {
     Panicked(Box<dyn Any + Send>),
 }
 
-impl RedbLayer {
-    /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
-    /// once for all of them. Returns `body`'s own result once that commit is durable. See the
-    /// module documentation for the guarantees.
-    pub(super) fn write_grouped<T>(
+impl GroupCommit {
+    /// Runs `body` in a write transaction of `db` shared with every concurrent call on this
+    /// queue, committed once for all of them, and returns `body`'s own result once that commit
+    /// is durable (see the module documentation for the guarantees). `durable`, asked once
+    /// `body` has asked for a commit, says whether its write needs a durable commit: if no
+    /// member of the batch needs one, the batch commits without a flush (redb's
+    /// `Durability::None`) and the call returns once that commit is in this process's memory;
+    /// a later durable commit makes it durable. `durable_commit_done` runs (on the leader's
+    /// thread) after each durable commit of a batch that wrote.
+    pub(super) fn write<T>(
         &self,
-        poison: &Poison,
-        context: &'static str,
-        body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
-    ) -> Result<T> {
-        self.write_grouped_as(poison, context, || true, body)
-    }
-
-    /// As [`RedbLayer::write_grouped`]; `durable`, asked once `body` has asked for a commit,
-    /// says whether its write needs a durable commit. If no member of the batch needs one, the
-    /// batch commits without a flush (redb's `Durability::None`) and the call returns once that
-    /// commit is in this process's memory: a later durable commit makes it durable.
-    pub(super) fn write_grouped_as<T>(
-        &self,
+        db: &Database,
         poison: &Poison,
         context: &'static str,
         durable: impl FnOnce() -> bool,
         body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
+        durable_commit_done: impl FnOnce(),
     ) -> Result<T> {
         poison.check()?;
-        let group = &self.group;
         let (batch, leader) = {
-            let mut queue = group.queue.lock();
+            let mut queue = self.queue.lock();
             match &queue.forming {
                 Some(batch) => {
                     batch.state.lock().members += 1;
-                    group.joined.notify_one();
+                    self.joined.notify_one();
                     (Arc::clone(batch), false)
                 }
                 None => {
@@ -169,10 +161,10 @@ impl RedbLayer {
         };
         let mut own_error = None;
         if leader {
-            own_error = self.open_batch(poison, context, &batch).err();
+            own_error = self.open_batch(db, poison, context, &batch).err();
         }
         let ran = run_member(&batch, body, durable);
-        if leader && let Err(err) = self.settle_batch(poison, &batch) {
+        if leader && let Err(err) = self.settle_batch(poison, &batch, durable_commit_done) {
             own_error = Some(err);
         }
         let outcome = {
@@ -200,18 +192,17 @@ impl RedbLayer {
 
     /// The leader's first half: waits for the batch in flight to settle, closes its own batch
     /// to newcomers and opens the shared transaction.
-    fn open_batch(&self, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
+    fn open_batch(&self, db: &Database, poison: &Poison, context: &'static str, batch: &Batch) -> Result<()> {
         {
-            let mut queue = self.group.queue.lock();
+            let mut queue = self.queue.lock();
             while queue.in_flight {
-                self.group.settled.wait(&mut queue);
+                self.settled.wait(&mut queue);
             }
-            self.group.gather(&mut queue, batch);
+            self.gather(&mut queue, batch);
             queue.in_flight = true;
             queue.forming = None;
         }
-        let opened =
-            poison.check().and_then(|()| poison.contain(context, || self.db.begin_write().map_err(|e| Error::storage(context, e))));
+        let opened = poison.check().and_then(|()| poison.contain(context, || db.begin_write().map_err(|e| Error::storage(context, e))));
         let mut state = batch.state.lock();
         let result = match opened {
             Ok(txn) => {
@@ -231,7 +222,7 @@ impl RedbLayer {
     /// The leader's second half: once every member has run, commits (or aborts, or abandons a
     /// failed transaction), poisons the handle on failure, wakes the members and hands the
     /// queue to the next batch. Returns the leader's own error for a failed commit.
-    fn settle_batch(&self, poison: &Poison, batch: &Batch) -> Result<()> {
+    fn settle_batch(&self, poison: &Poison, batch: &Batch, durable_commit_done: impl FnOnce()) -> Result<()> {
         let (txn, wrote, mut durable, failure, members) = {
             let mut state = batch.state.lock();
             while state.ran < state.members {
@@ -269,7 +260,7 @@ impl RedbLayer {
                 // The undo log and the pending begins restart at a durable commit only: the
                 // state a damaged handle puts back is one the file durably had.
                 if wrote && durable {
-                    self.commit_done();
+                    durable_commit_done();
                 }
                 (Ok(()), None)
             }
@@ -287,11 +278,11 @@ impl RedbLayer {
             batch.changed.notify_all();
         }
         {
-            let mut queue = self.group.queue.lock();
+            let mut queue = self.queue.lock();
             queue.in_flight = false;
             queue.last_members = members;
             queue.last_commit = commit_started.elapsed();
-            self.group.settled.notify_all();
+            self.settled.notify_all();
         }
         own_error.map_or(Ok(()), Err)
     }
@@ -369,11 +360,7 @@ mod tests {
 
     /// The store's group-commit queue (the redb layer's).
     fn group(store: &Store) -> &GroupCommit {
-        match &store.layer {
-            crate::store::layer::Layer::Redb(redb) => &redb.group,
-            #[cfg(feature = "postgres")]
-            crate::store::layer::Layer::Postgres(_) => unreachable!("these tests open redb stores"),
-        }
+        store.group_commit().expect("these tests open redb stores")
     }
 
     fn declare(store: &Store, partitions: &[&str]) {

@@ -136,6 +136,31 @@ impl RedbLayer {
         }
     }
 
+    /// Runs `body` in a write transaction shared with every concurrent grouped call, committed
+    /// once for all of them (`group.rs`). Returns `body`'s own result once that commit is
+    /// durable.
+    pub(super) fn write_grouped<T>(
+        &self,
+        poison: &Poison,
+        context: &'static str,
+        body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<T> {
+        self.write_grouped_as(poison, context, || true, body)
+    }
+
+    /// As [`RedbLayer::write_grouped`]; `durable`, asked once `body` has asked for a commit,
+    /// says whether its write needs a durable commit (a begin allowed to skip its flush,
+    /// `lazy.rs`, does not); see [`GroupCommit::write`].
+    pub(super) fn write_grouped_as<T>(
+        &self,
+        poison: &Poison,
+        context: &'static str,
+        durable: impl FnOnce() -> bool,
+        body: impl FnOnce(&mut dyn Meta) -> Result<TxnEnd<T>>,
+    ) -> Result<T> {
+        self.group.write(&self.db, poison, context, durable, body, || self.commit_done())
+    }
+
     fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
         let txn = self.db.begin_write().map_err(|e| Error::storage(context, e))?;
         // The tables the body opened close with its `RedbMeta`, before the commit.

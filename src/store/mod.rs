@@ -36,7 +36,6 @@ use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, Wr
 use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
 /// For the view root's creation.
-pub(crate) use files::create_dir_all_durable;
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32};
@@ -821,6 +820,17 @@ impl Store {
         result
     }
 
+    /// The redb layer's group-commit queue (`None` on PostgreSQL), for the tests that form
+    /// batches on purpose.
+    #[cfg(test)]
+    fn group_commit(&self) -> Option<&group::GroupCommit> {
+        match &self.layer {
+            Layer::Redb(redb) => Some(&redb.group),
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(_) => None,
+        }
+    }
+
     /// Runs `body` in a write transaction it may share with concurrent grouped calls (redb:
     /// group commit, `group.rs`), returning once the commit holding its write is durable.
     fn write_grouped<T>(&self, context: &'static str, mut body: impl FnMut(&mut dyn Meta) -> Result<TxnEnd<T>>) -> Result<T> {
@@ -917,7 +927,8 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
         }
         (None, None) => return Ok((None, false)),
     };
-    let views = Views::open(&wanted, staging_root, created_dir_mode(options.group_access))?;
+    let dir_mode = created_dir_mode(options.group_access);
+    let views = Views::open(&wanted, staging_root, &|dir: &Path| files::create_dir_all_durable(dir, dir_mode))?;
     let record = ViewsRecord {
         // `Views::open` refuses a root that is not UTF-8.
         root: views.root().to_string_lossy().into_owned(),

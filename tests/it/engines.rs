@@ -1,6 +1,6 @@
 //! Real readers from PyPI over the published views and the Delta table of a Parquet dataset
 //! (issue 28, "Tests with real readers"): three generations with retried attempts left in
-//! staging; for every retained generation, DuckDB, polars and pyarrow over its view directory
+//! staging; for every retained generation, DuckDB, pandas, polars and pyarrow over its view directory
 //! (`Store::view_path`, `current` resolved once) and deltalake and polars over the Delta table
 //! (`DeltaTable(path)`, `DeltaTable(path, version=N-1)`; DuckDB's `delta_scan` only where its
 //! extension is installed) sum exactly what `show --json` says; the same after a rollback and
@@ -30,7 +30,7 @@ const PARTITIONS: [&str; 4] =
 
 const READERS: &str = r#"
 import json, sys
-import duckdb, polars as pl, pyarrow.dataset as pads
+import duckdb, pandas as pd, polars as pl, pyarrow.dataset as pads
 path = sys.argv[1]
 def rows(pairs):
     return sorted([str(d), str(r), int(s)] for d, r, s in pairs)
@@ -43,18 +43,21 @@ g = df.group_by(["date", "region"]).agg(pl.col("units").sum())
 out["polars"] = rows(zip(g["date"].cast(pl.String).to_list(), g["region"].to_list(), g["units"].to_list()))
 t = pads.dataset(path, format="parquet", partitioning="hive").to_table().group_by(["date", "region"]).aggregate([("units", "sum")])
 out["pyarrow"] = rows(zip(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist()))
+p = pd.read_parquet(path).groupby(["date", "region"], observed=True)["units"].sum()
+out["pandas"] = rows((d, r, s) for (d, r), s in p.items())
 print(json.dumps(out))
 "#;
 
 fn readers_available() -> bool {
-    let ok = Command::new("python3").args(["-c", "import duckdb, polars, pyarrow.dataset"]).output().is_ok_and(|o| o.status.success());
+    let ok =
+        Command::new("python3").args(["-c", "import duckdb, pandas, polars, pyarrow.dataset"]).output().is_ok_and(|o| o.status.success());
     if !ok {
         assert_ne!(
             std::env::var("CI").as_deref(),
             Ok("true"),
-            "CI=true but Python lacks duckdb, polars or pyarrow (.ci/run installs them)"
+            "CI=true but Python lacks duckdb, pandas, polars or pyarrow (.ci/run installs them)"
         );
-        println!("SKIPPED: python3 cannot import duckdb, polars and pyarrow (pip install duckdb polars pyarrow)");
+        println!("SKIPPED: python3 cannot import duckdb, pandas, polars and pyarrow (pip install duckdb pandas polars pyarrow)");
     }
     ok
 }
@@ -81,9 +84,26 @@ fn read_with_engines(path: &Path) -> BTreeMap<String, Vec<(String, String, i64)>
 
 /// What `show --json -g N` says generation `generation` holds (the same document,
 /// `documents::reads::show`): `(date, region, total)` per partition.
-fn store_says(store: &Store, generation: u64) -> Vec<(String, String, i64)> {
+/// `(date, region, total)` per partition, sorted.
+type Sums = Vec<(String, String, i64)>;
+
+/// A reader's `[[date, region, sum], ...]` as [`Sums`].
+fn sums(v: &serde_json::Value) -> Sums {
+    v.as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r[0].as_str().expect("date").to_owned(), r[1].as_str().expect("region").to_owned(), r[2].as_i64().expect("sum")))
+        .collect()
+}
+
+fn store_says(store: &Store, generation: u64) -> Sums {
+    store_says_of(store, DATASET, generation)
+}
+
+/// As [`store_says`], for any dataset whose partitions are `date=.../region=...`.
+fn store_says_of(store: &Store, dataset: &str, generation: u64) -> Vec<(String, String, i64)> {
     let snapshot = store.snapshot().unwrap();
-    let doc = manifestdb::documents::reads::show(&snapshot, DATASET, Some(generation), None).expect("show's document");
+    let doc = manifestdb::documents::reads::show(&snapshot, dataset, Some(generation), None).expect("show's document");
     let mut out: Vec<(String, String, i64)> = doc["partitions"]
         .as_array()
         .expect("partitions")
@@ -223,18 +243,11 @@ fn check_delta(store: &Store) -> serde_json::Value {
         .expect("run python3");
     assert!(out.status.success(), "Delta readers failed over {}: {}", table.display(), String::from_utf8_lossy(&out.stderr));
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("readers' JSON");
-    let rows = |v: &serde_json::Value| -> Vec<(String, String, i64)> {
-        v.as_array()
-            .expect("rows")
-            .iter()
-            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
-            .collect()
-    };
     let current = snapshot.current(DATASET).unwrap().unwrap().number;
     assert_eq!(doc["latest"], current - 1, "Delta version = generation - 1");
     for engine in ["deltalake", "polars", "duckdb"] {
         if doc.get(engine).is_some() {
-            assert_eq!(rows(&doc[engine]), store_says(store, current), "{engine} over the latest version");
+            assert_eq!(sums(&doc[engine]), store_says(store, current), "{engine} over the latest version");
         }
     }
     if let Some(reason) = doc.get("duckdb_skipped") {
@@ -243,7 +256,7 @@ fn check_delta(store: &Store) -> serde_json::Value {
     for generation in &history {
         for engine in ["deltalake", "polars"] {
             assert_eq!(
-                rows(&doc[format!("{engine}@{}", generation.number - 1)]),
+                sums(&doc[format!("{engine}@{}", generation.number - 1)]),
                 store_says(store, generation.number),
                 "{engine} at version {} (generation {})",
                 generation.number - 1,
@@ -274,7 +287,7 @@ fn delta_actions(table: &Path, version: u64) -> (usize, usize, bool) {
 
 /// Every reader of the issue over one Parquet dataset: three generations with retried
 /// attempts left in staging, then a rollback, an expiry and one more publish. At each step
-/// DuckDB, polars and pyarrow over every retained generation's view (`current` resolved once)
+/// DuckDB, pandas, polars and pyarrow over every retained generation's view (`current` resolved once)
 /// and deltalake and polars over the Delta table (its latest version and `version = N - 1` for
 /// every retained N) sum exactly what `show --json` says; each Delta commit adds and removes
 /// exactly the partitions its generation replaced; a reader of the staging tree overcounts.
@@ -512,4 +525,211 @@ fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
         other => panic!("a symlinked log was not refused: {other:?}"),
     }
     assert_eq!(std::fs::read_dir(&elsewhere).expect("list").count(), 0, "nothing written through the symlink");
+}
+
+const CONCURRENT_DELTA_READER: &str = r#"
+import json, os, sys
+from deltalake import DeltaTable
+import polars as pl
+path, stop = sys.argv[1], sys.argv[2]
+def rows(dates, regions, sums):
+    return sorted([str(d), str(r), int(s)] for d, r, s in zip(dates, regions, sums))
+def emit(doc):
+    print(json.dumps(doc), flush=True)
+while not os.path.exists(stop):
+    try:
+        dt = DeltaTable(path)
+        t = dt.to_pyarrow_table().group_by(["date", "region"]).aggregate([("units", "sum")])
+        emit({"engine": "deltalake", "version": dt.version(),
+              "rows": rows(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist())})
+    except Exception as e:
+        emit({"engine": "deltalake", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"})
+    try:
+        g = pl.read_delta(path).group_by(["date", "region"]).agg(pl.col("units").sum())
+        emit({"engine": "polars", "rows": rows(g["date"].to_list(), g["region"].to_list(), g["units"].to_list())})
+    except Exception as e:
+        emit({"engine": "polars", "error": f"{type(e).__name__}: {str(e).splitlines()[0][:100] if str(e) else ''}"})
+"#;
+
+/// deltalake and polars read the Delta table's latest version in a loop while a publisher
+/// replaces 2 of the 4 partitions per generation and expires all but the last 3 generations
+/// every third one (6 s, or `MANIFESTDB_VIEW_STRESS_SECS`). Every read that answers holds one
+/// generation's partitions exactly: deltalake's the generation its version maps to (version + 1),
+/// polars' some generation's; 0 mixed. A read that fails (a version expired under it) is
+/// counted as retryable, never as an answer.
+#[test]
+fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
+    if !readers_available() || !deltalake_available() {
+        return;
+    }
+    let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    let table = store.view_root().unwrap().join(DATASET);
+    // Generation g's partitions, as `store_says` gives them; index 0 is unused.
+    let mut states: Vec<Vec<(String, String, i64)>> = vec![Vec::new()];
+    assert_eq!(publish(&store, "r1", &[(0, 1000), (1, 1001), (2, 1002), (3, 1003)], &[]), 1);
+    states.push(store_says(&store, 1));
+    let stop = dir.path().join("stop");
+    let reader = Command::new("python3")
+        .args(["-c", CONCURRENT_DELTA_READER])
+        .arg(&table)
+        .arg(&stop)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the Delta readers");
+    let start = std::time::Instant::now();
+    let mut generation: u64 = 1;
+    let mut expired = 0;
+    while start.elapsed().as_secs_f64() < seconds || generation < 7 {
+        generation += 1;
+        let first = (generation as usize * 2) % PARTITIONS.len();
+        let replaced: Vec<(usize, i64)> =
+            (0..2).map(|j| (first + j) % PARTITIONS.len()).map(|i| (i, generation as i64 * 1000 + i as i64)).collect();
+        assert_eq!(publish(&store, &format!("r{generation}"), &replaced, &[]), generation);
+        states.push(store_says(&store, generation));
+        if generation.is_multiple_of(3) {
+            let report = store
+                .expire_generations(DATASET, &RetentionPolicy { keep_last: 3, rollback_window: Duration::ZERO }, RunMode::Execute)
+                .expect("expire");
+            expired += report.expired.len();
+        }
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    std::fs::write(&stop, b"").expect("stop the readers");
+    let out = reader.wait_with_output().expect("the readers' output");
+    assert!(out.status.success(), "the Delta readers failed");
+    let mut counts: BTreeMap<(String, &str), usize> = BTreeMap::new();
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let doc: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        let engine = doc["engine"].as_str().expect("engine").to_owned();
+        if let Some(error) = doc["error"].as_str() {
+            *counts.entry((engine.clone(), "failed")).or_default() += 1;
+            *errors.entry(format!("{engine}: {}", error.chars().take(70).collect::<String>())).or_default() += 1;
+            continue;
+        }
+        let seen = sums(&doc["rows"]);
+        let verdict = match doc["version"].as_u64() {
+            // deltalake names the version it read: it must be exactly that version's generation.
+            Some(version) => {
+                let generation = version as usize + 1;
+                assert!(generation < states.len(), "deltalake read version {version}, which no publish made");
+                if seen == states[generation] { "exact" } else { "mixed" }
+            }
+            None if states.contains(&seen) => "exact",
+            None => "mixed",
+        };
+        *counts.entry((engine, verdict)).or_default() += 1;
+    }
+    println!(
+        "Delta readers over the latest version for {elapsed:.1} s during {} publishes and {expired} expired generations: {counts:?} {errors:?}",
+        generation - 1
+    );
+    for engine in ["deltalake", "polars"] {
+        assert_eq!(counts.get(&(engine.to_owned(), "mixed")), None, "{engine} read a mix of generations");
+        let exact = counts.get(&(engine.to_owned(), "exact")).copied().unwrap_or(0);
+        assert!(exact >= 3, "too few {engine} reads answered: {exact}");
+    }
+    assert!(expired > 0, "the loop expired nothing");
+}
+
+const SPARK_READER: &str = r#"
+import json, sys
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[1]").appName("manifestdb-views")
+         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+         .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+def rows(df):
+    return sorted([str(r[0]), str(r[1]), int(r[2])] for r in df.groupBy("date", "region").agg(F.sum("units")).collect())
+out = {"version": spark.version, "parquet": {}, "csv": {}}
+# The reading chapter's lines, as written there.
+for path in json.loads(sys.argv[1]):
+    out["parquet"][path] = rows(spark.read.parquet(path))
+for path in json.loads(sys.argv[2]):
+    out["csv"][path] = rows(spark.read.option("header", True).csv(path))
+spark.stop()
+print(json.dumps(out))
+"#;
+
+/// Whether Spark can run here: PyPI's pyspark importable and a Java runtime. Skipped, saying
+/// so, where it cannot; `MANIFESTDB_TEST_SPARK=1` (set by `.ci/run` once its install worked)
+/// makes a missing Spark a failure.
+fn spark_available() -> bool {
+    let python = Command::new("python3").args(["-c", "import pyspark"]).output().is_ok_and(|o| o.status.success());
+    let java = Command::new("java").arg("-version").output().is_ok_and(|o| o.status.success());
+    if !(python && java) {
+        assert_ne!(std::env::var("MANIFESTDB_TEST_SPARK").as_deref(), Ok("1"), "MANIFESTDB_TEST_SPARK=1 but pyspark or java is missing");
+        println!("SKIPPED: Spark needs python3 with pyspark (pip install pyspark) and a Java runtime (pyspark {python}, java {java})");
+    }
+    python && java
+}
+
+/// Spark (PyPI pyspark, local mode) reads every retained generation's view of a Parquet and of
+/// a CSV dataset with the reading chapter's one line (`spark.read.parquet(V)`,
+/// `spark.read.option("header", True).csv(V)`): hive columns discovered, `_manifest.json`
+/// hidden, each sum exactly what `show --json -g N` says, with retried attempts left in
+/// staging. Spark's Delta reader is not tested: it needs the delta-spark jars, a download.
+#[test]
+fn spark_reads_each_retained_view_of_a_parquet_and_a_csv_dataset_exactly() {
+    use crate::support::{run_attempt, run_spec};
+
+    if !spark_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
+    assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
+    const CSV: &str = "units_csv";
+    for (generation, partitions) in [(1u64, vec![(0usize, 10i64), (1, 20), (2, 30), (3, 40)]), (2, vec![(3, 44)])] {
+        let run = format!("c{generation}");
+        let snapshot = format!("csv@{generation}");
+        let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|(i, total)| (PARTITIONS[*i], 2, *total)).collect();
+        store.declare_run(&run_spec(CSV, &run, &snapshot, &tasks)).expect("declare");
+        for (partition, rows, total) in &tasks {
+            // Two valid attempts of the first task: the retry whose acknowledgement was lost.
+            let attempts = if *partition == tasks[0].0 { 2 } else { 1 };
+            for _ in 0..attempts {
+                let ticket = run_attempt(&store, &TaskKey::new(CSV, &run, *partition), &snapshot, *rows, *total);
+                store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate");
+            }
+        }
+        match store.publish(CSV, &run, &PublishOptions::default()).expect("publish") {
+            PublishOutcome::Published(g) => assert_eq!(g.number, generation),
+            other => panic!("{other:?}"),
+        }
+    }
+    let views = |dataset: &str| -> Vec<(String, Sums)> {
+        store
+            .snapshot()
+            .unwrap()
+            .history(dataset)
+            .unwrap()
+            .iter()
+            .map(|g| {
+                let path = store.view_path(dataset, Some(g.number)).expect("view path").path.display().to_string();
+                (path, store_says_of(&store, dataset, g.number))
+            })
+            .collect()
+    };
+    let (parquet, csv) = (views(DATASET), views(CSV));
+    let paths = |v: &[(String, Sums)]| serde_json::to_string(&v.iter().map(|(p, _)| p).collect::<Vec<_>>()).unwrap();
+    let out = Command::new("python3").args(["-c", SPARK_READER]).arg(paths(&parquet)).arg(paths(&csv)).output().expect("run python3");
+    assert!(out.status.success(), "Spark failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let doc: serde_json::Value = serde_json::from_str(stdout.lines().last().expect("Spark's JSON")).expect("Spark's JSON");
+    for (format, expected) in [("parquet", &parquet), ("csv", &csv)] {
+        assert_eq!(expected.len(), 2, "two retained generations of the {format} dataset");
+        for (path, says) in expected {
+            assert_eq!(&sums(&doc[format][path]), says, "Spark over {path}");
+        }
+    }
+    println!("Spark {} read {} Parquet and {} CSV views exactly", doc["version"], parquet.len(), csv.len());
 }
