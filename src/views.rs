@@ -39,7 +39,7 @@
 //! staging root is refused, never followed; a hard link is checked after it is made (the new
 //! link is the object we then own), not before.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -422,6 +422,35 @@ fn split_parent(rel: &str) -> (&str, &str) {
     rel.rsplit_once('/').unwrap_or(("", rel))
 }
 
+/// The directories last opened from the staging root down to one staging directory, each
+/// opened from its parent without following a symlink. Opening the next directory reuses the
+/// longest common prefix: consecutive files of a plan mostly share all but the last one or two
+/// components (the run's directory, the partition's), so a file costs an `openat` or two, not
+/// one per component.
+#[derive(Default)]
+struct DirChain {
+    /// `(component, handle)` from the root down.
+    open: Vec<(String, OwnedFd)>,
+}
+
+impl DirChain {
+    /// The handle of `staging_rel/dir_rel` under `root` (`dir_rel` may be empty).
+    fn open<'a>(&'a mut self, root: BorrowedFd<'a>, staging_rel: &str, dir_rel: &str) -> io::Result<BorrowedFd<'a>> {
+        let components: Vec<&str> = staging_rel.split('/').chain(dir_rel.split('/')).filter(|c| !c.is_empty()).collect();
+        let common = self.open.iter().zip(&components).take_while(|((have, _), want)| have == *want).count();
+        self.open.truncate(common);
+        for component in &components[common..] {
+            if *component == "." || *component == ".." {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "path component '.' or '..'"));
+            }
+            let parent = self.open.last().map_or(root, |(_, fd)| fd.as_fd());
+            let fd = open_dir_at(parent, component)?;
+            self.open.push(((*component).to_owned(), fd));
+        }
+        Ok(self.open.last().map_or(root, |(_, fd)| fd.as_fd()))
+    }
+}
+
 fn is_errno(e: &io::Error, code: rustix::io::Errno) -> bool {
     e.raw_os_error() == Some(code.raw_os_error())
 }
@@ -436,11 +465,16 @@ fn inside(path: &Path, base: &Path) -> bool {
     path.starts_with(base)
 }
 
-/// Objects of a view build at or above which the syncs run on threads.
-const SYNC_THREADED_MIN: usize = 32;
+/// Objects of a view build at or above which the syncs run on threads. Below it they run
+/// inline, one after another: a tiny build pays a journal commit per sync, and in exchange its
+/// syncs happen in a fixed order on the building thread, which the test that kills `publish`
+/// at each of its syncs relies on (strace counts injections per thread).
+const SYNC_THREADED_MIN: usize = 16;
 /// Most threads syncing one build at once. Each mostly waits on the device: concurrent fsyncs
 /// on one file system join the same journal commit and device flush (on this project's ext4
-/// machine 1,000 directory fsyncs took 4.1 s one after another, 66 ms on 32 threads).
+/// machine 1,000 directory fsyncs took 4.1 s one after another, 66 ms on 32 threads: a
+/// directory fsync there forces a journal commit whenever anything on the file system changed
+/// since the last one).
 const SYNC_THREADS_MAX: usize = 32;
 /// Handles waiting to be synced at most (bounds the open descriptors of a build).
 const SYNC_QUEUE_MAX: usize = 256;
@@ -463,7 +497,7 @@ impl<'scope> Syncer<'scope> {
         if objects < SYNC_THREADED_MIN {
             return Syncer { queue: None, workers: Vec::new(), failure };
         }
-        let threads = (objects / 16).clamp(2, SYNC_THREADS_MAX);
+        let threads = (objects / 8).clamp(2, SYNC_THREADS_MAX);
         let (tx, rx) = std::sync::mpsc::sync_channel::<(OwnedFd, PathBuf)>(SYNC_QUEUE_MAX);
         let rx = std::sync::Arc::new(Mutex::new(rx));
         let workers = (0..threads)
@@ -900,19 +934,13 @@ impl Views {
             .map_err(errno)
             .map_err(self.io_err(format!("creating {}", building_path.display())))?;
         let view = open_dir_at(ds, &building).map_err(self.io_err(format!("opening {}", building_path.display())))?;
-        for dir in &plan.dirs {
-            let (parent_rel, name) = split_parent(dir);
-            self.op(&|| format!("creating directory {}", building_path.join(dir).display()))?;
-            let parent = open_dirs(view.as_fd(), parent_rel).map_err(self.io_err(format!("opening {}", building_path.display())))?;
-            rustix::fs::mkdirat(&parent, name, Mode::from_raw_mode(0o755))
-                .map_err(errno)
-                .map_err(self.io_err(format!("creating directory {}", building_path.join(dir).display())))?;
-        }
-        // Every object is synced on its own: each file (a copy's data; a link's inode with its
-        // new link count), the manifest, and each directory once every entry in it exists.
+        // Every object is synced on its own: each directory once every entry in it exists, the
+        // manifest, and each copy (a hard link's content was synced when its attempt was
+        // validated, DOMAIN 11; the link is a new entry of its directory, which is synced).
+        let copies = if self.mode == ViewMode::Copy { plan.files.len() } else { 0 };
         let failure = Mutex::new(None);
         std::thread::scope(|scope| {
-            let syncer = Syncer::new(scope, plan.files.len() + plan.dirs.len() + 2, &failure);
+            let syncer = Syncer::new(scope, copies + plan.dirs.len() + 2, &failure);
             let filled = self.fill(&syncer, view.as_fd(), staging.as_fd(), dataset, staging_root, &building_path, plan, manifest);
             let synced = syncer.finish();
             filled.and(synced)
@@ -932,9 +960,12 @@ impl Views {
         Ok(())
     }
 
-    /// Fills the building directory (its directories already made): every file, then the
-    /// manifest, each handed to `syncer` once written, and each directory handed over once its
-    /// last entry exists.
+    /// Fills the (empty) building directory: every directory and file of the plan, then the
+    /// manifest. Files come in path order, so the files under one directory are consecutive:
+    /// the directories on the way to the current file stay open (a stack), each made when the
+    /// first file under it comes, and handed to `syncer` once the walk leaves it (every entry
+    /// in it then exists). Each copy and the manifest are handed over once written, the view
+    /// directory itself last.
     #[allow(clippy::too_many_arguments)] // reason: one build's handles, paths and records, all needed for its messages
     fn fill(
         &self,
@@ -947,44 +978,58 @@ impl Views {
         plan: &ViewPlan,
         manifest: &Manifest,
     ) -> Result<()> {
-        // The index of the last file going into each directory: the directory is synced right
-        // after it (files are in path order, but a directory's files need not be consecutive:
-        // `d/a`, `d/sub/x`, `d/z`).
-        let mut last_use: HashMap<&str, usize> = HashMap::new();
-        for (i, file) in plan.files.iter().enumerate() {
-            last_use.insert(split_parent(&file.rel).0, i);
-        }
-        // Files are in path order, so consecutive files mostly share their directories: keep
-        // the last source and destination directory handles open.
-        let mut sources: HashMap<String, OwnedFd> = HashMap::new();
-        let mut last_dest: Option<(String, OwnedFd)> = None;
-        for (i, file) in plan.files.iter().enumerate() {
-            let (src_dir_rel, src_name) = split_parent(&file.file);
-            let src_key = if src_dir_rel.is_empty() { file.staging_rel.clone() } else { format!("{}/{src_dir_rel}", file.staging_rel) };
-            let source_path = staging_root.join(&file.staging_rel).join(&file.file);
-            if !sources.contains_key(&src_key) {
-                if sources.len() >= 64 {
-                    sources.clear();
-                }
-                let fd = open_dirs(staging, &src_key).map_err(|e| {
-                    self.refused(
-                        dataset,
-                        source_path.display().to_string(),
-                        format!("the accepted attempt's directory cannot be opened without following a symlink: {e}"),
-                    )
-                })?;
-                sources.insert(src_key.clone(), fd);
-            }
-            let src =
-                sources.get(&src_key).map(AsFd::as_fd).ok_or_else(|| Error::io("opening a staging directory", io::Error::other("lost")))?;
+        // The open directories from the view down to the current file's: (path relative to the
+        // view, handle). Sources likewise, from the staging root down to the current file's
+        // staging directory (consecutive files of a partition, and the partitions of one run,
+        // share most of that path).
+        let mut dirs: Vec<(String, OwnedFd)> = Vec::new();
+        let mut sources = DirChain::default();
+        let mut made = 0usize;
+        for file in &plan.files {
             let (dst_dir_rel, dst_name) = split_parent(&file.rel);
-            if last_dest.as_ref().is_none_or(|(rel, _)| rel != dst_dir_rel) {
-                let fd = open_dirs(view, dst_dir_rel).map_err(self.io_err(format!("opening {}", building_path.display())))?;
-                last_dest = Some((dst_dir_rel.to_owned(), fd));
+            // Leave (and sync) every open directory that is not on the way to this file's.
+            while let Some((rel, _)) = dirs.last() {
+                if dst_dir_rel == rel || dst_dir_rel.strip_prefix(rel.as_str()).is_some_and(|rest| rest.starts_with('/')) {
+                    break;
+                }
+                let Some((rel, fd)) = dirs.pop() else { break };
+                self.op(&|| format!("syncing {}", building_path.join(&rel).display()))?;
+                syncer.sync(fd, building_path.join(&rel))?;
             }
-            let Some((_, dst)) = &last_dest else { continue };
+            // Make the rest of the way (directories the plan lists; each made exactly once,
+            // because the walk never comes back to a directory it left).
+            let made_len = match dirs.last() {
+                Some((rel, _)) if rel == dst_dir_rel => dst_dir_rel.len(),
+                Some((rel, _)) => rel.len() + 1,
+                None => 0,
+            };
+            for component in dst_dir_rel[made_len..].split('/').filter(|c| !c.is_empty()) {
+                let rel = match dirs.last() {
+                    Some((parent, _)) => format!("{parent}/{component}"),
+                    None => component.to_owned(),
+                };
+                let path = building_path.join(&rel);
+                let parent = dirs.last().map_or(view, |(_, fd)| fd.as_fd());
+                self.op(&|| format!("creating directory {}", path.display()))?;
+                rustix::fs::mkdirat(parent, component, Mode::from_raw_mode(0o755))
+                    .map_err(errno)
+                    .map_err(self.io_err(format!("creating directory {}", path.display())))?;
+                let fd = open_dir_at(parent, component).map_err(self.io_err(format!("opening {}", path.display())))?;
+                dirs.push((rel, fd));
+                made += 1;
+            }
+            let dst = dirs.last().map_or(view, |(_, fd)| fd.as_fd());
+            let (src_dir_rel, src_name) = split_parent(&file.file);
+            let source_path = staging_root.join(&file.staging_rel).join(&file.file);
+            let src = sources.open(staging, &file.staging_rel, src_dir_rel).map_err(|e| {
+                self.refused(
+                    dataset,
+                    source_path.display().to_string(),
+                    format!("the accepted attempt's directory cannot be opened without following a symlink: {e}"),
+                )
+            })?;
             let dest_path = building_path.join(&file.rel);
-            let written = match self.mode {
+            match self.mode {
                 ViewMode::HardLink => {
                     self.op(&|| format!("linking {}", dest_path.display()))?;
                     match rustix::fs::linkat(src, src_name, dst, dst_name, AtFlags::empty()) {
@@ -1003,13 +1048,9 @@ impl Views {
                         }
                         Err(e) => return Err(Error::io(format!("linking {} to {}", dest_path.display(), source_path.display()), errno(e))),
                     }
-                    // Check the link just made, not the source before: the link is ours and
-                    // cannot be swapped under us.
-                    let fd = rustix::fs::openat(dst.as_fd(), dst_name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-                        .map_err(errno)
-                        .map_err(self.io_err(format!("opening {}", dest_path.display())))?;
-                    let st = rustix::fs::fstat(&fd).map_err(errno).map_err(self.io_err(format!("inspecting {}", dest_path.display())))?;
-                    let kind = FileType::from_raw_mode(st.st_mode);
+                    // Check the link just made, not the source before: the link is ours (in the
+                    // building directory) and cannot be swapped under us.
+                    let (kind, st) = stat_kind(dst, dst_name).map_err(self.io_err(format!("inspecting {}", dest_path.display())))?;
                     if kind != FileType::RegularFile || u64::try_from(st.st_size).ok() != Some(file.size_bytes) {
                         return Err(self.refused(
                             dataset,
@@ -1020,21 +1061,25 @@ impl Views {
                             ),
                         ));
                     }
-                    fd
                 }
                 ViewMode::Copy => {
                     self.op(&|| format!("copying {}", dest_path.display()))?;
-                    self.copy(src, src_name, dst.as_fd(), dst_name, file, dataset, &source_path, &dest_path)?
+                    let written = self.copy(src, src_name, dst, dst_name, file, dataset, &source_path, &dest_path)?;
+                    self.op(&|| format!("syncing {}", dest_path.display()))?;
+                    syncer.sync(written, dest_path)?;
                 }
-            };
-            self.op(&|| format!("syncing {}", dest_path.display()))?;
-            syncer.sync(written, dest_path)?;
-            if last_use.get(dst_dir_rel) == Some(&i)
-                && let Some((rel, fd)) = last_dest.take()
-            {
-                self.op(&|| format!("syncing {}", building_path.join(&rel).display()))?;
-                syncer.sync(fd, building_path.join(&rel))?;
             }
+        }
+        while let Some((rel, fd)) = dirs.pop() {
+            self.op(&|| format!("syncing {}", building_path.join(&rel).display()))?;
+            syncer.sync(fd, building_path.join(&rel))?;
+        }
+        if made != plan.dirs.len() {
+            return Err(self.refused(
+                dataset,
+                building_path.display().to_string(),
+                format!("the build made {made} directories, the plan lists {}", plan.dirs.len()),
+            ));
         }
         drop(sources);
         let manifest_path = building_path.join(rule::MANIFEST_FILE);
@@ -1054,14 +1099,7 @@ impl Views {
         out.write_all(&doc).map_err(self.io_err(format!("writing {}", manifest_path.display())))?;
         self.op(&|| format!("syncing {}", manifest_path.display()))?;
         syncer.sync(OwnedFd::from(out), manifest_path)?;
-        // The directories no file went into directly (`date=…` above `region=…`), then the
-        // view directory itself (its entries: the manifest and the top directories).
-        for dir in plan.dirs.iter().filter(|d| !last_use.contains_key(d.as_str())) {
-            let path = building_path.join(dir);
-            let fd = open_dirs(view, dir).map_err(self.io_err(format!("opening {}", path.display())))?;
-            self.op(&|| format!("syncing {}", path.display()))?;
-            syncer.sync(fd, path)?;
-        }
+        // The view directory itself (its entries: the manifest and the top directories).
         let top = rustix::fs::openat(view, ".", dir_flags(), Mode::empty())
             .map_err(errno)
             .map_err(self.io_err(format!("opening {}", building_path.display())))?;

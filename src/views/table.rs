@@ -191,8 +191,11 @@ impl Views {
                         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
                         Err(e) => return Err(Error::io(format!("inspecting {}", data_path.join(&file.rel).display()), e)),
                     }
-                    let fd = self.place(staging.as_fd(), staging_root, dir.as_fd(), name, file, dataset, &data_path)?;
-                    syncer.sync(fd, data_path.join(&file.rel))?;
+                    // A copy is synced; a hard link's content was synced at validation (DOMAIN
+                    // 11), its new entry is synced with its directory below.
+                    if let Some(fd) = self.place(staging.as_fd(), staging_root, dir.as_fd(), name, file, dataset, &data_path)? {
+                        syncer.sync(fd, data_path.join(&file.rel))?;
+                    }
                     dirty_dirs.insert(dir_rel.to_owned());
                 }
                 for rel in &dirty_dirs {
@@ -239,8 +242,8 @@ impl Views {
         Ok(out)
     }
 
-    /// Links (or copies) one accepted file into the data directory; returns the new file's
-    /// handle, to be synced.
+    /// Links (or copies) one accepted file into the data directory; returns a copy's handle, to
+    /// be synced (a link needs no sync of its own: see the caller).
     #[allow(clippy::too_many_arguments)] // reason: one placement's handles and records, all needed for its messages
     fn place(
         &self,
@@ -251,7 +254,7 @@ impl Views {
         file: &ViewFile,
         dataset: &str,
         data_path: &Path,
-    ) -> Result<OwnedFd> {
+    ) -> Result<Option<OwnedFd>> {
         let (src_dir_rel, src_name) = split_parent(&file.file);
         let src_key = if src_dir_rel.is_empty() { file.staging_rel.clone() } else { format!("{}/{src_dir_rel}", file.staging_rel) };
         let source_path = staging_root.join(&file.staging_rel).join(&file.file);
@@ -273,22 +276,19 @@ impl Views {
                     }
                     Err(e) => return Err(Error::io(format!("linking {} to {}", dest_path.display(), source_path.display()), errno(e))),
                 }
-                let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-                    .map_err(errno)
-                    .map_err(self.io_err(format!("opening {}", dest_path.display())))?;
-                let st = rustix::fs::fstat(&fd).map_err(errno).map_err(self.io_err(format!("inspecting {}", dest_path.display())))?;
-                if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || u64::try_from(st.st_size).ok() != Some(file.size_bytes) {
+                let (kind, st) = stat_kind(dir, name).map_err(self.io_err(format!("inspecting {}", dest_path.display())))?;
+                if kind != FileType::RegularFile || u64::try_from(st.st_size).ok() != Some(file.size_bytes) {
                     return Err(self.refused(
                         dataset,
                         source_path.display().to_string(),
                         format!("is not the regular file of {} bytes the generation records", file.size_bytes),
                     ));
                 }
-                Ok(fd)
+                Ok(None)
             }
             ViewMode::Copy => {
                 self.op(&|| format!("copying {}", dest_path.display()))?;
-                self.copy(src.as_fd(), src_name, dir, name, file, dataset, &source_path, &dest_path)
+                self.copy(src.as_fd(), src_name, dir, name, file, dataset, &source_path, &dest_path).map(Some)
             }
         }
     }
