@@ -9,7 +9,9 @@
 //! `-- --fsyncs` prints only those; `-- --server-only` only the server's figures (attempt cycles
 //! through `manifestdb::server` from 1, 8 and 64 clients beside the library directly and the CLI
 //! without a server, and 1,000 begins in one `manifestdb batch` beside separate CLI begins);
-//! `-- --cli-batch-only` only the last of those (with the bare `mkdir`s that bound it);
+//! `-- --declare-only` only the cost of a declare of 100,000 tasks (which makes their staging
+//! directories); `-- --cli-batch-only` only the batch of begins beside separate CLI begins
+//! (with the bare `mkdir`s that bound it);
 //! `-- --instructions [--quick]` only the instructions per operation counted by callgrind beside
 //! SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a manifest read of 10,000
 //! partitions; see `benches/instructions.rs`); `-- --postgres-only` only the PostgreSQL section
@@ -1317,6 +1319,33 @@ fn fsyncs_per_operation(report: &mut Report, prefix: &str, options: &manifestdb:
     Ok(())
 }
 
+/// The cost of declaring a run of 100,000 tasks, which makes the tasks' staging directories
+/// and syncs the directories holding them once (so that a task's first validation syncs only
+/// what its attempt added): the whole declare timed on a fresh store, with the staging syncs it
+/// made counted.
+fn declare_figures(dir: &Path, report: &mut Report) -> Res<()> {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    const TASKS: usize = 100_000;
+    let store = Store::open_with_options(dir.join("declare.redb"), dir.join("declare-staging"), &exclusive_options())?;
+    let spec = run_spec("declared", "r1", (0..TASKS).map(partition));
+    let syncs = Rc::new(Cell::new(0u64));
+    let counter = Rc::clone(&syncs);
+    let start = Instant::now();
+    manifestdb::testing::observe_syncs(
+        move |_| {
+            counter.set(counter.get() + 1);
+            Ok(())
+        },
+        || store.declare_run(&spec),
+    )?;
+    let elapsed = start.elapsed();
+    report.put("declare_ms_100k_tasks", elapsed.as_secs_f64() * 1e3, "ms (one declare: records, task directories, their syncs)");
+    report.put("declare_us_per_task_100k", elapsed.as_secs_f64() * 1e6 / TASKS as f64, "us/task");
+    report.put("declare_staging_syncs_100k_tasks", syncs.get() as f64, "fsyncs of staging directories by that declare");
+    Ok(())
+}
+
 /// A writer without cross-process readers: redb's `ExclusiveWriter` mode (one flush per
 /// commit) and begins without a flush of their own.
 fn exclusive_options() -> manifestdb::StoreOptions {
@@ -1354,6 +1383,12 @@ fn main() -> Res<()> {
         instructions::figures(dir, &mut report, sizes.quick)?;
         report.figures.insert("instructions_mode".to_owned(), json!(if sizes.quick { "quick" } else { "full" }));
         report.finish(&args, "instructions", sizes.quick)?;
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--declare-only") {
+        // Only the cost of a declare of 100,000 tasks: `cargo bench --bench throughput -- --declare-only`.
+        declare_figures(dir, &mut report)?;
+        report.finish(&args, "declare", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--cli-batch-only") {
@@ -1534,6 +1569,7 @@ fn main() -> Res<()> {
 
     fsyncs_per_operation(&mut report, "", &manifestdb::StoreOptions::default())?;
     fsyncs_per_operation(&mut report, "exclusive_", &exclusive_options())?;
+    declare_figures(dir, &mut report)?;
 
     // Ratios.
     report.ratio("publish_vs_redb", "publish_1task_per_s", "redb_commit_per_s");

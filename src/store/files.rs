@@ -1,6 +1,6 @@
 //! File-system side of the store: file observation for validation, and the syncs that make
-//! data, creation, renames and removals durable (a begin's directories are made in
-//! `begin_dirs`).
+//! data, creation, renames and removals durable, and a declared run's task directories (a
+//! begin's directories are made in `begin_dirs`).
 //!
 //! Invariant: nothing here follows a symlink inside the staging root. A path whose component
 //! is a symlink is treated as missing (observation) or refused (durability syncs), so a
@@ -152,15 +152,19 @@ pub(crate) fn create_dir_all_durable(path: &Path, mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// The most directories a [`DurableDirs`] remembers; past it the record starts afresh (the next
-/// validations sync their chains again, as a fresh handle's do).
-const DURABLE_DIRS_MAX: usize = 65_536;
+/// The most directories a [`DurableDirs`] remembers (about 100 bytes each, so at most some
+/// 26 MB); past it the record starts afresh (the next validations sync their chains again, as a
+/// fresh handle's do). Above the task directories of a declared run of 100,000 tasks.
+const DURABLE_DIRS_MAX: usize = 262_144;
 
 /// The directories below the staging root whose entry in their parent this handle made durable,
-/// so that each is synced once: the first validation below a run syncs the run's and dataset's
-/// directories, later tasks of the run and later attempts of a task find them durable already
-/// and sync only what is new (DOMAIN 11 needs a directory's entry durable before a Valid verdict
-/// names a file below it, not again for every file).
+/// so that each is synced once: a declare makes its run's task directories and syncs their
+/// parents ([`make_task_dirs_durable`]), so the first validation of a task syncs only its file,
+/// its attempt directory and the task's directory (naming the attempt's); a validation of a task
+/// whose directories this handle did not make durable (a run declared by another process, or
+/// before this handle's open) syncs the chain up to the root, once per directory (DOMAIN 11
+/// needs a directory's entry durable before a Valid verdict names a file below it, not again
+/// for every file).
 ///
 /// Each is recorded with the identity of the directory that was synced ([`DirId`]: device,
 /// inode and birth time): a directory removed (by cleanup, by an operator, by another process)
@@ -221,6 +225,104 @@ impl DurableDirs {
     pub(crate) fn clear(&self) {
         self.known.lock().clear();
     }
+}
+
+/// An open directory on the way down of [`make_task_dirs_durable`].
+struct Descent {
+    fd: OwnedFd,
+    path: PathBuf,
+    /// Relative to the staging root ("" for the root).
+    rel: String,
+    /// Its name in its parent ("" for the root).
+    name: String,
+    /// Whether an entry in it is not known durable yet, so it must be synced.
+    dirty: bool,
+}
+
+/// Makes the task directories `task_rels` of a declared run (each `dataset/run/<partition
+/// components>`, as `ids::staging_parent_rel` gives them) and every missing directory above
+/// them, and makes the entry of each durable: the parent of every directory whose entry
+/// `durable` does not hold already is `fsync`ed, once, after all its children were made (each
+/// directory is synced when the walk leaves it, so a child's entry is flushed before its
+/// parent's). Then `durable` records them all, so the first validation of each task syncs only
+/// what its attempt added. Returns how many directories were synced.
+///
+/// Every directory is opened from its parent's handle without following a symlink and made with
+/// `mkdirat` in that handle (as a begin's are); the task paths are walked in sorted order, so at
+/// most one handle per level is open at a time, whatever the number of tasks.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a symlink or a non-directory on the way; [`Error::Io`] if a
+/// directory cannot be made, opened or synced (nothing is recorded then).
+pub(crate) fn make_task_dirs_durable(root: &Path, root_fd: OwnedFd, task_rels: &[String], durable: &DurableDirs) -> Result<usize> {
+    let mut paths: Vec<Vec<&str>> = task_rels.iter().map(|rel| rel.split('/').collect()).collect();
+    paths.sort_unstable();
+    paths.dedup();
+    let mut stack = vec![Descent { fd: root_fd, path: root.to_path_buf(), rel: String::new(), name: String::new(), dirty: false }];
+    let mut made: Vec<(String, Option<DirId>)> = Vec::new();
+    let mut synced = 0;
+    // Leaves the deepest open directory, syncing it if an entry in it is new.
+    let leave = |stack: &mut Vec<Descent>, synced: &mut usize| -> Result<()> {
+        let Some(dir) = stack.pop() else { return Ok(()) };
+        if dir.dirty {
+            sync_handle(dir.fd.as_fd(), &dir.path, SyncTarget::Dir)
+                .map_err(|e| Error::io(format!("syncing directory {}", dir.path.display()), e))?;
+            *synced += 1;
+        }
+        Ok(())
+    };
+    for components in paths {
+        // The open directories below the root that are on this path stay open.
+        let shared = stack.iter().skip(1).zip(&components).take_while(|(dir, name)| dir.name == **name).count();
+        while stack.len() > shared + 1 {
+            leave(&mut stack, &mut synced)?;
+        }
+        for name in &components[shared..] {
+            let Some(parent) = stack.last_mut() else { break };
+            let path = parent.path.join(name);
+            let rel = if parent.rel.is_empty() { (*name).to_owned() } else { format!("{}/{name}", parent.rel) };
+            let fd = open_or_make_dir(parent.fd.as_fd(), name, &path, &rel)?;
+            let id = DirId::of(fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", path.display()), e))?;
+            if !durable.is_durable(&rel, id) {
+                parent.dirty = true;
+            }
+            made.push((rel.clone(), id));
+            stack.push(Descent { fd, path, rel, name: (*name).to_owned(), dirty: false });
+        }
+    }
+    while !stack.is_empty() {
+        leave(&mut stack, &mut synced)?;
+    }
+    durable.record(made);
+    Ok(synced)
+}
+
+/// Opens the directory `name` in `parent`, making it first if it is missing; a symlink or a
+/// non-directory is refused (`rel` names it in the error).
+fn open_or_make_dir(parent: BorrowedFd<'_>, name: &str, path: &Path, rel: &str) -> Result<OwnedFd> {
+    use super::handles;
+    let refused = |e: io::Error| {
+        let kind = handles::stat_at(parent, name).map(|stat| stat.kind);
+        match kind {
+            Ok(handles::Kind::Symlink) => {
+                Error::invalid("staging path", rel, format!("{} is a symlink; refusing to follow it", path.display()))
+            }
+            Ok(handles::Kind::Dir) | Err(_) => Error::io(format!("opening staging directory {}", path.display()), e),
+            Ok(_) => Error::invalid("staging path", rel, format!("{} exists and is not a directory", path.display())),
+        }
+    };
+    match handles::open_dir_at(parent, name) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(refused(e)),
+    }
+    match handles::mkdir_at(parent, name) {
+        // Another writer may have made it in between.
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
+    }
+    handles::open_dir_at(parent, name).map_err(refused)
 }
 
 /// One directory on the way to a candidate's files, opened from its parent's handle.

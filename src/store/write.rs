@@ -60,15 +60,42 @@ impl Store {
     /// Declares a run: its dataset, id, pinned input snapshot and tasks with their
     /// expectations. Declaring the identical run again writes nothing.
     ///
+    /// A run not declared yet has its tasks' staging directories made first, before the write,
+    /// and their entries made durable (each parent synced once, whatever the number of tasks),
+    /// so that a validation through this handle later syncs only what an attempt added: its
+    /// files, its directory and the task's directory naming it. A declaration refused (another
+    /// process declared the run otherwise meanwhile) leaves those directories empty, as a
+    /// begin refused leaves its task's; cleanup never needs them.
+    ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a bad name, partition key or an empty task list;
-    /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks.
+    /// [`Error::InvalidInput`] for a bad name, partition key or an empty task list, or a
+    /// symlink or a non-directory where a task's staging directory goes;
+    /// [`Error::RunConflict`] if the run exists with another snapshot or other tasks; I/O errors
+    /// making or syncing the directories (nothing is written then).
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
-        self.write_grouped("declaring a run", |meta| {
-            let now = meta.now_ms();
-            ops::declare::declare_run(meta, spec, now)
+        self.poison.contain("declare run", || {
+            self.make_task_dirs(spec)?;
+            self.write_grouped("declaring a run", |meta| {
+                let now = meta.now_ms();
+                ops::declare::declare_run(meta, spec, now)
+            })
         })
+    }
+
+    /// What a declare does before its write: for a run not declared yet (a read first), its
+    /// tasks' directories made and made durable (`files::make_task_dirs_durable`) under the
+    /// staging root, whose marker is checked. A run declared already made its directories then
+    /// (through this handle or another), and a re-declaration makes none.
+    fn make_task_dirs(&self, spec: &RunSpec) -> Result<()> {
+        let declared = self.snapshot()?.read("reading the run to declare", |meta| Ok(meta.run(&spec.dataset, &spec.run)?.is_some()))?;
+        if declared {
+            return Ok(());
+        }
+        let rels =
+            spec.tasks.iter().map(|task| ids::staging_parent_rel(&spec.dataset, &spec.run, &task.partition)).collect::<Result<Vec<_>>>()?;
+        files::make_task_dirs_durable(&self.staging_root, self.checked_staging_root()?, &rels, &self.durable_dirs)?;
+        Ok(())
     }
 
     /// Begins a new attempt of a task: durably assigns the next attempt number and creates the

@@ -80,7 +80,9 @@ fn a_batch_of_many_begins_gives_each_its_own_outcome_while_its_directories_are_m
     t.store.declare_run(&run_spec("units", "r1", "s1", &tasks)).unwrap();
     let outside = tempfile::tempdir().unwrap();
     let run_dir = t.staging().join("units/r1");
-    std::fs::create_dir_all(&run_dir).unwrap();
+    // The declare made the task directories: two of them are swapped for a symlink and a file.
+    std::fs::remove_dir(run_dir.join("p07")).unwrap();
+    std::fs::remove_dir(run_dir.join("p08")).unwrap();
     std::os::unix::fs::symlink(outside.path(), run_dir.join("p07")).unwrap();
     std::fs::write(run_dir.join("p08"), b"not a directory").unwrap();
     let mut ops: Vec<BatchOp> = partitions.iter().map(|p| begin(p)).collect();

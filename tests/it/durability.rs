@@ -295,15 +295,28 @@ fn syncs_of<R>(body: impl FnOnce() -> R) -> (R, Vec<(PathBuf, bool)>) {
     (out, log.take())
 }
 
-/// What the handle remembers as durable spares only what is still the same directory: a
-/// retry syncs its file, its attempt directory and the task's directory (the attempt
-/// directory's new entry) and nothing above; a task directory removed and made again (here by
-/// hand, where inode numbers are reused at once) has its new entry synced again.
+/// What the handle remembers as durable spares only what is still the same directory: the
+/// declare makes the task's directory and syncs the parent of each directory it made, deepest
+/// first; the first attempt then syncs its file, its attempt directory and the task's directory
+/// (the attempt directory's new entry) and nothing above, as a retry does; a task directory
+/// removed and made again (here by hand, where inode numbers are reused at once) has its new
+/// entry synced again.
 #[test]
-fn a_retry_syncs_only_what_is_new_and_a_directory_made_again_is_synced_again() {
+fn a_first_attempt_and_a_retry_sync_only_what_is_new_and_a_directory_made_again_is_synced_again() {
     let ts = TestStore::new();
     let store = &ts.store;
-    store.declare_run(&run_spec("d", "r1", "s1", &[("p=a", 3, 30)])).unwrap();
+    let root = store.staging_root().to_path_buf();
+    let run_dir = root.join("d/r1");
+    let (declared, synced) = syncs_of(|| store.declare_run(&run_spec("d", "r1", "s1", &[("p=a", 3, 30)])).unwrap());
+    assert_eq!(declared, manifestdb::DeclareOutcome::Declared);
+    assert!(run_dir.join("p=a").is_dir(), "the declare made the task's directory");
+    assert_eq!(
+        synced,
+        vec![(run_dir.clone(), true), (root.join("d"), true), (root.clone(), true)],
+        "the declare: the parent of each directory it made, deepest first"
+    );
+    let (_, synced) = syncs_of(|| store.declare_run(&run_spec("d", "r1", "s1", &[("p=a", 3, 30)])).unwrap());
+    assert!(synced.is_empty(), "a re-declaration makes and syncs nothing: {synced:?}");
     let task = TaskKey::new("d", "r1", "p=a");
     let attempt = |expect_valid: bool| {
         let ticket = store.begin_attempt(&task).unwrap();
@@ -313,18 +326,12 @@ fn a_retry_syncs_only_what_is_new_and_a_directory_made_again_is_synced_again() {
         assert_eq!(verdict.is_valid(), expect_valid);
         (ticket.staging_dir, synced)
     };
-    let root = store.staging_root().to_path_buf();
     let (first, synced) = attempt(true);
-    let run_dir = root.join("d/r1");
-    let expected: Vec<(PathBuf, bool)> = vec![
-        (first.join("part.csv"), false),
-        (first.clone(), true),
-        (run_dir.join("p=a"), true),
-        (run_dir.clone(), true),
-        (root.join("d"), true),
-        (root.clone(), true),
-    ];
-    assert_eq!(synced, expected, "the first attempt: the file and every directory up to the root, deepest first");
+    assert_eq!(
+        synced,
+        vec![(first.join("part.csv"), false), (first.clone(), true), (run_dir.join("p=a"), true)],
+        "the first attempt: its file, its attempt directory and the task's directory"
+    );
     let (second, synced) = attempt(true);
     assert_eq!(
         synced,
@@ -340,6 +347,76 @@ fn a_retry_syncs_only_what_is_new_and_a_directory_made_again_is_synced_again() {
         vec![(third.join("part.csv"), false), (third.clone(), true), (run_dir.join("p=a"), true), (run_dir.clone(), true)],
         "the task directory made again: its entry in the run directory is synced again"
     );
+}
+
+/// A run declared through another handle (or before this one opened) left nothing in this
+/// handle's record: its first validation syncs the file and every directory up to the root.
+/// A declare of nested partitions syncs each directory holding a new entry once, children
+/// before parents, and only those whose entries are new.
+#[test]
+fn a_declare_syncs_each_new_entry_once_and_another_handle_syncs_the_whole_chain() {
+    let ts = TestStore::new();
+    let root = ts.store.staging_root().to_path_buf();
+    let tasks = [("date=1/region=eu", 3, 30), ("date=1/region=us", 3, 30), ("date=2/region=eu", 3, 30)];
+    let (_, synced) = syncs_of(|| ts.store.declare_run(&run_spec("d", "r1", "s1", &tasks)).unwrap());
+    let run_dir = root.join("d/r1");
+    assert_eq!(
+        synced,
+        vec![
+            (run_dir.join("date=1"), true),
+            (run_dir.join("date=2"), true),
+            (run_dir.clone(), true),
+            (root.join("d"), true),
+            (root.clone(), true)
+        ],
+        "each directory holding a new entry, once, after its children"
+    );
+    // A second run of the dataset: the dataset's directory is known durable, the root is not
+    // synced again.
+    let (_, synced) = syncs_of(|| ts.store.declare_run(&run_spec("d", "r2", "s1", &[("p=a", 3, 30)])).unwrap());
+    assert_eq!(synced, vec![(root.join("d/r2"), true), (root.join("d"), true)], "only the new entries' directories");
+    // Another handle on the same store: nothing recorded, the whole chain is synced.
+    let ts = ts.reopen();
+    let store = &ts.store;
+    let task = TaskKey::new("d", "r1", "date=2/region=eu");
+    let ticket = store.begin_attempt(&task).unwrap();
+    let file = write_rows(&ticket.staging_dir, 3, 30);
+    store.finish_attempt(&ticket.key, &candidate("s1", 3, 30, file)).unwrap();
+    let (verdict, synced) = syncs_of(|| store.validate_attempt(&ticket.key, FileCheck::Size).unwrap());
+    assert!(verdict.is_valid());
+    let task_dir = run_dir.join("date=2/region=eu");
+    assert_eq!(
+        synced,
+        vec![
+            (ticket.staging_dir.join("part.csv"), false),
+            (ticket.staging_dir.clone(), true),
+            (task_dir.clone(), true),
+            (run_dir.join("date=2"), true),
+            (run_dir.clone(), true),
+            (root.join("d"), true),
+            (root.clone(), true),
+        ],
+        "a handle that made nothing durable syncs the whole chain"
+    );
+}
+
+/// A symlink or a file where a task's directory goes refuses the declare before anything is
+/// written, and nothing is made through the link.
+#[test]
+fn a_declare_refuses_a_symlink_or_a_file_on_a_tasks_way_and_writes_nothing() {
+    let ts = TestStore::new();
+    let root = ts.store.staging_root().to_path_buf();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.join("d/r1")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), root.join("d/r1/p=a")).unwrap();
+    std::fs::create_dir_all(root.join("d/r2")).unwrap();
+    std::fs::write(root.join("d/r2/p=a"), b"x").unwrap();
+    for (run, why) in [("r1", "symlink"), ("r2", "not a directory")] {
+        let err = ts.store.declare_run(&run_spec("d", run, "s1", &[("p=a/q=1", 3, 30)])).unwrap_err();
+        assert!(matches!(err, manifestdb::Error::InvalidInput { .. }) && err.to_string().contains(why), "{run}: {err}");
+        assert!(ts.store.snapshot().unwrap().run("d", run).unwrap().is_none(), "{run} was not declared");
+    }
+    assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was made through the link");
 }
 
 /// `finish_and_validate`: one call records the candidate and stores its verdict; the files of

@@ -53,7 +53,14 @@ fn a_symlink_in_the_staging_tree_is_refused() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(t.staging().join("units")).unwrap();
     std::os::unix::fs::symlink(outside.path(), t.staging().join("units/r1")).unwrap();
+    // The declare makes the task directories: it refuses to make them through the link.
+    let err = t.store.declare_run(&run_spec("units", "r1", "s1", &[("p", 1, 1)])).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput { .. }) && err.to_string().contains("symlink"), "{err}");
+    // Declared without the link, the run's directory swapped for it afterwards: the begin refuses.
+    std::fs::remove_file(t.staging().join("units/r1")).unwrap();
     t.store.declare_run(&run_spec("units", "r1", "s1", &[("p", 1, 1)])).unwrap();
+    std::fs::remove_dir_all(t.staging().join("units/r1")).unwrap();
+    std::os::unix::fs::symlink(outside.path(), t.staging().join("units/r1")).unwrap();
     let err = t.store.begin_attempt(&TaskKey::new("units", "r1", "p")).unwrap_err();
     assert!(err.to_string().contains("symlink"), "{err}");
     assert!(std::fs::read_dir(outside.path()).unwrap().next().is_none(), "nothing was created outside the root");
