@@ -1150,6 +1150,44 @@ fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
             report.put("view_build_ms_per_1000_files", build, "ms per 1,000 files (hard links, all synced)");
         }
     }
+    view_floor_figures(dir, report, publishes)
+}
+
+/// The floor under a view of 1,000 partitions on this file system, measured in the same run:
+/// 1,000 bare `mkdir` in one directory (a view makes one directory per partition, serialised on
+/// the parent's lock) and 1,000 bare `link`; then their removal (`unlink`, `rmdir`) on one
+/// thread, which an expiry pays per view (its `rmdir`s mostly wait for the journal, so an
+/// expiry removes several views at once). No sync: the view's syncs overlap its build.
+fn view_floor_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
+    let base = dir.join("view-floor");
+    fs::create_dir_all(&base)?;
+    let source = base.join("source.csv");
+    fs::write(&source, "store,units\n1,2\n")?;
+    let (mut mkdirs, mut links, mut removals) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let parent = base.join(format!("r{r}"));
+        fs::create_dir(&parent)?;
+        let dirs: Vec<_> = (0..1000).map(|i| parent.join(format!("p={i:05}"))).collect();
+        let start = Instant::now();
+        for d in &dirs {
+            fs::create_dir(d)?;
+        }
+        mkdirs.push(start.elapsed());
+        let start = Instant::now();
+        for d in &dirs {
+            fs::hard_link(&source, d.join("part-0.csv"))?;
+        }
+        links.push(start.elapsed());
+        let start = Instant::now();
+        for d in &dirs {
+            fs::remove_file(d.join("part-0.csv"))?;
+            fs::remove_dir(d)?;
+        }
+        removals.push(start.elapsed());
+    }
+    report.put("view_floor_mkdir_ms_1000", median_ms(mkdirs), "ms (median: 1,000 bare mkdir in one directory)");
+    report.put("view_floor_link_ms_1000", median_ms(links), "ms (median: 1,000 bare hard links, one per directory)");
+    report.put("view_floor_remove_ms_1000", median_ms(removals), "ms (median: removing those 1,000 links and directories)");
     Ok(())
 }
 

@@ -82,6 +82,18 @@ impl std::fmt::Debug for DeltaEngine {
     }
 }
 
+/// A table's latest version as one read found it (the kernel's snapshot, kept opaque).
+pub(crate) struct Head {
+    snapshot: Option<delta_kernel::snapshot::SnapshotRef>,
+}
+
+impl Head {
+    /// The latest version, `None` for a table without a log.
+    pub(crate) fn version(&self) -> Option<u64> {
+        self.snapshot.as_ref().map(|s| s.version())
+    }
+}
+
 fn table_url(table: &Path) -> DResult<Url> {
     Url::from_directory_path(table).map_err(|()| DeltaError(format!("{} is not an absolute directory path", table.display())))
 }
@@ -98,22 +110,27 @@ impl DeltaEngine {
         &self.engine
     }
 
-    /// The table's latest version, `None` if `table` has no Delta log yet.
-    pub(crate) fn latest_version(&self, table: &Path) -> DResult<Option<u64>> {
+    /// The table's latest version as read now ([`Head::version`] is `None` if `table` has no
+    /// Delta log yet). The snapshot read is kept for the next [`DeltaEngine::commit`], which
+    /// then need not read the log again.
+    pub(crate) fn head(&self, table: &Path) -> DResult<Head> {
         if !has_commits(table) {
-            return Ok(None);
+            return Ok(Head { snapshot: None });
         }
-        let snapshot = Snapshot::builder_for(table_url(table)?).build(self.engine())?;
-        Ok(Some(snapshot.version()))
+        Ok(Head { snapshot: Some(Snapshot::builder_for(table_url(table)?).build(self.engine())?) })
     }
 
     /// Commits version `version` so the table holds exactly `files` (a new table at version 0
     /// with `schema` and `partition_columns`; later versions `remove` what is not in `files`
     /// and `add` what is new). `generation` is recorded as the commit's transaction identifier
     /// (`txn` action, app id `manifestdb`), so a reader can map versions to generations.
-    /// Refused (an error) if the table's latest version is not `version - 1`.
+    /// Refused (an error) if the table's latest version is not `version - 1`. `head`: the
+    /// table as last read; its snapshot is used if it is of `version - 1` (else the log is
+    /// read again).
+    #[allow(clippy::too_many_arguments)] // reason: one commit's table, versions, schema and files
     pub(crate) fn commit(
         &self,
+        head: &Head,
         table: &Path,
         version: u64,
         generation: u64,
@@ -147,7 +164,10 @@ impl DeltaEngine {
                 other => return Err(DeltaError(format!("the commit failed: {other:?}"))),
             }
         } else {
-            let snapshot = Snapshot::builder_for(url.as_str()).build(engine)?;
+            let snapshot = match &head.snapshot {
+                Some(snapshot) if snapshot.version() + 1 == version => Arc::clone(snapshot),
+                _ => Snapshot::builder_for(url.as_str()).build(engine)?,
+            };
             if snapshot.version() + 1 != version {
                 return Err(DeltaError(format!("the table is at version {}, not {}", snapshot.version(), version - 1)));
             }

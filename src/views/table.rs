@@ -118,7 +118,9 @@ impl Views {
             }
         }
         let engine = self.delta_engine(dataset)?;
-        let latest = engine.latest_version(&table).map_err(self.delta_err(dataset, "reading"))?;
+        // The log is read once here; the first commit below reuses that read.
+        let head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
+        let latest = head.version();
         let mut out = TableSync { version: latest.unwrap_or(0), ..TableSync::default() };
         let columns = table_rule::partition_columns(current.partitions.iter().map(|p| p.partition.as_str()))
             .map_err(|reason| self.refused(dataset, table.display().to_string(), reason))?;
@@ -143,7 +145,7 @@ impl Views {
             };
             let version = table_rule::version_of(generation);
             engine
-                .commit(&table, version, generation, file_schema, &columns, &files)
+                .commit(&head, &table, version, generation, file_schema, &columns, &files)
                 .map_err(self.delta_err(dataset, &format!("committing version {version} of")))?;
             self.sync_log(ds, dataset, version, version == 0)?;
             out.committed.push(version);
