@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -199,40 +199,53 @@ impl TaskDir {
 
     /// Opens the directory `below[i]` in `parent`, making it if it is missing.
     fn ensure_dir(&mut self, parent: &Dir, i: usize) -> Result<Dir> {
-        let name = &self.below[i];
-        let path = parent.path.join(name);
-        let fd = match handles::open_dir_at(parent.fd.as_fd(), name) {
-            Ok(fd) => fd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                match handles::mkdir_at(parent.fd.as_fd(), name) {
-                    // Another begin of a sibling task may have made it in between.
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
-                }
-                handles::open_dir_at(parent.fd.as_fd(), name).map_err(|e| self.refusal(parent, i, e))?
-            }
-            Err(e) => return Err(self.refusal(parent, i, e)),
-        };
+        let path = parent.path.join(&self.below[i]);
+        let fd = open_or_make_dir(parent.fd.as_fd(), &self.below[i], &path, &self.rel)?;
         Ok(Dir { fd, path })
     }
 
     /// The error for a failed open of `below[i]` in `parent`: a symlink or a non-directory is
     /// refused by name; anything else is an I/O error.
     fn refusal(&self, parent: &Dir, i: usize, e: io::Error) -> Error {
-        let path = parent.path.join(&self.below[i]);
-        let refused =
-            [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR].iter().any(|errno| e.raw_os_error() == Some(errno.raw_os_error()));
-        match handles::stat_at(parent.fd.as_fd(), &self.below[i]) {
-            Ok(stat) if refused && stat.kind != Kind::Dir => self.not_a_directory(&path, stat.kind),
-            _ => Error::io(format!("opening staging directory {}", path.display()), e),
-        }
+        refusal(parent.fd.as_fd(), &self.below[i], &parent.path.join(&self.below[i]), &self.rel, e)
     }
 
     fn not_a_directory(&self, path: &Path, kind: Kind) -> Error {
-        let why = if kind == Kind::Symlink { "is a symlink; refusing to follow it" } else { "exists and is not a directory" };
-        Error::invalid("staging path", &self.rel, format!("{} {why}", path.display()))
+        not_a_directory(path, kind, &self.rel)
     }
+}
+
+/// Opens the directory `name` in `parent` (at `path`; `rel` is the staging path the caller
+/// makes, for errors), making it first if it is missing; another writer may make it in
+/// between. Never follows a symlink: a symlink or a non-directory named `name` is refused
+/// ([`Error::InvalidInput`]).
+pub(super) fn open_or_make_dir(parent: BorrowedFd<'_>, name: &str, path: &Path, rel: &str) -> Result<OwnedFd> {
+    match handles::open_dir_at(parent, name) {
+        Ok(fd) => return Ok(fd),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(refusal(parent, name, path, rel, e)),
+    }
+    match handles::mkdir_at(parent, name) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
+    }
+    handles::open_dir_at(parent, name).map_err(|e| refusal(parent, name, path, rel, e))
+}
+
+/// The error for a failed open of `name` in `parent`: a symlink or a non-directory is refused
+/// by name; anything else is an I/O error.
+fn refusal(parent: BorrowedFd<'_>, name: &str, path: &Path, rel: &str, e: io::Error) -> Error {
+    let refused = [rustix::io::Errno::LOOP, rustix::io::Errno::NOTDIR].iter().any(|errno| e.raw_os_error() == Some(errno.raw_os_error()));
+    match handles::stat_at(parent, name) {
+        Ok(stat) if refused && stat.kind != Kind::Dir => not_a_directory(path, stat.kind, rel),
+        _ => Error::io(format!("opening staging directory {}", path.display()), e),
+    }
+}
+
+fn not_a_directory(path: &Path, kind: Kind, rel: &str) -> Error {
+    let why = if kind == Kind::Symlink { "is a symlink; refusing to follow it" } else { "exists and is not a directory" };
+    Error::invalid("staging path", rel, format!("{} {why}", path.display()))
 }
 
 /// The plain components of a path relative to the root.

@@ -281,7 +281,7 @@ pub(crate) fn make_task_dirs_durable(root: &Path, root_fd: OwnedFd, task_rels: &
             let Some(parent) = stack.last_mut() else { break };
             let path = parent.path.join(name);
             let rel = if parent.rel.is_empty() { (*name).to_owned() } else { format!("{}/{name}", parent.rel) };
-            let fd = open_or_make_dir(parent.fd.as_fd(), name, &path, &rel)?;
+            let fd = super::begin_dirs::open_or_make_dir(parent.fd.as_fd(), name, &path, &rel)?;
             let id = DirId::of(fd.as_fd()).map_err(|e| Error::io(format!("inspecting {}", path.display()), e))?;
             if !durable.is_durable(&rel, id) {
                 parent.dirty = true;
@@ -295,34 +295,6 @@ pub(crate) fn make_task_dirs_durable(root: &Path, root_fd: OwnedFd, task_rels: &
     }
     durable.record(made);
     Ok(synced)
-}
-
-/// Opens the directory `name` in `parent`, making it first if it is missing; a symlink or a
-/// non-directory is refused (`rel` names it in the error).
-fn open_or_make_dir(parent: BorrowedFd<'_>, name: &str, path: &Path, rel: &str) -> Result<OwnedFd> {
-    use super::handles;
-    let refused = |e: io::Error| {
-        let kind = handles::stat_at(parent, name).map(|stat| stat.kind);
-        match kind {
-            Ok(handles::Kind::Symlink) => {
-                Error::invalid("staging path", rel, format!("{} is a symlink; refusing to follow it", path.display()))
-            }
-            Ok(handles::Kind::Dir) | Err(_) => Error::io(format!("opening staging directory {}", path.display()), e),
-            Ok(_) => Error::invalid("staging path", rel, format!("{} exists and is not a directory", path.display())),
-        }
-    };
-    match handles::open_dir_at(parent, name) {
-        Ok(fd) => return Ok(fd),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(refused(e)),
-    }
-    match handles::mkdir_at(parent, name) {
-        // Another writer may have made it in between.
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(Error::io(format!("creating staging directory {}", path.display()), e)),
-    }
-    handles::open_dir_at(parent, name).map_err(refused)
 }
 
 /// One directory on the way to a candidate's files, opened from its parent's handle.
