@@ -64,7 +64,9 @@ pub struct ExpireReport {
     pub expired: Vec<u64>,
     /// Partition version entries removed: those no retained generation can see.
     pub versions_removed: u64,
-    /// Views of expired generations removed (empty in a dry run or without views).
+    /// Views of expired generations removed (empty in a dry run or without views): renamed
+    /// away before the expiry committed, so no reader reaches them; their trees are then
+    /// deleted on a thread of their own, which closing the store waits for.
     pub views_removed: Vec<u64>,
 }
 

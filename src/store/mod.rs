@@ -667,6 +667,15 @@ impl Store {
         }
     }
 
+    /// Waits until the trees of expired views, which an expiry hands to a thread of their own
+    /// once it renamed them away, are removed (closing the store waits for them too).
+    #[cfg(feature = "testing")]
+    pub fn wait_for_view_removals(&self) {
+        if let Some(views) = &self.views {
+            views.wait_for_removals();
+        }
+    }
+
     /// File operations the view code made since [`Store::inject_view_failure`] was last called.
     #[cfg(feature = "testing")]
     pub fn view_operations(&self) -> u64 {

@@ -137,9 +137,11 @@ impl Store {
     /// the files only they held become eligible for cleanup. In a dry run (the default of
     /// [`RunMode`]) the report says what would go and nothing changes.
     ///
-    /// With views, the views of the expired generations are removed inside the expiry, before
-    /// it commits, so no view ever links a file that cleanup may delete; `current` is first
-    /// brought up to date, and the view it names is never removed.
+    /// With views, the views of the expired generations are taken away inside the expiry,
+    /// before it commits (each renamed to a leftover name, the renames synced), so no reader
+    /// reaches them once it returns; `current` is first brought up to date, and the view it
+    /// names is never removed. Their trees are deleted afterwards on a thread of their own
+    /// (closing the store waits for it; a crash leaves leftovers the next view sync removes).
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a bad dataset name; storage and corruption errors; view

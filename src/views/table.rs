@@ -176,7 +176,7 @@ impl Views {
             .map_err(self.io_err(format!("opening staging root {}", staging_root.display())))?;
         let failure = Mutex::new(None);
         std::thread::scope(|scope| {
-            let syncer = Syncer::new(scope, plan.files.len() * 2 + 1, &failure);
+            let syncer = Syncer::new(scope, plan.files.len() * 2 + 1, &failure, data.as_fd());
             let mut dirty_dirs: BTreeSet<String> = BTreeSet::new();
             let mut made = || -> Result<()> {
                 for file in &plan.files {

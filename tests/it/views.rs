@@ -2,7 +2,7 @@
 //! (DOMAIN.md invariant 13), through retried attempts, crashes between commit and swap,
 //! rollback, expiry, cleanup and hostile file-system states.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -275,6 +275,15 @@ fn expiry_removes_expired_views_and_cleanup_spares_retained_ones() {
     assert_eq!(report.views_removed, [1, 2]);
     assert!(!env.dataset_dir().join("v1").exists() && !env.dataset_dir().join("v2").exists());
     assert!(env.dataset_dir().join("v3").is_dir() && env.dataset_dir().join("v4").is_dir());
+    // The expired trees were renamed away (`.expired-v<N>`) before the expiry returned; a
+    // thread of their own removes them, and is waited for here.
+    env.store.wait_for_view_removals();
+    let left: Vec<String> = std::fs::read_dir(env.dataset_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(".expired"))
+        .collect();
+    assert!(left.is_empty(), "the expired views' trees are all removed: {left:?}");
     // Cleanup with a short threshold deletes the expired generations' and duplicate attempts'
     // files, never a file a retained view links, and nothing under the view root.
     let before_views = files_under(&env.views());
@@ -288,6 +297,39 @@ fn expiry_removes_expired_views_and_cleanup_spares_retained_ones() {
         let seen = files_under(&env.dataset_dir().join(v));
         assert_eq!(seen.len(), 1, "{v} complete");
     }
+}
+
+#[test]
+fn a_publish_right_after_an_expiry_works_beside_the_removal_of_the_expired_trees() {
+    let env = Env::new();
+    // Views of 40 partitions each: their removal is still under way when the publish below runs.
+    let parts: Vec<String> = (0..40).map(|i| format!("date=1/p={i:02}")).collect();
+    let spec: Vec<(&str, u64, i64)> = parts.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    for i in 0..6 {
+        published(publish(&env.store, &format!("r{i}"), &spec, &[]));
+    }
+    let report = env
+        .store
+        .expire_generations(DATASET, &RetentionPolicy { keep_last: 1, rollback_window: Duration::ZERO }, RunMode::Execute)
+        .unwrap();
+    assert_eq!(report.views_removed, [1, 2, 3, 4, 5]);
+    for v in 1..=5 {
+        assert!(!env.dataset_dir().join(format!("v{v}")).exists(), "v{v} unreachable once the expiry returned");
+    }
+    // The publish's view sync leaves the trees being removed to their thread.
+    let generation = published(publish(&env.store, "r6", &spec[..3], &[]));
+    assert_eq!(env.current_target(), Some(generation));
+    env.store.wait_for_view_removals();
+    let names: BTreeSet<String> =
+        std::fs::read_dir(env.dataset_dir()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.starts_with(".expired") || n.starts_with(".building")), "{names:?}");
+    assert!(names.contains("v6") && names.contains("v7"), "{names:?}");
+    assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
+    // A removal the process did not finish (a crash) leaves a leftover the next sync removes.
+    std::fs::create_dir_all(env.dataset_dir().join(".expired-v3/date=1/p=00")).unwrap();
+    std::fs::write(env.dataset_dir().join(".expired-v3/date=1/p=00/part.csv"), "a\n1\n").unwrap();
+    env.store.sync_view(DATASET).unwrap();
+    assert!(!env.dataset_dir().join(".expired-v3").exists(), "the next sync removes a leftover tree");
 }
 
 #[test]
