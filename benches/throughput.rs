@@ -1900,8 +1900,41 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
     }
     server.shutdown()?;
+    // The same through a server holding the store alone (`serve --exclusive`: one flush per
+    // commit, no process but the server opens the file), side by side with that store direct.
+    let exclusive_dir = dir.join("served-exclusive");
+    fs::create_dir_all(&exclusive_dir)?;
+    let exclusive =
+        Arc::new(Store::open_with_options(exclusive_dir.join("store.redb"), exclusive_dir.join("staging"), &exclusive_options())?);
+    let exclusive_server = Server::start(Arc::clone(&exclusive), &ServerOptions::unix(socket_path(&exclusive_dir.join("store.redb"))))?;
+    for round in 0..sizes.rounds {
+        println!("exclusive server attempt cycles, round {} of {}", round + 1, sizes.rounds);
+        for clients in [1, 64] {
+            let run = format!("server-{clients}-{round}");
+            let (count, elapsed) = server_cycles(&exclusive, exclusive_server.address(), &run, clients, sizes.measure)?;
+            let entry = tally.entry(format!("server_exclusive_attempt_cycles_per_s_{clients}c")).or_default();
+            (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+            let run = format!("direct-{clients}-{round}");
+            let (count, elapsed) = md_cycles(&exclusive, &run, clients, sizes.measure)?;
+            let entry = tally.entry(format!("server_exclusive_store_direct_cycles_per_s_{clients}t")).or_default();
+            (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+        }
+    }
+    exclusive_server.shutdown()?;
     for (key, (count, elapsed)) in &tally {
         report.put(key, per_second(*count, *elapsed), "cycles/s (3 durable writes each)");
+    }
+    for n in [1, 64] {
+        report.ratio(
+            &format!("server_exclusive_vs_direct_{n}"),
+            &format!("server_exclusive_attempt_cycles_per_s_{n}c"),
+            &format!("server_exclusive_store_direct_cycles_per_s_{n}t"),
+        );
+        report.ratio(
+            &format!("server_exclusive_vs_server_{n}"),
+            &format!("server_exclusive_attempt_cycles_per_s_{n}c"),
+            &format!("server_attempt_cycles_per_s_{n}c"),
+        );
     }
     for n in [1, 8, 64] {
         report.ratio(

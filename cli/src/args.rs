@@ -986,4 +986,18 @@ pub struct ServeArgs {
     /// How long a connection may take to send its next request head before it is closed.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "30s")]
     pub idle_timeout: std::time::Duration,
+
+    /// Hold the store file alone: no other process may open it, not even read-only, until the
+    /// server stops (the tool's verbs still work: they find the server on the store's socket,
+    /// or through --server). Every commit then makes one flush of the store file instead of
+    /// two, and a begin may skip its own (see --durable-begins). A redb store only.
+    #[arg(long)]
+    pub exclusive: bool,
+
+    /// With --exclusive: make every begin durable before it is answered. Without it a begin
+    /// may be answered before its flush, made durable by the next commit; a power loss can
+    /// then forget it (its attempt number and staging directory are never issued again, and
+    /// its worker's finish is refused as an unknown attempt, so the task is retried).
+    #[arg(long, requires = "exclusive")]
+    pub durable_begins: bool,
 }

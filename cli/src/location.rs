@@ -183,6 +183,12 @@ impl LocationArgs {
     /// so that a mistyped `--dir` does not silently start a new, empty store. While another
     /// process holds the store for writing, retries with backoff for up to `--wait`.
     pub fn open_writer(&self) -> anyhow::Result<Store> {
+        self.open_writer_with(|_| {})
+    }
+
+    /// [`LocationArgs::open_writer`] with the store's options changed by `adjust` (`serve
+    /// --exclusive`).
+    pub fn open_writer_with(&self, adjust: impl Fn(&mut StoreOptions)) -> anyhow::Result<Store> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
@@ -190,7 +196,9 @@ impl LocationArgs {
         let deadline = std::time::Instant::now() + self.wait;
         let mut retry = 0;
         loop {
-            match Store::open_with_options(&path, &staging, &self.options()) {
+            let mut options = self.options();
+            adjust(&mut options);
+            match Store::open_with_options(&path, &staging, &options) {
                 Err(manifestdb::Error::AlreadyOpen { .. }) if std::time::Instant::now() < deadline => {
                     let pause = busy_backoff(retry, jitter()).min(deadline.saturating_duration_since(std::time::Instant::now()));
                     tracing::debug!(retry, pause_ms = pause.as_millis() as u64, "store busy; waiting for its writer");

@@ -16,7 +16,12 @@ pub fn serve(location: &LocationArgs, out: &mut Out, args: &ServeArgs) -> anyhow
     let path = location.store_path()?;
     // The server holds the only handle (so `verify --integrity` can have it alone) and gives it
     // back when it stops.
-    let store = Arc::new(location.open_writer()?);
+    let store = Arc::new(location.open_writer_with(|options| {
+        if args.exclusive {
+            options.cross_process_readers = false;
+            options.durable_begins = args.durable_begins;
+        }
+    })?);
     let mut options = match args.listen {
         Some(addr) => ServerOptions::tcp(addr),
         None => ServerOptions::unix(args.socket.clone().unwrap_or_else(|| socket_path(&path))),

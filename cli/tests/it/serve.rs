@@ -578,3 +578,33 @@ fn the_bearer_scheme_is_case_insensitive_and_a_token_file_others_may_read_is_war
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(stderr.contains("token file") && stderr.contains("other users") && stderr.contains("chmod 600"), "{stderr}");
 }
+
+#[test]
+fn an_exclusive_server_serves_every_verb_and_no_other_process_opens_the_file() {
+    if crate::support::redb_only("serve --exclusive locks the redb file") {
+        return;
+    }
+    let env = Env::new();
+    let serve = Serve::start(&env, &["--exclusive"]);
+    // Workers through the server: begins, finishes, validations and the publish, with
+    // duplicates and a killed worker, as without --exclusive.
+    let (code, summary, stderr) = scheduler(&serve.address, &["--partitions", "8", "--parallel", "10", "--duplicates", "2"]);
+    assert_scheduler_ok(code, &summary, &stderr, 8);
+    // The tool's reading verbs find the server on the store's socket and read through it.
+    let show = env.json(&["show", "-d", "daily_units"]).code(0).json();
+    assert_eq!(show["totals"]["total"], summary["input_totals"]["total"]);
+    env.run(&["verify"]).code(0);
+    // Another process opening the file itself, even read-only, is refused busy while the
+    // server holds it.
+    match manifestdb::ReadOnlyStore::open(env.db_path()) {
+        Err(err) => assert_eq!(err.kind(), ErrorKind::Busy, "{err}"),
+        Ok(_) => panic!("a read-only open succeeded while an exclusive server held the store"),
+    }
+    // --durable-begins needs --exclusive.
+    env.run(&["serve", "--durable-begins"]).code(2);
+    assert_eq!(serve.stop(), 0);
+    // Stopped, the server gave the file back: every acknowledged write is there.
+    let show = env.json(&["show", "-d", "daily_units"]).code(0).json();
+    assert_eq!(show["totals"]["total"], summary["input_totals"]["total"]);
+    env.run(&["verify", "--files"]).code(0);
+}
