@@ -1673,7 +1673,7 @@ fn main() -> Res<()> {
 // call a process that opens the store, as a scheduler calling the tool does).
 
 /// Begin + finish + validate of one attempt through the server.
-fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, snapshot: &str) -> Res<()> {
+fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, snapshot: &str, fused: bool) -> Res<()> {
     let task = json!({"dataset": dataset, "run": run, "partition": partition});
     let ticket = client.request("POST", "/v1/attempts/begin", Some(&task))?;
     let attempt = ticket.body["attempt"].as_u64().ok_or_else(|| format!("begin failed: {}", ticket.body))?;
@@ -1681,6 +1681,14 @@ fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, 
         "dataset": dataset, "run": run, "partition": partition, "attempt": attempt,
         "candidate": {"snapshot": snapshot, "rows": 0, "digest": "sha256:0"},
     });
+    if fused {
+        // One request, one commit for the candidate and its verdict.
+        let verdict = client.request("POST", "/v1/attempts/finish-and-validate", Some(&finish))?;
+        if verdict.body["verdict"] != "valid" {
+            return Err(format!("finish-and-validate failed: {}", verdict.body).into());
+        }
+        return Ok(());
+    }
     let finished = client.request("POST", "/v1/attempts/finish", Some(&finish))?;
     if finished.status != 200 {
         return Err(format!("finish failed: {}", finished.body).into());
@@ -1693,8 +1701,9 @@ fn server_cycle(client: &mut Client, dataset: &str, run: &str, partition: &str, 
     Ok(())
 }
 
-/// Attempt cycles per second through the server from `clients` client threads.
-fn server_cycles(store: &Store, address: &Listen, run: &str, clients: usize, measure: Duration) -> Res<(u64, Duration)> {
+/// Attempt cycles per second through the server from `clients` client threads (`fused`: a
+/// begin and a finish-and-validate each, else a begin, a finish and a validate).
+fn server_cycles(store: &Store, address: &Listen, run: &str, clients: usize, measure: Duration, fused: bool) -> Res<(u64, Duration)> {
     let spec = run_spec("cycles", run, (0..clients).map(partition));
     store.declare_run(&spec)?;
     let count = AtomicU64::new(0);
@@ -1709,7 +1718,7 @@ fn server_cycles(store: &Store, address: &Listen, run: &str, clients: usize, mea
                 scope.spawn(move || -> Res<()> {
                     let partition = partition(t);
                     while start.elapsed() < measure {
-                        server_cycle(client, "cycles", run, &partition, &spec.snapshot)?;
+                        server_cycle(client, "cycles", run, &partition, &spec.snapshot, fused)?;
                         count.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(())
@@ -1887,9 +1896,15 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         println!("server attempt cycles, round {} of {}", round + 1, sizes.rounds);
         for clients in [1, 8, 64] {
             let run = format!("server-{clients}-{round}");
-            let (count, elapsed) = server_cycles(&store, server.address(), &run, clients, sizes.measure)?;
+            let (count, elapsed) = server_cycles(&store, server.address(), &run, clients, sizes.measure, false)?;
             let entry = tally.entry(format!("server_attempt_cycles_per_s_{clients}c")).or_default();
             (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+            if clients != 8 {
+                let run = format!("server-fused-{clients}-{round}");
+                let (count, elapsed) = server_cycles(&store, server.address(), &run, clients, sizes.measure, true)?;
+                let entry = tally.entry(format!("server_fused_attempt_cycles_per_s_{clients}c")).or_default();
+                (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+            }
             let run = format!("direct-{clients}-{round}");
             let (count, elapsed) = md_cycles(&store, &run, clients, sizes.measure)?;
             let entry = tally.entry(format!("server_store_direct_cycles_per_s_{clients}t")).or_default();
@@ -1911,8 +1926,12 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         println!("exclusive server attempt cycles, round {} of {}", round + 1, sizes.rounds);
         for clients in [1, 64] {
             let run = format!("server-{clients}-{round}");
-            let (count, elapsed) = server_cycles(&exclusive, exclusive_server.address(), &run, clients, sizes.measure)?;
+            let (count, elapsed) = server_cycles(&exclusive, exclusive_server.address(), &run, clients, sizes.measure, false)?;
             let entry = tally.entry(format!("server_exclusive_attempt_cycles_per_s_{clients}c")).or_default();
+            (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
+            let run = format!("server-fused-{clients}-{round}");
+            let (count, elapsed) = server_cycles(&exclusive, exclusive_server.address(), &run, clients, sizes.measure, true)?;
+            let entry = tally.entry(format!("server_exclusive_fused_attempt_cycles_per_s_{clients}c")).or_default();
             (entry.0, entry.1) = (entry.0 + count, entry.1 + elapsed);
             let run = format!("direct-{clients}-{round}");
             let (count, elapsed) = md_cycles(&exclusive, &run, clients, sizes.measure)?;
@@ -1922,7 +1941,12 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
     }
     exclusive_server.shutdown()?;
     for (key, (count, elapsed)) in &tally {
-        report.put(key, per_second(*count, *elapsed), "cycles/s (3 durable writes each)");
+        let unit = if key.contains("fused") {
+            "cycles/s (2 durable writes each: begin, finish-and-validate)"
+        } else {
+            "cycles/s (3 durable writes each)"
+        };
+        report.put(key, per_second(*count, *elapsed), unit);
     }
     for n in [1, 64] {
         report.ratio(
@@ -1933,6 +1957,16 @@ fn server_figures(dir: &Path, report: &mut Report, sizes: Sizes) -> Res<()> {
         report.ratio(
             &format!("server_exclusive_vs_server_{n}"),
             &format!("server_exclusive_attempt_cycles_per_s_{n}c"),
+            &format!("server_attempt_cycles_per_s_{n}c"),
+        );
+        report.ratio(
+            &format!("server_fused_vs_server_{n}"),
+            &format!("server_fused_attempt_cycles_per_s_{n}c"),
+            &format!("server_attempt_cycles_per_s_{n}c"),
+        );
+        report.ratio(
+            &format!("server_exclusive_fused_vs_server_{n}"),
+            &format!("server_exclusive_fused_attempt_cycles_per_s_{n}c"),
             &format!("server_attempt_cycles_per_s_{n}c"),
         );
     }

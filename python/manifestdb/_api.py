@@ -71,8 +71,8 @@ class _Operations:
     #: Whether ``POST attempts/validate-pending`` is answered (the native module's routes);
     #: without it ``validate_pending`` validates each pending attempt in a call of its own.
     _validate_pending_route = True
-    #: Whether ``POST attempts/finish-and-validate`` is answered (the native module's, in one
-    #: commit); without it ``finish_and_validate`` finishes, then validates.
+    #: Whether ``POST attempts/finish-and-validate`` is answered (the native module's and the
+    #: server's, in one commit); without it ``finish_and_validate`` finishes, then validates.
     _finish_and_validate_route = True
 
     def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Document:
@@ -113,8 +113,8 @@ class _Operations:
     ) -> Verdict:
         """Records the attempt's candidate and validates it at once: what :meth:`finish_attempt`
         then :meth:`validate_attempt` do, for a scheduler that validates each candidate as it
-        arrives. Embedded, one durable commit stores both (a crash leaves both or neither),
-        after the files of a valid candidate were made durable; through a server, two calls.
+        arrives. One durable commit stores both (a crash leaves both or neither), after the
+        files of a valid candidate were made durable; embedded or through a server, one call.
         Again with the same candidate: the stored verdict; another candidate raises
         :class:`Conflict`."""
         _check("attempt", attempt, AttemptKey)

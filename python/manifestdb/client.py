@@ -62,12 +62,9 @@ class Client(_Operations):
     which is what a retried task is anyway.
     """
 
-    # `manifestdb serve` has no validate-pending route yet: `validate_pending` lists the pending
-    # attempts and validates each (the same results; each attempt is validated alone either way).
-    _validate_pending_route = False
-    # Nor a finish-and-validate route: `finish_and_validate` finishes, then validates (two
-    # commits on the server, the same outcome).
-    _finish_and_validate_route = False
+    # `manifestdb serve` answers both `attempts/validate-pending` and
+    # `attempts/finish-and-validate` (one request, one commit on the server), as the native
+    # module does (`_api.Api`'s defaults).
 
     def __init__(
         self,

@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use manifestdb::documents::requests::{
     ApplyBody, AttemptRef, AttemptsQuery, BatchBody, DatasetOpt, DatasetQuery, DiffQuery, EffectsQuery, ExecuteBody, ExpireBody,
-    InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery, VerifyBody, ViewQuery, run_mode,
+    FinishAndValidateBody, InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery,
+    VerifyBody, ViewQuery, run_mode,
 };
 use manifestdb::documents::{self, operator, reads};
 use manifestdb::{
@@ -327,20 +328,6 @@ impl NativeStore {
     }
 }
 
-/// `POST attempts/finish-and-validate` (in-process only): an attempt, its candidate, and
-/// whether to compare checksums.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FinishAndValidateBody {
-    dataset: String,
-    run: String,
-    partition: String,
-    attempt: u32,
-    candidate: manifestdb::Candidate,
-    #[serde(default)]
-    checksums: bool,
-}
-
 /// The body's fields as a typed request (unknown fields refused, as the server refuses them).
 fn parse<T: for<'de> Deserialize<'de>>(route: &str, body: Value) -> Result<T, Failure> {
     serde_json::from_value(body).map_err(|e| Failure::usage(format!("the request to {route} is not valid: {e}")))
@@ -419,14 +406,12 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
             Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
         }
-        // Not a route of the server (its clients finish, then validate): the embedded
-        // scheduler's one commit for both.
+        // One commit for both, as the server's route.
         ("POST", "attempts/finish-and-validate") => {
             let store = handle.writer(route)?;
             let body = parse::<FinishAndValidateBody>(route, body)?;
-            let key = TaskKey::new(body.dataset.as_str(), body.run.as_str(), body.partition.as_str()).attempt(body.attempt);
-            let check = if body.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size };
-            let verdict = store.finish_and_validate(&key, &body.candidate, check)?;
+            let key = body.key();
+            let verdict = store.finish_and_validate(&key, &body.candidate, body.check())?;
             Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
         }
         ("POST", "attempts/validate-pending") => {

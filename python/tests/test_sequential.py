@@ -1,5 +1,5 @@
-"""The sequential scheduler's path: `finish_and_validate` (embedded, one commit for the
-candidate and its verdict; through a server, a finish then a validation) and the two options of
+"""The sequential scheduler's path: `finish_and_validate` (one commit for the candidate and
+its verdict, embedded or through the server's route) and the two options of
 `Store.open` that trade cross-process readers and durable begins for fewer flushes."""
 
 from __future__ import annotations

@@ -69,6 +69,38 @@ impl InvalidateBody {
     }
 }
 
+/// `POST attempts/finish-and-validate`: an attempt's candidate recorded and validated at once
+/// ([`crate::Store::finish_and_validate`]: one durable commit stores both).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FinishAndValidateBody {
+    /// The dataset.
+    pub dataset: String,
+    /// The run.
+    pub run: String,
+    /// The partition (the task).
+    pub partition: String,
+    /// The attempt number.
+    pub attempt: u32,
+    /// What the attempt produced.
+    pub candidate: crate::model::Candidate,
+    /// Read every file for its CRC32 (default: sizes only).
+    #[serde(default)]
+    pub checksums: bool,
+}
+
+impl FinishAndValidateBody {
+    /// The attempt's key.
+    pub fn key(&self) -> AttemptKey {
+        TaskKey::new(&self.dataset, &self.run, &self.partition).attempt(self.attempt)
+    }
+
+    /// The file check asked for.
+    pub fn check(&self) -> FileCheck {
+        if self.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size }
+    }
+}
+
 /// `POST attempts/validate-pending`: every finished attempt of a run awaiting validation.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

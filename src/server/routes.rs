@@ -19,7 +19,8 @@ use super::kind;
 use crate::ErrorKind;
 use crate::documents::requests::{
     ApplyBody, AttemptRef, AttemptsQuery, BatchBody, DatasetOpt, DatasetQuery, DiffQuery, EffectsQuery, ExecuteBody, ExpireBody,
-    InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery, VerifyBody, ViewQuery, run_mode,
+    FinishAndValidateBody, InvalidateBody, ManifestQuery, PendingBody, PlanBody, PlanQuery, PublishBody, RollbackBody, RunQuery,
+    VerifyBody, ViewQuery, run_mode,
 };
 use crate::documents::{self, operator, reads};
 use crate::{BatchOp, BatchOutcome, Error, IntegrityCheck, Store, TaskKey, VerifyOptions, describe_file};
@@ -51,6 +52,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/attempts/heartbeat"),
     ("POST", "/v1/attempts/finish"),
     ("POST", "/v1/attempts/validate"),
+    ("POST", "/v1/attempts/finish-and-validate"),
     ("POST", "/v1/attempts/validate-pending"),
     ("POST", "/v1/publish"),
     ("POST", "/v1/effects/record"),
@@ -104,6 +106,7 @@ pub(super) fn router(state: AppState, gate: Gate) -> Router {
         .route("/v1/attempts/heartbeat", post(heartbeat))
         .route("/v1/attempts/finish", post(finish))
         .route("/v1/attempts/validate", post(validate))
+        .route("/v1/attempts/finish-and-validate", post(finish_and_validate))
         .route("/v1/attempts/validate-pending", post(validate_pending))
         .route("/v1/publish", post(publish))
         .route("/v1/effects/record", post(effect_record))
@@ -509,6 +512,17 @@ async fn validate(State(state): State<AppState>, Body(body): Body<serde_json::Ma
         let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
         let key = TaskKey::new(dataset, run, partition).attempt(*attempt);
         let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
+        Ok(axum::Json(documents::validated_from(&store.snapshot()?, &key, &verdict)?))
+    })
+    .await
+}
+
+/// `finish` and `validate` at once ([`Store::finish_and_validate`]): one durable commit stores
+/// the candidate and its verdict; the answer is `validate`'s.
+async fn finish_and_validate(State(state): State<AppState>, Body(body): Body<FinishAndValidateBody>) -> Answer {
+    blocking(&state, move |store| {
+        let key = body.key();
+        let verdict = store.finish_and_validate(&key, &body.candidate, body.check())?;
         Ok(axum::Json(documents::validated_from(&store.snapshot()?, &key, &verdict)?))
     })
     .await

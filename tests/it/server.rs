@@ -415,3 +415,42 @@ fn the_operator_and_read_routes_answer_in_the_documented_shapes() {
     assert_eq!((recorded["effect"]["payload"].clone(), recorded["effect"]["payload_hex"].as_str()), (Value::Null, Some("ff00fe")));
     s.call("POST", "/v1/effects/record", Some(json!({"dataset": "daily", "run": "r1", "effect": "bad", "payload_hex": "f"})), 400);
 }
+
+#[test]
+fn finish_and_validate_stores_the_candidate_and_its_verdict_in_one_request() {
+    let mut s = Served::new();
+    declare_run(&mut s, 2);
+    let mut attempts = Vec::new();
+    for partition in ["p=0", "p=1"] {
+        let task = json!({"dataset": "daily", "run": "r1", "partition": partition});
+        let ticket = s.call("POST", "/v1/attempts/begin", Some(task.clone()), 200);
+        let dir = std::path::PathBuf::from(ticket["staging_dir"].as_str().unwrap());
+        let file = crate::support::write_rows(&dir, 1, 5);
+        let mut body = task;
+        body["attempt"] = ticket["attempt"].clone();
+        body["candidate"] = json!({"snapshot": "s1", "rows": 1, "digest": "d", "files": [serde_json::to_value(&file).unwrap()]});
+        attempts.push(body);
+    }
+    // A valid candidate: recorded and accepted by one request.
+    let mut valid = attempts[0].clone();
+    valid["checksums"] = json!(true);
+    let verdict = s.call("POST", "/v1/attempts/finish-and-validate", Some(valid.clone()), 200);
+    assert_eq!((verdict["verdict"].as_str(), verdict["accepted_attempt"].as_u64()), (Some("valid"), Some(1)), "{verdict}");
+    let key = TaskKey::new("daily", "r1", "p=0").attempt(1);
+    let info = s.store.snapshot().unwrap().attempt(&key).unwrap().expect("the attempt");
+    assert!(matches!(info.status, manifestdb::AttemptStatus::Validated(manifestdb::Verdict::Valid)), "{:?}", info.status);
+    // Again with the same candidate: the stored verdict. Another candidate: a conflict.
+    assert_eq!(s.call("POST", "/v1/attempts/finish-and-validate", Some(valid.clone()), 200)["verdict"], "valid");
+    let mut other = valid;
+    other["candidate"]["digest"] = json!("another");
+    assert_eq!(s.call("POST", "/v1/attempts/finish-and-validate", Some(other), 409)["error"]["kind"], "conflict");
+    // A candidate that does not meet the task's expectations: an invalid verdict, an outcome.
+    let mut invalid = attempts[1].clone();
+    invalid["candidate"]["rows"] = json!(2);
+    let verdict = s.call("POST", "/v1/attempts/finish-and-validate", Some(invalid), 200);
+    assert_eq!(verdict["verdict"], "invalid", "{verdict}");
+    // An unknown field is refused, as on every route.
+    let mut extra = attempts[1].clone();
+    extra["describe"] = json!(["part.csv"]);
+    assert_eq!(s.call("POST", "/v1/attempts/finish-and-validate", Some(extra), 400)["error"]["kind"], "usage");
+}
