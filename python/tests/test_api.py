@@ -25,6 +25,7 @@ NOT_BOUND = {
     "open_with_backend": "takes a Rust StorageBackend (fault injection for Rust tests)",
     "inject_view_failure": "a test hook of the Rust crate",
     "view_operations": "a test hook of the Rust crate",
+    "wait_for_view_removals": "a test hook of the Rust crate (Store.close waits for the removals)",
     "snapshot": "each Python read is one consistent snapshot of its own",
     "prepare_validation": "validate_attempt runs both halves with the GIL released",
     "store_validation": "validate_attempt runs both halves with the GIL released",
