@@ -529,20 +529,17 @@ impl Reaper {
     /// own, several at a time. `Err` gives the names back if no thread could be started.
     fn remove(&self, ds: BorrowedFd<'_>, base: &Path, names: Vec<String>) -> std::result::Result<(), Vec<String>> {
         let Ok(ds) = ds.try_clone_to_owned() else { return Err(names) };
-        let paths: Vec<PathBuf> = names.iter().map(|name| base.join(name)).collect();
-        self.busy.lock().extend(paths.iter().cloned());
+        self.busy.lock().extend(names.iter().map(|name| base.join(name)));
         let busy = std::sync::Arc::clone(&self.busy);
-        let base_owned = base.to_path_buf();
-        let work = (names.clone(), paths.clone());
+        let (dir, work) = (base.to_path_buf(), names.clone());
         let spawned = std::thread::Builder::new().name("manifestdb-view-removal".into()).spawn(move || {
-            let (names, paths) = work;
-            remove_trees(ds.as_fd(), &names, &paths, &|_| Ok(()), &|path, result| {
+            remove_trees(ds.as_fd(), &dir, &work, &|_| Ok(()), &|path, result| {
                 if let Err(err) = result {
                     tracing::warn!(path = %path.display(), error = %err, "an expired view's tree was not removed; the next view sync removes it");
                 }
                 busy.lock().remove(path);
             });
-            tracing::info!(directory = %base_owned.display(), views = names.len(), "expired views' trees removed");
+            tracing::info!(directory = %dir.display(), views = work.len(), "expired views' trees removed");
         });
         match spawned {
             Ok(thread) => {
@@ -551,8 +548,8 @@ impl Reaper {
             }
             Err(_) => {
                 let mut busy = self.busy.lock();
-                for path in &paths {
-                    busy.remove(path);
+                for name in &names {
+                    busy.remove(&base.join(name));
                 }
                 Err(names)
             }
@@ -566,13 +563,14 @@ impl Drop for Views {
     }
 }
 
-/// Removes the trees `names` (at `paths`) of the dataset directory `ds`, on up to
-/// [`REMOVE_THREADS_MAX`] threads; `done` hears of each, `op` of each file operation (the
-/// failure seam). Needs no sync: a tree's name is a leftover's, renamed away and synced before.
+/// Removes the trees `names` of the dataset directory `ds` (at `base`), on up to
+/// [`REMOVE_THREADS_MAX`] threads; `done` hears of each (its path), `op` of each file operation
+/// (the failure seam). Needs no sync: a tree's name is a leftover's, renamed away and synced
+/// before.
 fn remove_trees(
     ds: BorrowedFd<'_>,
+    base: &Path,
     names: &[String],
-    paths: &[PathBuf],
     op: &(dyn Fn(&dyn Fn() -> String) -> Result<()> + Sync),
     done: &(dyn Fn(&Path, Result<()>) + Sync),
 ) {
@@ -581,8 +579,9 @@ fn remove_trees(
     std::thread::scope(|scope| {
         for _ in 0..threads {
             scope.spawn(|| {
-                while let Some(i) = Some(next.fetch_add(1, Ordering::Relaxed)).filter(|&i| i < names.len()) {
-                    done(&paths[i], remove_tree(ds, &names[i], &paths[i], 0, op));
+                while let Some(name) = names.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let path = base.join(name);
+                    done(&path, remove_tree(ds, name, &path, 0, op));
                 }
             });
         }
@@ -1381,9 +1380,8 @@ impl Views {
         // The trees now have leftover names: nothing reads them, and a crash leaves them for
         // the next sync. Removing them needs no sync of its own.
         if let Err(doomed) = self.reaper.remove(ds, &base, doomed) {
-            let paths: Vec<PathBuf> = doomed.iter().map(|name| base.join(name)).collect();
             let failure = Mutex::new(None);
-            remove_trees(ds, &doomed, &paths, &|what| self.op(what), &|_, result| {
+            remove_trees(ds, &base, &doomed, &|what| self.op(what), &|_, result| {
                 if let Err(err) = result {
                     failure.lock().get_or_insert(err);
                 }

@@ -92,12 +92,12 @@ pub struct FinishAndValidateBody {
 impl FinishAndValidateBody {
     /// The attempt's key.
     pub fn key(&self) -> AttemptKey {
-        TaskKey::new(&self.dataset, &self.run, &self.partition).attempt(self.attempt)
+        BatchOp::attempt(&self.dataset, &self.run, &self.partition, self.attempt)
     }
 
     /// The file check asked for.
     pub fn check(&self) -> FileCheck {
-        if self.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size }
+        BatchOp::file_check(self.checksums)
     }
 }
 
@@ -117,7 +117,7 @@ pub struct PendingBody {
 impl PendingBody {
     /// The file check asked for.
     pub fn check(&self) -> FileCheck {
-        if self.checksums { FileCheck::SizeAndChecksum } else { FileCheck::Size }
+        BatchOp::file_check(self.checksums)
     }
 }
 
