@@ -27,6 +27,7 @@ fn published_store(dir: &std::path::Path) -> Store {
         snapshot: "snap".into(),
         tasks: (0..PARTITIONS).map(|i| TaskSpec { partition: partition(i), expected_rows: 0, expected_total: None }).collect(),
         grain: None,
+        trust_reported_figures: true,
     };
     store.declare_run(&spec).expect("declare");
     std::thread::scope(|scope| {

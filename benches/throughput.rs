@@ -292,6 +292,7 @@ fn run_spec(dataset: &str, run: &str, partitions: impl Iterator<Item = String>) 
         snapshot: format!("snap-{run}"),
         tasks: partitions.map(|partition| TaskSpec { partition, expected_rows: 0, expected_total: None }).collect(),
         grain: None,
+        trust_reported_figures: true,
     }
 }
 
@@ -901,6 +902,7 @@ fn md_prepare_with_files(store: &Store, dataset: &str, run: &str, partitions: us
             .map(|i| TaskSpec { partition: format!("date=2026-11-29/p={i:05}"), expected_rows: 2, expected_total: None })
             .collect(),
         grain: None,
+        trust_reported_figures: true,
     };
     store.declare_run(&spec)?;
     let next = AtomicU64::new(0);
@@ -953,6 +955,7 @@ fn md_prepare_some_with_files(store: &Store, dataset: &str, run: &str, partition
             .map(|i| TaskSpec { partition: format!("date=2026-11-29/p={i:05}"), expected_rows: 2, expected_total: None })
             .collect(),
         grain: None,
+        trust_reported_figures: true,
     };
     store.declare_run(&spec)?;
     for task in &spec.tasks {
@@ -1039,6 +1042,7 @@ fn md_prepare_parquet(store: &Store, dataset: &str, run: &str, partitions: &[usi
             .map(|i| TaskSpec { partition: format!("region={i:03}"), expected_rows: 100, expected_total: None })
             .collect(),
         grain: grain.then(|| manifestdb::Grain::new(manifestdb::DataFormat::Parquet, &["store", "item"], "units")),
+        trust_reported_figures: false,
     };
     store.declare_run(&spec)?;
     for task in &spec.tasks {
@@ -1289,6 +1293,7 @@ fn fsyncs_per_operation(report: &mut Report, prefix: &str, options: &manifestdb:
                     .map(|p| TaskSpec { partition: p.into(), expected_rows: 1, expected_total: Some(5) })
                     .to_vec(),
                 grain: None,
+                trust_reported_figures: true,
             };
             let task = TaskKey::new("fs", "r1", "date=2026-12-01/region=eu");
             let store = &opened;

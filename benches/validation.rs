@@ -111,6 +111,7 @@ fn validate(dir: &Path, name: &str, format: DataFormat, rows: u64, file: &Path) 
         snapshot: "s".into(),
         tasks: vec![TaskSpec { partition: "p".into(), expected_rows: rows, expected_total: Some(expected_total(rows)) }],
         grain: Some(Grain::new(format, &["store", "item"], "units")),
+        trust_reported_figures: false,
     })?;
     let ticket = store.begin_attempt(&TaskKey::new("bench", name, "p"))?;
     let leaf = file.file_name().and_then(|n| n.to_str()).ok_or("file name")?;

@@ -347,6 +347,7 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
         snapshot: input.snapshot.clone(),
         tasks: expectations(&input),
         grain: Some(grain()),
+        trust_reported_figures: false,
     })?;
 
     let faults = HashMap::from([
@@ -430,6 +431,7 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
         snapshot: input.snapshot.clone(),
         tasks: expectations(&input),
         grain: Some(grain()),
+        trust_reported_figures: false,
     })?;
     // The rerun's workers write their rows in the opposite order: the bytes differ, the rows
     // do not, and the store's canonical digest sees only the rows.

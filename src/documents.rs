@@ -205,8 +205,10 @@ pub fn diff(dataset: &str, from: u64, to: u64, diff: &ManifestDiff<'_>, staging_
 }
 
 /// `{"partition", "since_generation", "run", "attempt", "snapshot", "rows", "total", "digest",
-/// "staging_rel", "staging_dir", "files": [file]}`; `staging_dir` is absolute when the staging
-/// root is known, else null.
+/// "staging_rel", "staging_dir", "files": [file], "figures"}`; `staging_dir` is absolute when the
+/// staging root is known, else null; `figures` is `"computed"` (the store read the files: the
+/// run declares a grain) or `"reported"` (the worker's own figures, reported, not checked), from
+/// [`PartitionEntry::figures_checked`].
 pub fn partition(p: &PartitionEntry, staging_root: Option<&std::path::Path>) -> Value {
     let dir = p.staging_dir.clone().or_else(|| staging_root.map(|root| root.join(&p.staging_rel)));
     json!({
@@ -225,6 +227,7 @@ pub fn partition(p: &PartitionEntry, staging_root: Option<&std::path::Path>) -> 
             doc["absolute_path"] = json!(dir.as_ref().map(|d| d.join(&f.path)));
             doc
         }).collect::<Vec<_>>(),
+        "figures": if p.figures_checked { "computed" } else { "reported" },
     })
 }
 
@@ -629,25 +632,11 @@ impl RunInput {
     /// The run it declares. Errors: `Error::InvalidInput` for an unknown grain format, and
     /// unless exactly one of a grain and `"trust_reported_figures": true` is given.
     pub fn into_spec(self) -> Result<RunSpec> {
-        match (&self.grain, self.trust_reported_figures) {
-            (Some(_), true) => {
-                return Err(Error::invalid(
-                    "run declaration",
-                    &self.run,
-                    "declares a grain and trust_reported_figures: with a grain the store reads the data and checks the figures; give one of the two",
-                ));
-            }
-            (None, false) => {
-                return Err(Error::invalid(
-                    "run declaration",
-                    &self.run,
-                    "declares no grain: give \"grain\" ({\"keys\", \"measure\"}) so that validation reads the data, or \"trust_reported_figures\": true to publish the figures workers report, unchecked",
-                ));
-            }
-            _ => {}
-        }
-        Ok(RunSpec {
+        // The store's declare refuses neither and both too; checked here as well, so a tool
+        // refuses the document before it opens anything.
+        let spec = RunSpec {
             grain: self.grain.map(|g| grain_from(&g.format, g.keys, g.measure, g.scale)).transpose()?,
+            trust_reported_figures: self.trust_reported_figures,
             dataset: self.dataset,
             run: self.run,
             snapshot: self.snapshot,
@@ -656,7 +645,9 @@ impl RunInput {
                 .into_iter()
                 .map(|t| TaskSpec { partition: t.partition, expected_rows: t.expected_rows, expected_total: t.expected_total })
                 .collect(),
-        })
+        };
+        crate::rules::ids::check_figures_choice(&spec)?;
+        Ok(spec)
     }
 }
 

@@ -44,6 +44,7 @@
 //!     tasks: vec![TaskSpec { partition: "date=2026-11-29/region=eu".into(), expected_rows: 2, expected_total: Some(700) }],
 //!     // One row per (store, item); validation reads the rows and computes the figures.
 //!     grain: Some(Grain::new(DataFormat::Csv, &["store", "item"], "units")),
+//!     trust_reported_figures: false,
 //! })?;
 //! let task = TaskKey::new("daily_units", "2026-11-29", "date=2026-11-29/region=eu");
 //! let ticket = store.begin_attempt(&task)?;

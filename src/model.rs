@@ -58,7 +58,13 @@ impl std::fmt::Display for AttemptKey {
 
 /// A run to declare: one execution of a step over one pinned input snapshot, with its tasks.
 ///
-/// Build it field by field, or with [`RunSpec::new`] and the `with_` methods:
+/// A run either declares its output's [`Grain`] (validation then reads every file and computes
+/// the figures itself) or says in words that the figures its workers report are to be published
+/// unchecked ([`RunSpec::trust_reported_figures`]); a run with neither, or both, is refused by
+/// [`crate::Store::declare_run`] (`Error::InvalidInput`), as the command-line tool refuses a
+/// declaration without `--grain` or `--trust-reported-figures`.
+///
+/// Build it with [`RunSpec::new`] and the `with_` methods, or field by field:
 ///
 /// ```
 /// use manifestdb::{DataFormat, Grain, RunSpec, TaskSpec};
@@ -68,9 +74,16 @@ impl std::fmt::Display for AttemptKey {
 ///     .with_task(TaskSpec::new("region=us", 3).with_total(450))
 ///     .with_grain(Grain::new(DataFormat::Csv, &["store", "item"], "units"));
 /// assert_eq!(run.tasks.len(), 2);
-/// // The same, spelled out; fields left out take their defaults (no tasks, no grain).
-/// let spelled = RunSpec { dataset: "daily_units".into(), run: "2026-11-29".into(), snapshot: "sales@v42".into(), ..RunSpec::default() };
-/// assert_eq!(spelled.grain, None);
+/// // The same, spelled out; fields left out take their defaults (no tasks, no grain, figures
+/// // not trusted: such a spec is refused until it gets a grain or trusts the figures).
+/// let spelled = RunSpec {
+///     dataset: "daily_units".into(),
+///     run: "2026-11-29".into(),
+///     snapshot: "sales@v42".into(),
+///     grain: Some(Grain::new(DataFormat::Csv, &["store", "item"], "units")),
+///     ..RunSpec::default()
+/// };
+/// assert!(!spelled.trust_reported_figures);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunSpec {
@@ -84,20 +97,33 @@ pub struct RunSpec {
     pub tasks: Vec<TaskSpec>,
     /// The output's declared grain (format, key columns, measure). With one, validation reads
     /// every file and computes rows, total, duplicate keys and the canonical digest itself.
-    /// Without one (`None`) the figures are the worker's, *reported, not checked*: validation
-    /// compares the reported rows and total with the expectations, but nothing reads the data,
-    /// so a 0-byte file reported as 5 rows is valid and published as 5 rows. Choose `None` only
-    /// where the worker's figures are trusted; every document that shows such figures says so
-    /// (`"figures": "reported"`). The command-line tool and the server ask for that choice in
-    /// words (`--trust-reported-figures`, `"trust_reported_figures": true`).
+    /// Without one the figures are the worker's, *reported, not checked*: that needs
+    /// [`RunSpec::trust_reported_figures`].
     pub grain: Option<Grain>,
+    /// The caller's explicit choice to declare the run without a grain: validation then
+    /// compares the rows and total each worker reports with the expectations, but nothing reads
+    /// the data, so a 0-byte file reported as 5 rows is valid and published as 5 rows. Every
+    /// document that shows such figures says so (`"figures": "reported"`, and
+    /// [`PartitionEntry::figures_checked`] is false). Exactly one of this and `grain` must be
+    /// given; the command-line tool and the server ask for it in the same words
+    /// (`--trust-reported-figures`, `"trust_reported_figures": true`).
+    #[serde(default)]
+    pub trust_reported_figures: bool,
 }
 
 impl RunSpec {
-    /// A run of `dataset` with id `run` over the input `snapshot`, with no tasks and no grain
-    /// yet.
+    /// A run of `dataset` with id `run` over the input `snapshot`, with no tasks yet. It still
+    /// needs its grain ([`RunSpec::with_grain`]) or the explicit [`RunSpec::trust_reported_figures`]
+    /// before it can be declared.
     pub fn new(dataset: impl Into<String>, run: impl Into<String>, snapshot: impl Into<String>) -> RunSpec {
-        RunSpec { dataset: dataset.into(), run: run.into(), snapshot: snapshot.into(), tasks: Vec::new(), grain: None }
+        RunSpec {
+            dataset: dataset.into(),
+            run: run.into(),
+            snapshot: snapshot.into(),
+            tasks: Vec::new(),
+            grain: None,
+            trust_reported_figures: false,
+        }
     }
 
     /// The run with one more task.
@@ -111,6 +137,22 @@ impl RunSpec {
     #[must_use]
     pub fn with_grain(mut self, grain: Grain) -> RunSpec {
         self.grain = Some(grain);
+        self
+    }
+
+    /// The run declared without a grain, its workers' reported figures published unchecked
+    /// (see the field [`RunSpec::trust_reported_figures`]). Choose it only where the workers'
+    /// figures are trusted.
+    ///
+    /// ```
+    /// use manifestdb::{RunSpec, TaskSpec};
+    ///
+    /// let run = RunSpec::new("daily_units", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)).trust_reported_figures();
+    /// assert!(run.trust_reported_figures && run.grain.is_none());
+    /// ```
+    #[must_use]
+    pub fn trust_reported_figures(mut self) -> RunSpec {
+        self.trust_reported_figures = true;
         self
     }
 }
@@ -628,6 +670,12 @@ pub struct PartitionEntry {
     pub staging_dir: Option<std::path::PathBuf>,
     /// Files relative to the staging directory.
     pub files: Vec<FileEntry>,
+    /// Whether the store checked `rows`, `total` and `digest` itself: true when the run that
+    /// filled the partition declares a grain (validation read the files and computed them);
+    /// false when they are the worker's own, *reported, not checked* (the run was declared with
+    /// [`RunSpec::trust_reported_figures`], or its record is gone and the store cannot say).
+    /// What `show` prints as "reported, not checked" and the documents as `"figures"`.
+    pub figures_checked: bool,
 }
 
 /// A generation and all its partitions.
@@ -676,12 +724,13 @@ pub struct ManifestDiff<'a> {
 /// names every task that stopped it.
 ///
 /// ```
-/// use manifestdb::{PublishOptions, PublishOutcome, RunSpec, Store, TaskSpec};
+/// use manifestdb::{DataFormat, Grain, PublishOptions, PublishOutcome, RunSpec, Store, TaskSpec};
 ///
 /// # fn main() -> Result<(), manifestdb::Error> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// # let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
-/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// let grain = Grain::new(DataFormat::Csv, &["store", "item"], "units");
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)).with_grain(grain))?;
 /// match store.publish("daily", "r1", &PublishOptions::default())? {
 ///     PublishOutcome::Published(generation) | PublishOutcome::AlreadyPublished(generation) => {
 ///         println!("readers now see generation {}", generation.number);

@@ -211,6 +211,8 @@ impl PartitionVersionRecord {
             staging_rel: e.staging_rel,
             staging_dir: None,
             files: e.files,
+            // Not recorded with the version: `Snapshot` reads it from the run's record.
+            figures_checked: false,
         })
     }
 }

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence, Union
 
+from . import errors
 __all__ = [
     "TaskKey", "AttemptKey", "TaskSpec", "Grain", "DataFormat", "RunSpec", "FileEntry", "Candidate", "FileCheck",
     "PublishOptions", "EffectKey", "RunMode", "RetentionPolicy", "CleanupOptions", "ApplyOptions", "BatchOp",
@@ -189,16 +190,21 @@ class Grain:
 class RunSpec:
     """A run to declare: one execution of a step over one pinned input snapshot, with its tasks.
 
-    With a ``grain`` validation reads the data and checks the figures. Without one (``None``,
-    as the library's ``RunSpec``) the rows and totals workers report are published as they are,
-    reported and not checked: the declaration says so (``"trust_reported_figures": true``) and
-    every document of such figures marks them ``"figures": "reported"``."""
+    A run either declares its output's ``grain`` (validation then reads every file and computes
+    rows, total, duplicate keys and the digest itself) or says in words that the figures its
+    workers report are published unchecked: ``trust_reported_figures=True``. Nothing reads the
+    data of such a run (a 0-byte file reported as 5 rows is published as 5 rows), and every
+    document of its figures marks them reported (:attr:`PartitionEntry.figures_checked` is
+    False). A spec with neither, or both, raises :class:`manifestdb.Usage` when it is made, as
+    the command-line tool refuses a declaration without ``--grain`` or
+    ``--trust-reported-figures``."""
 
     dataset: str
     run: str
     snapshot: str
     tasks: Sequence[TaskSpec]
     grain: Grain | None = None
+    trust_reported_figures: bool = False
 
     def __post_init__(self) -> None:
         _check("dataset", self.dataset, str)
@@ -209,6 +215,17 @@ class RunSpec:
         for task in self.tasks:
             _check("tasks[]", task, TaskSpec)
         _check("grain", self.grain, Grain, optional=True)
+        _check("trust_reported_figures", self.trust_reported_figures, bool)
+        if self.grain is None and not self.trust_reported_figures:
+            raise errors.Usage(
+                f"run {self.run!r} declares no grain: give grain=Grain(format, keys, measure) so that validation reads the "
+                "data, or trust_reported_figures=True to publish the figures workers report, unchecked"
+            )
+        if self.grain is not None and self.trust_reported_figures:
+            raise errors.Usage(
+                f"run {self.run!r} declares a grain and trust_reported_figures=True: with a grain the store reads the data "
+                "and checks the figures; give one of the two"
+            )
 
     def _body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -219,7 +236,7 @@ class RunSpec:
         }
         if self.grain is not None:
             body["grain"] = self.grain._body()
-        else:
+        if self.trust_reported_figures:
             body["trust_reported_figures"] = True
         return body
 
@@ -645,6 +662,11 @@ class PartitionEntry:
     staging_rel: str
     staging_dir: Path | None
     files: tuple[FileEntry, ...]
+    #: True when the store computed ``rows``, ``total`` and ``digest`` from the files (the run
+    #: that filled the partition declares a grain); False when they are the worker's own,
+    #: reported and not checked (``trust_reported_figures=True``), what ``manifestdb show``
+    #: prints as "reported, not checked".
+    figures_checked: bool
 
     def paths(self) -> list[Path]:
         if self.staging_dir is None:
@@ -657,6 +679,7 @@ class PartitionEntry:
         return PartitionEntry(
             doc["partition"], doc["since_generation"], doc["run"], doc["attempt"], doc["snapshot"], doc["rows"], doc["total"],
             doc["digest"], doc["staging_rel"], None if d is None else Path(d), tuple(FileEntry._of(f) for f in doc["files"]),
+            doc["figures"] == "computed",
         )
 
 

@@ -38,7 +38,7 @@ def test_wrong_types_raise_type_error_naming_the_field(store: m.Store) -> None:
 @pytest.mark.parametrize("name", ["../escape", "a/../../b", "nul\x00here", "/absolute"])
 def test_hostile_names_get_the_librarys_error_and_nothing_is_written(store: m.Store, name: str) -> None:
     with pytest.raises(m.Usage) as caught:
-        store.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec(name, 1)]))
+        store.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec(name, 1)], trust_reported_figures=True))
     assert caught.value.kind == "usage" and caught.value.exit_code == 2 and "invalid" in caught.value.message
     assert isinstance(caught.value, ValueError) and isinstance(caught.value, m.Error)
     assert store.runs("d") == []
@@ -58,7 +58,7 @@ def test_a_closed_store_says_so(paths: tuple[Path, Path]) -> None:
 
 def test_a_second_writer_is_busy_and_a_reader_reads_meanwhile(paths: tuple[Path, Path]) -> None:
     with m.Store.open(*paths) as s:
-        s.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec("p=1", 0)]))
+        s.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec("p=1", 0)], trust_reported_figures=True))
         with pytest.raises(m.Busy):
             m.Store.open(*paths)
         with m.ReadOnlyStore.open(paths[0], paths[1]) as reader:
@@ -138,7 +138,7 @@ def test_a_connection_the_server_closed_while_idle_is_reopened(paths: tuple[Path
     srv = Server(paths[0], paths[1], tmp_path / "s.sock", extra=("--idle-timeout", "300ms"))
     try:
         client = m.Client(str(srv.socket))
-        client.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec("p=1", 0)]))
+        client.declare_run(m.RunSpec("d", "r", "s", [m.TaskSpec("p=1", 0)], trust_reported_figures=True))
         time.sleep(1.0)  # the server closes the kept-alive connection meanwhile
         assert [r.run for r in client.runs("d")] == ["r"]
         assert client.begin_attempt(m.TaskKey("d", "r", "p=1")).key.attempt == 1

@@ -226,3 +226,37 @@ def test_reads_of_an_empty_store_and_unknown_names(handle: m.Store | m.Client) -
     with pytest.raises(m.NotFound):
         handle.diff("x", 1, 2)
     assert handle.verify().clean
+
+
+def test_a_run_without_a_grain_must_trust_the_reported_figures_in_words(handle: m.Store | m.Client) -> None:
+    """Issue 38, item 3: a RunSpec without a grain was declared silently and a 0-byte file
+    published as 5 rows. Now the choice is said, and the published partition says which it is."""
+    tasks = [m.TaskSpec(EU, 5)]
+    with pytest.raises(m.Usage, match="declares no grain.*trust_reported_figures=True"):
+        m.RunSpec(DATASET, "silent", SNAPSHOT, tasks)
+    with pytest.raises(m.Usage, match="give one of the two"):
+        m.RunSpec(DATASET, "both", SNAPSHOT, tasks, GRAIN, trust_reported_figures=True)
+    # A hand-made body without either is refused by the store itself, embedded or served.
+    with pytest.raises(m.Usage, match="declares no grain"):
+        handle._call("POST", "runs/declare", {"dataset": DATASET, "run": "raw", "snapshot": SNAPSHOT, "tasks": [{"partition": EU, "expected_rows": 5}]})
+    assert handle.run(DATASET, "raw") is None
+
+    handle.declare_run(m.RunSpec(DATASET, "trusted", SNAPSHOT, tasks, trust_reported_figures=True))
+    ticket = handle.begin_attempt(m.TaskKey(DATASET, "trusted", EU))
+    (ticket.staging_dir / "part.csv").write_bytes(b"")
+    files = [m.describe_file(ticket.staging_dir, "part.csv")]
+    verdict = handle.finish_and_validate(ticket.key, m.Candidate(SNAPSHOT, rows=5, digest="sha256:worker", files=files))
+    assert verdict.is_valid() and verdict.reconciliation is not None and verdict.reconciliation.basis == "reported"
+    assert isinstance(handle.publish(DATASET, "trusted"), m.Published)
+    manifest = handle.manifest(DATASET)
+    assert manifest is not None
+    [entry] = manifest.partitions
+    assert (entry.rows, entry.figures_checked) == (5, False)  # reported, not checked
+
+    declare(handle, run="checked", snapshot="sales@v43")
+    for p in (EU, US):
+        attempt(handle, p, run="checked", snapshot="sales@v43")
+    assert all(v.is_valid() for _, v in handle.validate_pending(DATASET, "checked"))  # type: ignore[union-attr]
+    assert isinstance(handle.publish(DATASET, "checked"), m.Published)
+    manifest = handle.manifest(DATASET)
+    assert manifest is not None and [p.figures_checked for p in manifest.partitions] == [True, True]

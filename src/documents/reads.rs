@@ -105,52 +105,13 @@ pub fn show(snapshot: &Snapshot, dataset: &str, generation: Option<u64>, staging
     let manifest = manifest_or_not_found(snapshot, dataset, generation)?;
     let current = snapshot.current(dataset)?.map(|g| g.number);
     let mut doc = manifest_document(&manifest, current, staging_root).map_err(DocumentError::Fault)?;
-    let mut figures = Figures::new(snapshot, dataset);
-    let mut reported = 0u64;
-    for p in doc["partitions"].as_array_mut().into_iter().flatten() {
-        reported += u64::from(figures.mark(p)? == REPORTED);
-    }
-    doc["totals"]["reported_partitions"] = json!(reported);
+    doc["totals"]["reported_partitions"] = json!(reported_partitions(&manifest));
     Ok(doc)
 }
 
-/// A partition's figures as the store holds them: `"computed"` (its run declares a grain, so
-/// validation read the files) or `"reported"` (no grain: the worker's own figures, reported,
-/// not checked).
-const COMPUTED: &str = "computed";
-/// See [`COMPUTED`].
-const REPORTED: &str = "reported";
-
-/// Marks partition documents with how their figures were obtained (`"figures"`), reading each
-/// run's record once.
-struct Figures<'s> {
-    snapshot: &'s Snapshot,
-    dataset: &'s str,
-    runs: std::collections::HashMap<String, &'static str>,
-}
-
-impl<'s> Figures<'s> {
-    fn new(snapshot: &'s Snapshot, dataset: &'s str) -> Figures<'s> {
-        Figures { snapshot, dataset, runs: std::collections::HashMap::new() }
-    }
-
-    /// Sets `"figures"` on a partition document ([`super::partition`]) and returns it.
-    fn mark(&mut self, partition: &mut Value) -> Result<&'static str, DocumentError> {
-        let run = partition["run"].as_str().unwrap_or_default().to_owned();
-        let basis = match self.runs.get(&run) {
-            Some(basis) => basis,
-            None => {
-                // A partition carried over from a run whose record was removed cannot say; its
-                // figures are treated as reported (the weaker claim).
-                let grain = self.snapshot.run_declares_grain(self.dataset, &run)?;
-                let basis = if grain == Some(true) { COMPUTED } else { REPORTED };
-                self.runs.insert(run, basis);
-                basis
-            }
-        };
-        partition["figures"] = json!(basis);
-        Ok(basis)
-    }
+/// The partitions whose figures are the workers' own, reported and not checked.
+fn reported_partitions(manifest: &Manifest) -> u64 {
+    manifest.partitions.iter().filter(|p| !p.figures_checked).count() as u64
 }
 
 /// `current` (`GET /v1/current`): `{"dataset", "generation": generation|null}`.
@@ -192,18 +153,7 @@ pub fn diff(snapshot: &Snapshot, dataset: &str, from: u64, to: u64, staging_root
     require_dataset(snapshot, dataset)?;
     let old = manifest_or_not_found(snapshot, dataset, Some(from))?;
     let new = manifest_or_not_found(snapshot, dataset, Some(to))?;
-    let mut doc = diff_document(dataset, from, to, &old.diff(&new), staging_root);
-    let mut figures = Figures::new(snapshot, dataset);
-    for key in ["added", "removed"] {
-        for p in doc[key].as_array_mut().into_iter().flatten() {
-            figures.mark(p)?;
-        }
-    }
-    for r in doc["replaced"].as_array_mut().into_iter().flatten() {
-        figures.mark(&mut r["from"])?;
-        figures.mark(&mut r["to"])?;
-    }
-    Ok(doc)
+    Ok(diff_document(dataset, from, to, &old.diff(&new), staging_root))
 }
 
 fn unknown_run(dataset: &str, run: &str) -> DocumentError {
@@ -377,11 +327,7 @@ pub fn stats(snapshot: &Snapshot, store: Option<&Path>) -> Doc {
     for dataset in snapshot.datasets()? {
         if let Some(manifest) = snapshot.manifest(&dataset, None)? {
             let t = totals(&manifest.partitions).map_err(DocumentError::Fault)?;
-            let mut figures = Figures::new(snapshot, &dataset);
-            let mut reported = 0u64;
-            for p in &manifest.partitions {
-                reported += u64::from(figures.mark(&mut json!({ "run": p.run }))? == REPORTED);
-            }
+            let reported = reported_partitions(&manifest);
             per_dataset.push(json!({
                 "dataset": dataset, "current_generation": manifest.generation.number, "partitions": t.partitions,
                 "rows": t.rows, "files": t.files, "bytes": t.bytes, "reported_partitions": reported,

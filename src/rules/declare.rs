@@ -75,6 +75,7 @@ mod tests {
             snapshot: "s@1".into(),
             tasks: vec![TaskSpec { partition: "p=1".into(), expected_rows: 2, expected_total: Some(7) }],
             grain: None,
+            trust_reported_figures: true,
         }
     }
 

@@ -124,11 +124,31 @@ pub(crate) fn check_run_spec(spec: &RunSpec) -> Result<()> {
         // would be unusable.
         staging_parent_rel(&spec.dataset, &spec.run, &task.partition)?;
     }
+    check_figures_choice(spec)?;
     if let Some(grain) = &spec.grain {
         check_grain(grain)?;
     }
     Ok(())
 }
+
+/// A run declares exactly one of a grain and [`RunSpec::trust_reported_figures`]: without a
+/// grain the published figures are the workers' own, unchecked, and that must be said, never
+/// fall out of a field left off. Checked by every declare and by the request bodies before
+/// anything is opened.
+pub(crate) fn check_figures_choice(spec: &RunSpec) -> Result<()> {
+    match (&spec.grain, spec.trust_reported_figures) {
+        (Some(_), false) | (None, true) => Ok(()),
+        (Some(_), true) => Err(Error::invalid("run declaration", &spec.run, FIGURES_BOTH)),
+        (None, false) => Err(Error::invalid("run declaration", &spec.run, FIGURES_NEITHER)),
+    }
+}
+
+/// Why a run declaring a grain and trusting the reported figures is refused.
+const FIGURES_BOTH: &str = "declares a grain and trust_reported_figures: with a grain the store reads the data and checks the \
+                            figures; give one of the two";
+/// Why a run declaring neither a grain nor trust in the reported figures is refused.
+const FIGURES_NEITHER: &str = "declares no grain: give its grain (keys, measure) so that validation reads the data, or \
+                               trust_reported_figures to publish the figures workers report, unchecked";
 
 /// Most grain key columns a run may declare.
 pub(crate) const GRAIN_KEYS_MAX: usize = 64;

@@ -216,6 +216,7 @@ mod tests {
             staging_dir: None,
             staging_rel: "x".into(),
             files: vec![],
+            figures_checked: false,
         }
     }
 

@@ -338,6 +338,7 @@ mod tests {
                     staging_rel: format!("d/r/{p}/@attempt-2"),
                     staging_dir: None,
                     files: files.iter().map(|f| FileEntry { path: (*f).into(), size_bytes: 5, crc32: 7 }).collect(),
+                    figures_checked: false,
                 })
                 .collect(),
         }

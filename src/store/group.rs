@@ -370,6 +370,7 @@ mod tests {
             snapshot: "snap".into(),
             tasks: partitions.iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
             grain: None,
+            trust_reported_figures: true,
         };
         store.declare_run(&spec).unwrap();
     }

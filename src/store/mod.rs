@@ -155,12 +155,13 @@ impl Default for StoreOptions {
 /// whole protocol.
 ///
 /// ```
-/// use manifestdb::{Error, RunSpec, Store, TaskKey, TaskSpec};
+/// use manifestdb::{DataFormat, Error, Grain, RunSpec, Store, TaskKey, TaskSpec};
 ///
 /// # fn main() -> Result<(), Error> {
 /// # let dir = tempfile::tempdir().unwrap();
 /// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
-/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)))?;
+/// let grain = Grain::new(DataFormat::Csv, &["store", "item"], "units");
+/// store.declare_run(&RunSpec::new("daily", "r1", "sales@v42").with_task(TaskSpec::new("region=eu", 2)).with_grain(grain))?;
 /// let ticket = store.begin_attempt(&TaskKey::new("daily", "r1", "region=eu"))?;
 /// assert!(ticket.staging_dir.starts_with(store.staging_root()));
 /// // A second writer on the same file is refused while this handle lives.

@@ -125,8 +125,10 @@ impl Snapshot {
             };
             let mut partitions =
                 crate::ops::generation_partitions(meta, dataset, generation.number, &generation.kind, generation.partitions_replaced)?;
+            let mut checked = FiguresChecked::default();
             for entry in &mut partitions {
                 self.locate(entry);
+                entry.figures_checked = checked.of(meta, dataset, &entry.run)?;
             }
             Ok(Some(Manifest { generation, partitions }))
         })
@@ -148,6 +150,7 @@ impl Snapshot {
             let mut entry = meta.partition_at(dataset, partition, number)?;
             if let Some(entry) = &mut entry {
                 self.locate(entry);
+                entry.figures_checked = FiguresChecked::default().of(meta, dataset, &entry.run)?;
             }
             Ok(entry)
         })
@@ -351,13 +354,6 @@ impl Snapshot {
         })
     }
 
-    /// Whether the run declares a grain (`None` for a run the store does not hold): with one the
-    /// store computed its published figures, without one they are the workers' reported ones.
-    /// One keyed lookup (no task is read).
-    pub(crate) fn run_declares_grain(&self, dataset: &str, run: &str) -> Result<Option<bool>> {
-        self.read("reading a run", |meta| Ok(meta.run(dataset, run)?.map(|record| record.grain.is_some())))
-    }
-
     /// The task's accepted attempt: its lowest-numbered valid one (frozen once the run is
     /// published).
     ///
@@ -453,5 +449,25 @@ impl crate::views::Generations for Snapshot {
 
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>> {
         Ok(self.run(dataset, run)?.and_then(|r| r.grain).map(|g| g.format))
+    }
+}
+
+/// Whether each run of a dataset declares a grain, read once per run: a partition's figures
+/// are checked ([`PartitionEntry::figures_checked`]) when the run that filled it declares one.
+/// A partition carried over from a run whose record is gone cannot say; its figures count as
+/// reported (the weaker claim).
+#[derive(Default)]
+struct FiguresChecked {
+    runs: std::collections::HashMap<String, bool>,
+}
+
+impl FiguresChecked {
+    fn of(&mut self, meta: &mut dyn MetaRead, dataset: &str, run: &str) -> Result<bool> {
+        if let Some(checked) = self.runs.get(run) {
+            return Ok(*checked);
+        }
+        let checked = meta.run(dataset, run)?.is_some_and(|record| record.grain.is_some());
+        self.runs.insert(run.to_owned(), checked);
+        Ok(checked)
     }
 }

@@ -197,6 +197,7 @@ mod tests {
             snapshot: "snap".into(),
             tasks: ["a", "b"].iter().map(|p| TaskSpec { partition: (*p).into(), expected_rows: 0, expected_total: None }).collect(),
             grain: None,
+            trust_reported_figures: true,
         };
         store.declare_run(&spec).unwrap();
         let silent = store.begin_attempt(&TaskKey::new("ds", "r1", "a")).unwrap();

@@ -19,7 +19,9 @@ use std::path::Path;
 use parking_lot::Mutex;
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
-use super::{Generations, Syncer, Views, dir_flags, errno, is_errno, list_entries, open_dir_at, split_parent, stat_kind};
+use super::build::Syncer;
+use super::dirs::{dir_flags, errno, is_errno, list_entries, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
+use super::{Generations, Views};
 use crate::delta::{DeltaEngine, DeltaFile};
 use crate::error::{Error, Result};
 use crate::grain::DataFormat;
@@ -204,7 +206,7 @@ impl Views {
                     let fd = if rel.is_empty() {
                         rustix::fs::openat(data.as_fd(), ".", dir_flags(), Mode::empty()).map_err(errno)
                     } else {
-                        super::open_dirs(data.as_fd(), rel)
+                        open_dirs(data.as_fd(), rel)
                     }
                     .map_err(self.io_err(format!("opening {}", data_path.join(rel).display())))?;
                     syncer.sync(fd, data_path.join(rel))?;
@@ -261,7 +263,7 @@ impl Views {
         let src_key = if src_dir_rel.is_empty() { file.staging_rel.clone() } else { format!("{}/{src_dir_rel}", file.staging_rel) };
         let source_path = staging_root.join(&file.staging_rel).join(&file.file);
         let dest_path = data_path.join(&file.rel);
-        let src = super::open_dirs(staging, &src_key).map_err(|e| {
+        let src = open_dirs(staging, &src_key).map_err(|e| {
             self.refused(
                 dataset,
                 source_path.display().to_string(),
@@ -427,7 +429,7 @@ impl Views {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(doomed.len()),
             Err(e) => return Err(Error::io(format!("opening {}", data_path.display()), e)),
         };
-        let found: BTreeSet<String> = super::walk_view(data.as_fd())
+        let found: BTreeSet<String> = walk_view(data.as_fd())
             .map_err(self.io_err(format!("walking {}", data_path.display())))?
             .into_iter()
             .filter(|(_, found)| !matches!(found, rule::Found::Dir))
@@ -437,8 +439,7 @@ impl Views {
         let mut dirs = BTreeSet::new();
         for rel in &gone {
             let (dir_rel, name) = split_parent(rel);
-            let dir =
-                super::open_dirs(data.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", data_path.join(dir_rel).display())))?;
+            let dir = open_dirs(data.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", data_path.join(dir_rel).display())))?;
             self.op(&|| format!("removing {}", data_path.join(rel).display()))?;
             rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())
                 .map_err(errno)
@@ -446,7 +447,7 @@ impl Views {
             dirs.insert(dir_rel.to_owned());
         }
         for rel in &dirs {
-            let dir = super::open_dirs(data.as_fd(), rel).map_err(self.io_err(format!("opening {}", data_path.join(rel).display())))?;
+            let dir = open_dirs(data.as_fd(), rel).map_err(self.io_err(format!("opening {}", data_path.join(rel).display())))?;
             rustix::fs::fsync(&dir).map_err(errno).map_err(self.io_err(format!("syncing {}", data_path.join(rel).display())))?;
         }
         Ok(doomed.len() + gone.len())

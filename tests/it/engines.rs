@@ -151,6 +151,7 @@ fn publish(store: &Store, run: &str, partitions: &[(usize, i64)], retried: &[usi
                 .map(|(i, total)| TaskSpec { partition: PARTITIONS[*i].into(), expected_rows: 2, expected_total: Some(*total) })
                 .collect(),
             grain: Some(Grain::new(DataFormat::Parquet, &["store", "item"], "units")),
+            trust_reported_figures: false,
         })
         .expect("declare");
     for (i, total) in partitions {
@@ -425,6 +426,7 @@ fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
     let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
     let spec = RunSpec {
         grain: Some(Grain::new(DataFormat::Csv, &["item"], "units")),
+        trust_reported_figures: false,
         ..crate::support::run_spec("csv", "r1", "s1", &[("p=1", 2, 10)])
     };
     store.declare_run(&spec).expect("declare");
@@ -464,6 +466,7 @@ fn a_parquet_file_of_another_schema_is_refused_at_validation() {
             snapshot: "sales@r2".into(),
             tasks: vec![TaskSpec { partition: PARTITIONS[0].into(), expected_rows: 2, expected_total: Some(100) }],
             grain: Some(Grain::new(DataFormat::Parquet, &["store", "item"], "units")),
+            trust_reported_figures: false,
         })
         .expect("declare");
     let ticket = store.begin_attempt(&TaskKey::new(DATASET, "r2", PARTITIONS[0])).expect("begin");

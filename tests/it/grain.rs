@@ -99,6 +99,7 @@ impl Fixture {
                 run: run.into(),
                 snapshot: SNAPSHOT.into(),
                 tasks: vec![TaskSpec { partition: PARTITION.into(), expected_rows: rows, expected_total: Some(total) }],
+                trust_reported_figures: grain.is_none(),
                 grain,
             })
             .expect("declare");
@@ -193,6 +194,7 @@ fn a_valid_partition_records_the_computed_figures_and_publishes_the_computed_dig
     let manifest = f.store.snapshot().unwrap().manifest(DATASET, Some(generation.number)).unwrap().unwrap();
     assert_eq!((manifest.partitions[0].rows, manifest.partitions[0].total), (4, Some(25)));
     assert_eq!(manifest.partitions[0].digest, digest);
+    assert!(manifest.partitions[0].figures_checked, "a grain's figures are the store's own");
 }
 
 #[test]
@@ -344,6 +346,32 @@ fn a_run_without_a_grain_says_its_figures_are_reported_only() {
     let ticket = f.store.begin_attempt(&f.task).unwrap();
     let candidate = Candidate { snapshot: SNAPSHOT.into(), rows: None, total: None, digest: None, files: vec![] };
     assert!(f.store.finish_attempt(&ticket.key, &candidate).is_err());
+    // Published, its partition says the figures were not checked (what `show` prints as
+    // "reported, not checked").
+    assert!(matches!(f.store.publish(DATASET, "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+    let snapshot = f.store.snapshot().unwrap();
+    let manifest = snapshot.manifest(DATASET, None).unwrap().unwrap();
+    assert!(!manifest.partitions[0].figures_checked);
+    assert!(!snapshot.partition(DATASET, PARTITION, None).unwrap().unwrap().figures_checked);
+}
+
+#[test]
+fn a_run_without_a_grain_is_refused_unless_it_trusts_the_reported_figures_in_words() {
+    let dir = crate::support::TestDir::new();
+    let store = dir.open().expect("open");
+    let task = TaskSpec::new(PARTITION, 5);
+    // The silent path: a RunSpec built without a grain, nothing said.
+    let silent = RunSpec::new(DATASET, "r1", SNAPSHOT).with_task(task.clone());
+    let err = store.declare_run(&silent).unwrap_err();
+    assert_eq!(err.kind(), manifestdb::ErrorKind::Usage);
+    assert!(err.to_string().contains("declares no grain") && err.to_string().contains("trust_reported_figures"), "{err}");
+    // Both at once contradict each other.
+    let both = silent.clone().with_grain(grain(DataFormat::Csv)).trust_reported_figures();
+    assert!(store.declare_run(&both).unwrap_err().to_string().contains("give one of the two"));
+    assert!(store.snapshot().unwrap().run(DATASET, "r1").unwrap().is_none(), "a refused declaration writes nothing");
+    // Said in words, or with a grain: declared.
+    store.declare_run(&silent.trust_reported_figures()).expect("trusted");
+    store.declare_run(&RunSpec::new(DATASET, "r2", SNAPSHOT).with_task(task).with_grain(grain(DataFormat::Csv))).expect("grain");
 }
 
 #[test]

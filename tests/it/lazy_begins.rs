@@ -21,6 +21,7 @@ fn declare(store: &Store) {
         snapshot: "s1".into(),
         tasks: ["p=1", "p=2"].map(|p| TaskSpec { partition: p.into(), expected_rows: 1, expected_total: None }).to_vec(),
         grain: None,
+        trust_reported_figures: true,
     };
     store.declare_run(&spec).unwrap();
 }

@@ -239,6 +239,7 @@ fn declare_run_checks_the_staging_path_of_every_task() {
             manifestdb::TaskSpec { partition: long, expected_rows: 1, expected_total: None },
         ],
         grain: None,
+        trust_reported_figures: true,
     };
     let err = t.store.declare_run(&spec).expect_err("the second task could never begin");
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");

@@ -32,7 +32,14 @@ fn spec_from(args: &DeclareArgs) -> anyhow::Result<RunSpec> {
              --trust-reported-figures to publish the rows and totals workers report, unchecked",
         ));
     }
-    Ok(RunSpec { dataset: dataset.clone(), run: run.clone(), snapshot: snapshot.clone(), tasks: args.tasks.clone(), grain })
+    Ok(RunSpec {
+        dataset: dataset.clone(),
+        run: run.clone(),
+        snapshot: snapshot.clone(),
+        tasks: args.tasks.clone(),
+        grain,
+        trust_reported_figures: args.trust_reported_figures,
+    })
 }
 
 /// The declaration as `POST /v1/runs/declare` takes it ([`json::RunInput`]).
@@ -43,7 +50,7 @@ fn run_input(spec: &RunSpec) -> Value {
         "snapshot": spec.snapshot,
         "tasks": spec.tasks.iter().map(json::task).collect::<Vec<_>>(),
         "grain": spec.grain.as_ref().map(json::grain),
-        "trust_reported_figures": spec.grain.is_none(),
+        "trust_reported_figures": spec.trust_reported_figures,
     })
 }
 
