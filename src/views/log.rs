@@ -5,6 +5,9 @@
 //! symlink). Read by the sync (what to commit, what to repair), by verify and by
 //! `view --json` (the version of a generation is read from the log, never computed).
 
+// Without the `delta` feature only `view --json` reads the log (the sync writes no table).
+#![cfg_attr(not(feature = "delta"), allow(dead_code))]
+
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::Path;
