@@ -239,10 +239,25 @@ fn a_damaged_delta_log_is_cut_back_and_committed_again() {
     assert_eq!(status.table_repaired, [2], "{status:?}");
     check_every_version(&store, &table);
 
+    // A checkpoint cut short (written at every 10th version): the open cuts the log back to
+    // before it (or writes it again whole) and every version reads exactly.
+    for run in 4..=11 {
+        publish_to(&store, DATASET, &format!("r{run}"), &[(run % 4, 300 + run as i64)]);
+    }
+    let checkpoint = log.join(format!("{:020}.checkpoint.parquet", 10));
+    assert!(checkpoint.is_file(), "a checkpoint at version 10");
+    let bytes = std::fs::read(&checkpoint).unwrap();
+    std::fs::write(&checkpoint, &bytes[..bytes.len() / 2]).unwrap();
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert!(status.table_repaired.contains(&10), "{status:?}");
+    let text = std::fs::read(&checkpoint).map(|b| b.len()).unwrap_or(0);
+    assert!(text == 0 || text == bytes.len(), "the checkpoint is gone or whole again");
+    check_every_version(&store, &table);
+
     // Version 0 emptied: nothing before it to keep, the log is written again from the store.
     std::fs::write(commit(0), b"").unwrap();
     let status = store.sync_view(DATASET).expect("sync").expect("a view");
-    assert_eq!(status.table_repaired, [0, 1, 2], "{status:?}");
+    assert_eq!(status.table_repaired.first(), Some(&0), "{status:?}");
     check_every_version(&store, &table);
     assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
 }
