@@ -819,12 +819,18 @@ const VIEW_JSON: &str = "\
 JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
                         \"path\": PATH (the v<N> directory current names, or generation N's: read this),
                         \"view_generation\": N|null,
-                        \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
+                        \"store_generation\": N|null, \"lagging\": BOOL (the view or the table lags),
+                        \"view_lagging\": BOOL, \"table\": TABLE, \"manifest\": VIEW_MANIFEST|null}
+TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its log: {\"path\": PATH|null,
+       \"version\": N|null (the version holding the generation shown), \"latest_version\", \"latest_generation\",
+       \"lagging\": BOOL, \"foreign_versions\": [{\"version\", \"operation\", \"engine\"}] (other writers' commits),
+       \"damaged_versions\": [{\"version\", \"reason\"}], \"reason\": why it lags or is absent, or null}
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
                docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
-                                  \"repaired\": [N], \"removed\": [N]}]}
+                                  \"repaired\": [N], \"removed\": [N], \"table_version\": N|null,
+                                  \"table_repaired\": [VERSION], \"table_restored\": N, \"foreign_versions\": [VERSION]}]}
 Exit 4 if the store has no view root, the dataset no view, or generation N expired (the message names the
 oldest retained); 7 if the view's _manifest.json is missing, empty or damaged (`view sync` rebuilds it).";
 
