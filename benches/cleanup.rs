@@ -6,7 +6,7 @@
 //! the root + one read of the store's facts + the pure decision + persisting the plan) and a
 //! dry-run `apply_cleanup` (which re-checks every candidate). Prints the figures.
 //!
-//! Run: `cargo bench --bench cleanup` (or `CLEANUP_BENCH_FILES=20000 cargo bench --bench cleanup`).
+//! Run: `cargo bench --workspace --bench cleanup` (or `CLEANUP_BENCH_FILES=20000 cargo bench --workspace --bench cleanup`).
 
 use std::time::{Duration, Instant, SystemTime};
 

@@ -1,7 +1,7 @@
 //! Instructions per operation (issue 15), counted by callgrind: repeatable whatever else the
 //! machine does, unlike the wall-clock figures of the rest of the harness.
 //!
-//! `cargo bench --bench throughput -- --instructions [--quick]` builds the stores natively (the
+//! `cargo bench --workspace --bench throughput -- --instructions [--quick]` builds the stores natively (the
 //! parent process: runs to publish, a published dataset of 10,000 partitions, on manifestdb and
 //! on the SQLite mirror of the harness), then runs one child process per operation and system
 //! under `valgrind --tool=callgrind --toggle-collect=*instructions_counted_region*`. The child

@@ -5,7 +5,7 @@
 //! dominate: opening a snapshot, resolving one partition, reading a whole manifest, re-reading a
 //! stored verdict, and checksumming a file.
 //!
-//! Run with `cargo bench --bench micro`.
+//! Run with `cargo bench --workspace --bench micro`.
 
 use std::hint::black_box;
 

@@ -5,7 +5,7 @@
 //! It runs when a server is available: `MANIFESTDB_TEST_POSTGRES` (or `MANIFESTDB_BENCH_POSTGRES`)
 //! names an admin URL (`scripts/pg-server start` prints one; `.ci/run` starts one), and the
 //! harness makes a fresh database there for the run and drops it afterwards. Alone:
-//! `cargo bench --bench throughput -- --postgres-only [--quick]`.
+//! `cargo bench --workspace --bench throughput -- --postgres-only [--quick]`.
 //!
 //! A second server across a network link, as a coordinator on another host than the database
 //! sees it: `MANIFESTDB_BENCH_POSTGRES_REMOTE` names its admin URL (`scripts/pg-netns start`: a

@@ -1,7 +1,7 @@
 //! Commit throughput of manifestdb, side by side in one run with the disk's own limit, a bare
 //! redb commit and the same workloads on SQLite (WAL, synchronous=FULL).
 //!
-//! `cargo bench --bench throughput -- --quick` runs small sizes (a smoke run, well under three
+//! `cargo bench --workspace --bench throughput -- --quick` runs small sizes (a smoke run, well under three
 //! minutes); without `--quick` it runs the full sizes of issue 6. Human-readable lines go to
 //! standard output as each figure is measured; the last line is one JSON object with every raw
 //! figure, the sizes used and the ratios. Every run also prints the exact fsync/fdatasync
@@ -140,7 +140,8 @@ impl Report {
                 if quick { "-quick" } else { "" }
             );
             let flags: Vec<&str> = args.iter().skip(1).map(String::as_str).filter(|a| *a != "--record" && *a != "--bench").collect();
-            let command = format!("cargo bench --bench throughput{}{}", if flags.is_empty() { "" } else { " -- " }, flags.join(" "));
+            let command =
+                format!("cargo bench --workspace --bench throughput{}{}", if flags.is_empty() { "" } else { " -- " }, flags.join(" "));
             figures::record(&run, &command, &self.figures, &self.units)?;
         }
         Ok(())
@@ -1135,7 +1136,7 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
 /// changes"): a Parquet dataset of N partitions (views and Delta table) and the same dataset on
 /// a store without views; each round publishes a new run replacing ONE partition in each,
 /// interleaved; the median ms per publish of each and their ratio, per N. Opt-in:
-/// `cargo bench --bench throughput -- --table-scaling [--quick]` (N = 100 and 1,000 quick;
+/// `cargo bench --workspace --bench throughput -- --table-scaling [--quick]` (N = 100 and 1,000 quick;
 /// 100, 1,000 and 10,000 full).
 fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize) -> Res<()> {
     for &n in sizes {
@@ -1461,7 +1462,7 @@ fn main() -> Res<()> {
         return instructions::child(&arg(1)?, &arg(2)?, Path::new(&arg(3)?), arg(4)?.parse()?);
     }
     if args.iter().any(|a| a == "--fsyncs") {
-        // Only the exact sync counts per operation (no timing): `cargo bench --bench throughput -- --fsyncs`.
+        // Only the exact sync counts per operation (no timing): `cargo bench --workspace --bench throughput -- --fsyncs`.
         let mut report = Report::new();
         fsyncs_per_operation(&mut report, "", &manifestdb::StoreOptions::default())?;
         fsyncs_per_operation(&mut report, "exclusive_", &exclusive_options())?;
@@ -1476,39 +1477,39 @@ fn main() -> Res<()> {
     let started = Instant::now();
     println!("manifestdb throughput ({} mode) in {}", if sizes.quick { "quick" } else { "full" }, dir.display());
     if args.iter().any(|a| a == "--instructions") {
-        // Instructions per operation under callgrind (issue 15): `cargo bench --bench throughput -- --instructions`.
+        // Instructions per operation under callgrind (issue 15): `cargo bench --workspace --bench throughput -- --instructions`.
         instructions::figures(dir, &mut report, sizes.quick)?;
         report.figures.insert("instructions_mode".to_owned(), json!(if sizes.quick { "quick" } else { "full" }));
         report.finish(&args, "instructions", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--declare-only") {
-        // Only the cost of a declare of 100,000 tasks: `cargo bench --bench throughput -- --declare-only`.
+        // Only the cost of a declare of 100,000 tasks: `cargo bench --workspace --bench throughput -- --declare-only`.
         declare_figures(dir, &mut report)?;
         report.finish(&args, "declare", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--cli-batch-only") {
         // Only the batch of begins against separate CLI begins (issue 12):
-        // `cargo bench --bench throughput -- --cli-batch-only [--quick]`.
+        // `cargo bench --workspace --bench throughput -- --cli-batch-only [--quick]`.
         cli_batch_figures(&cli_binary()?, &dir.join("cli-batch"), &mut report, if sizes.quick { 201 } else { 1002 })?;
         report.finish(&args, "cli-batch", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--server-only") {
-        // Only the server's figures (issue 12): `cargo bench --bench throughput -- --server-only`.
+        // Only the server's figures (issue 12): `cargo bench --workspace --bench throughput -- --server-only`.
         server_figures(dir, &mut report, sizes)?;
         report.finish(&args, "server", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--postgres-only") {
-        // Only the PostgreSQL section (issue 14): `cargo bench --bench throughput -- --postgres-only`.
+        // Only the PostgreSQL section (issue 14): `cargo bench --workspace --bench throughput -- --postgres-only`.
         postgres::figures(dir, &mut report, sizes)?;
         report.finish(&args, "postgres", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--verify-only") {
-        // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
+        // Only verify's cost against history (issue 10): `cargo bench --workspace --bench throughput -- --verify-only`.
         verify_figures(dir, &mut report)?;
         report.finish(&args, "verify", sizes.quick)?;
         return Ok(());
@@ -1520,7 +1521,7 @@ fn main() -> Res<()> {
         return Ok(());
     }
     if args.iter().any(|a| a == "--views-only") {
-        // Only the cost of views (issues 13, 28): `cargo bench --bench throughput -- --views-only`.
+        // Only the cost of views (issues 13, 28): `cargo bench --workspace --bench throughput -- --views-only`.
         view_figures(dir, &mut report, if sizes.quick { 3 } else { 7 })?;
         view_expiry_figure(dir, &mut report)?;
         delta_figures(dir, &mut report, if sizes.quick { 5 } else { 15 })?;

@@ -3,7 +3,7 @@
 //! computing the same count, sum and duplicate-key check on the same files in the same run,
 //! both on one core; and the peak memory of validating a partition of 10M unique keys.
 //!
-//! `cargo bench --bench validation` runs the full sizes; `-- --quick` runs 100k rows and 1M
+//! `cargo bench --workspace --bench validation` runs the full sizes; `-- --quick` runs 100k rows and 1M
 //! keys (a smoke run). DuckDB comes from Python (`pip install duckdb`); without it the DuckDB
 //! lines say so and the rest still runs. Every figure is printed; nothing is asserted.
 //!

@@ -486,7 +486,10 @@ impl fmt::Display for Corruption {
             Corruption::Undecodable { message } => write!(f, "payload does not decode: {message}"),
             Corruption::Inconsistent { message } => write!(f, "inconsistent record: {message}"),
             Corruption::EnginePanic { operation, message } => {
-                write!(f, "the storage engine panicked while {operation} ({message}); the file is damaged, run verify")
+                write!(
+                    f,
+                    "the storage engine panicked while {operation} ({message}): the store file is damaged (verify lists its damaged records)"
+                )
             }
             Corruption::FoundEarlier { cause } => {
                 write!(f, "this handle refuses writes: the store was found damaged earlier ({cause})")
@@ -591,7 +594,7 @@ pub enum ErrorKind {
     /// The store is damaged or of an unsupported format.
     Corrupt,
     /// A request to the server lacks the right bearer token. Only the server answers with it
-    /// ([`Error::kind`] never gives it); the command-line tool exits 1 for it.
+    /// ([`Error::kind`] never gives it); the command-line tool exits 10 for it.
     Unauthorized,
     /// The call may or may not have taken effect: a write whose COMMIT was sent but whose
     /// outcome could not be learnt (a shared database unreachable for the whole settling
@@ -617,13 +620,14 @@ impl ErrorKind {
     /// too).
     pub fn exit_code(self) -> u8 {
         match self {
-            ErrorKind::Fault | ErrorKind::Unauthorized => 1,
+            ErrorKind::Fault => 1,
             ErrorKind::Usage => 2,
             ErrorKind::NotFound => 4,
             ErrorKind::Conflict => 5,
             ErrorKind::Busy => 6,
             ErrorKind::Corrupt => 7,
             ErrorKind::OutcomeUnknown => 8,
+            ErrorKind::Unauthorized => 10,
         }
     }
 

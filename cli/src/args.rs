@@ -36,9 +36,13 @@ Log: the library's events (published, rolled back, cleanup planned and applied, 
 abandoned) go to stderr: warnings and errors by default, -v info, -vv debug (each path a
 cleanup plan proposes), -vvv trace, -q errors only, -qq nothing; without -v/-q, RUST_LOG
 (e.g. RUST_LOG=manifestdb=debug) sets the filter. --log-format json writes one JSON object
-per event.
+per event (the default with --json: stderr then holds JSON lines only).
 
 ";
+
+/// The heading of the options every verb takes (the store's location, the output, the log), so
+/// that a verb's `--help` lists its own flags apart from them.
+pub const GLOBAL: &str = "Global options";
 
 /// The `manifestdb` command line.
 #[derive(Debug, Parser)]
@@ -49,21 +53,22 @@ pub struct Cli {
     pub location: LocationArgs,
 
     /// Print one JSON document (see each verb's --help) instead of a table.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     pub json: bool,
 
     /// More log output on stderr: -v info (published, rolled back, cleanup planned and
     /// applied), -vv debug (each path a cleanup plan proposes), -vvv trace.
-    #[arg(long, short = 'v', global = true, action = ArgAction::Count, conflicts_with = "quiet")]
+    #[arg(long, short = 'v', global = true, help_heading = GLOBAL, action = ArgAction::Count, conflicts_with = "quiet")]
     pub verbose: u8,
 
     /// Less log output on stderr: -q errors only, -qq nothing (not with -v).
-    #[arg(long, short = 'q', global = true, action = ArgAction::Count)]
+    #[arg(long, short = 'q', global = true, help_heading = GLOBAL, action = ArgAction::Count)]
     pub quiet: u8,
 
-    /// How log events are written on stderr: text lines, or one JSON object per event.
-    #[arg(long, global = true, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// How log events are written on stderr: text lines, or one JSON object per event
+    /// (default: text; json with --json, so that stderr holds JSON lines only).
+    #[arg(long, global = true, help_heading = GLOBAL, value_enum, value_name = "FORMAT")]
+    pub log_format: Option<LogFormat>,
 
     /// The verb.
     #[command(subcommand)]
@@ -201,7 +206,7 @@ pub struct ViewArgs {
     /// Dataset name.
     pub dataset: Option<String>,
     /// A retained generation's view instead of the current one.
-    #[arg(long, short = 'g', value_name = "N")]
+    #[arg(long, short = 'g', value_name = "N", allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub generation: Option<u64>,
 }
 
@@ -240,7 +245,7 @@ pub struct RollbackArgs {
     #[arg(long, short = 'd')]
     pub dataset: String,
     /// The retained generation whose content becomes current again.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub to: u64,
     /// Who asks for it (recorded in the history).
     #[arg(long)]
@@ -282,8 +287,9 @@ pub struct GcExpireArgs {
     /// Dataset name.
     #[arg(long, short = 'd')]
     pub dataset: String,
-    /// How many of the newest generations to keep (default 10).
-    #[arg(long, value_name = "N")]
+    /// How many of the newest generations to keep (default 10; at least 1: the current
+    /// generation is always kept).
+    #[arg(long, value_name = "N", value_parser = crate::values::parse_keep_last)]
     pub keep_last: Option<u64>,
     /// Keep every generation published less than this long ago (default 7d).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -607,7 +613,7 @@ pub struct ShowArgs {
     #[arg(long, short = 'd')]
     pub dataset: Option<String>,
     /// Generation number (default: the current one); needs --dataset.
-    #[arg(long, short = 'g', requires = "dataset")]
+    #[arg(long, short = 'g', requires = "dataset", allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub generation: Option<u64>,
 }
 
@@ -626,8 +632,10 @@ pub struct DiffArgs {
     #[arg(long, short = 'd')]
     pub dataset: String,
     /// The older generation.
+    #[arg(allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub from: u64,
     /// The newer generation.
+    #[arg(allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub to: u64,
 }
 
@@ -668,7 +676,7 @@ pub struct EffectClaimArgs {
     #[arg(long)]
     pub claimant: String,
     /// How long the claim lasts (e.g. 30s, 5m; at most 1d); claiming again renews it.
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    #[arg(long, value_parser = crate::values::parse_claim_lease, default_value = "5m")]
     pub lease: std::time::Duration,
 }
 

@@ -38,6 +38,10 @@ pub enum Exit {
     /// Not a failure: `effects claim` of an effect already emitted. Done; do not emit, and
     /// there is nothing to wait for (unlike exit 3, another emitter's live claim).
     AlreadyEmitted = 9,
+    /// The server (`--server`, or the store's running server) refused the request's
+    /// credentials: a TCP server started with `--token-file` needs `--server-token-file` here,
+    /// naming a file with the same token.
+    Unauthorized = 10,
 }
 
 impl Exit {
@@ -59,6 +63,7 @@ impl Exit {
             Exit::Corrupt => "corrupt",
             Exit::OutcomeUnknown => "outcome_unknown",
             Exit::AlreadyEmitted => "already_emitted",
+            Exit::Unauthorized => "unauthorized",
         }
     }
 }
@@ -82,7 +87,9 @@ Exit codes:
      committed could not be learnt; run the same command again to settle it (any other
      failure of a write committed nothing)
   9  already emitted: effects claim of an effect emitted before (done: do not emit; exit 3
-     there means another emitter's live claim: wait and claim again)";
+     there means another emitter's live claim: wait and claim again)
+ 10  unauthorized: the server refused the request's bearer token (give the server's token
+     with --server-token-file)";
 
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]
@@ -158,6 +165,10 @@ pub fn message(err: &anyhow::Error) -> String {
     for cause in err.chain() {
         if let Some(lib) = cause.downcast_ref::<manifestdb::Error>() {
             parts.push(library_message(lib));
+            if lib.is_corruption() {
+                // What to do, not only what was found.
+                return format!("{}; {}", parts.join(": "), crate::commands::STORE_DAMAGED);
+            }
             break;
         }
         parts.push(cause.to_string());
@@ -197,10 +208,16 @@ pub fn error_document(exit: Exit, message: &str) -> serde_json::Value {
 /// prints the help or version clap was asked for (exit 0).
 pub fn clap_error(err: &clap::Error, json: bool) -> std::process::ExitCode {
     use std::io::Write;
-    if !err.use_stderr() || !json {
-        // Help and version to stdout, usage errors as clap renders them (with the usage line).
+    if !err.use_stderr() {
+        // Help and version to stdout.
         let _ = err.print();
-        return std::process::ExitCode::from(if err.use_stderr() { Exit::Usage.code() } else { Exit::Success.code() });
+        return std::process::ExitCode::from(Exit::Success.code());
+    }
+    if !json {
+        // A usage error as clap renders it (with the usage line), after the `manifestdb: `
+        // every other error of the tool starts with.
+        let _ = write!(std::io::stderr().lock(), "manifestdb: {}", err.render());
+        return std::process::ExitCode::from(Exit::Usage.code());
     }
     let rendered = err.render().to_string();
     let usage_line = rendered.lines().find_map(|line| line.strip_prefix("Usage: ")).unwrap_or("manifestdb --help");

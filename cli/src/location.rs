@@ -17,8 +17,9 @@ pub const STORE_FILE: &str = "store.redb";
 /// The staging root's name inside `--dir`.
 pub const STAGING_DIR: &str = "staging";
 
-/// The store-location flags, shared by every verb.
+/// The store-location flags, shared by every verb (listed under the global options' heading).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = crate::args::GLOBAL)]
 pub struct LocationArgs {
     /// Directory holding the store file (store.redb) and the staging root (staging/).
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_DIR")]
@@ -37,7 +38,7 @@ pub struct LocationArgs {
     /// Raise the store's attempt lease (how long an attempt may go without finishing or a
     /// heartbeat before `gc abandon` may abandon it). The lease is recorded in the store (1h
     /// for a new one) and never shrinks; without this flag the recorded lease is used.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::values::parse_duration, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
+    #[arg(long, global = true, value_name = "DURATION", value_parser = crate::values::parse_attempt_lifetime, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
     pub attempt_lifetime: Option<std::time::Duration>,
 
     /// Publish views under DIR: after every publish and rollback, `DIR/<dataset>/current`

@@ -23,6 +23,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+use crate::logging::LogFormat;
+
 fn main() -> ExitCode {
     quiet_contained_panics();
     let cli = match args::Cli::try_parse() {
@@ -30,7 +32,7 @@ fn main() -> ExitCode {
         Err(err) => return exit::clap_error(&err, json_requested()),
     };
     match logging::filter(cli.verbose, cli.quiet, std::env::var("RUST_LOG").ok().as_deref()) {
-        Ok(filter) => logging::install(filter, cli.log_format),
+        Ok(filter) => logging::install(filter, cli.log_format.unwrap_or(if cli.json { LogFormat::Json } else { LogFormat::Text })),
         Err(message) => return report(&exit::usage(message), cli.json),
     }
     let mut out = output::Out::new(cli.json);

@@ -98,10 +98,10 @@ fn answer_document(answer: manifestdb::server::Answer) -> anyhow::Result<Value> 
     Err(CliError { exit: exit_of_kind(error["kind"].as_str().unwrap_or_default()), message }.into())
 }
 
-/// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind,
-/// and `unauthorized`, are faults.
+/// The exit code of a server error's `kind` (the names of [`Exit::name`]); an unknown kind is a
+/// fault.
 pub fn exit_of_kind(kind: &str) -> Exit {
-    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt, Exit::OutcomeUnknown]
+    [Exit::Usage, Exit::Refused, Exit::NotFound, Exit::Conflict, Exit::Busy, Exit::Corrupt, Exit::OutcomeUnknown, Exit::Unauthorized]
         .into_iter()
         .find(|exit| exit.name() == kind)
         .unwrap_or(Exit::Fault)

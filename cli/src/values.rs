@@ -17,6 +17,47 @@ pub fn parse_duration(value: &str) -> Result<std::time::Duration, String> {
     std::time::Duration::try_from(exact).map_err(|e| format!("{value:?}: {e}"))
 }
 
+/// `--attempt-lifetime`: a duration of at most [`manifestdb::ATTEMPT_LIFETIME_MAX`] (30 days),
+/// refused here with the value as typed (the library's refusal would show milliseconds).
+pub fn parse_attempt_lifetime(value: &str) -> Result<std::time::Duration, String> {
+    let lifetime = parse_duration(value)?;
+    if lifetime > manifestdb::ATTEMPT_LIFETIME_MAX {
+        return Err(format!("{value:?} is longer than 30d, the longest attempt lifetime"));
+    }
+    Ok(lifetime)
+}
+
+/// `effects claim --lease`: more than zero and at most [`manifestdb::EFFECT_CLAIM_LEASE_MAX`]
+/// (a day), refused here with the value as typed.
+pub fn parse_claim_lease(value: &str) -> Result<std::time::Duration, String> {
+    let lease = parse_duration(value)?;
+    if lease.is_zero() {
+        return Err(format!("{value:?} is zero: a claim lease must be more than zero"));
+    }
+    if lease > manifestdb::EFFECT_CLAIM_LEASE_MAX {
+        return Err(format!("{value:?} is longer than 1d, the longest claim lease"));
+    }
+    Ok(lease)
+}
+
+/// A generation number (`show -g`, `view -g`): 1 or more. A negative number is read as a value
+/// (not as an unknown flag) and refused as one.
+pub fn parse_generation(value: &str) -> Result<u64, String> {
+    if value.trim_start().starts_with('-') {
+        return Err(format!("{value:?} is negative: generations are numbered from 1 (`manifestdb log --dataset D` lists them)"));
+    }
+    value.trim().parse::<u64>().map_err(|_| format!("{value:?} is not a generation number (1, 2, ...)"))
+}
+
+/// `gc expire --keep-last`: 1 or more (the current generation is always kept).
+pub fn parse_keep_last(value: &str) -> Result<u64, String> {
+    match value.trim().parse::<u64>() {
+        Ok(0) => Err("0 would keep no generation, but the current one is always kept: give 1 or more".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{value:?} is not a count of generations (1 or more)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

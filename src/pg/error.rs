@@ -107,7 +107,21 @@ fn message_of(err: &PgError) -> String {
             }
             message
         }
-        None => format!("PostgreSQL connection: {err}"),
+        None => {
+            // The client's text names the step ("error connecting to server"); its causes say
+            // why ("Connection refused (os error 111)"), and are kept.
+            let mut message = format!("PostgreSQL connection: {err}");
+            let mut source = std::error::Error::source(err);
+            while let Some(cause) = source {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    message.push_str(": ");
+                    message.push_str(&text);
+                }
+                source = cause.source();
+            }
+            message
+        }
     }
 }
 
@@ -156,6 +170,8 @@ mod tests {
         assert_eq!(storage.kind(), StorageErrorKind::Io);
         let io = std::error::Error::source(&storage).and_then(|e| e.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
         assert_eq!(io, Some(std::io::ErrorKind::ConnectionRefused), "the OS error stays reachable as the source");
+        let message = message_of(&err);
+        assert!(message.contains("error connecting to server: Connection refused"), "the message keeps the cause: {message}");
         assert_eq!(Error::postgres("opening", &err).kind(), crate::ErrorKind::Fault);
         let stalled = PgError::Stalled { waiting_for: "a statement" };
         assert_eq!(retry_of(&stalled), Retry::Reconnect, "a call without an answer in time is a lost connection");

@@ -211,18 +211,32 @@ fn admit(request: &Request, token: Option<&[u8]>, hosts: Option<&Hosts>, body_li
     if host.is_none() && request.version() == axum::http::Version::HTTP_11 {
         return Err(ApiError::new(ErrorKind::Usage, "an HTTP/1.1 request must name its Host"));
     }
-    if let (Some(hosts), Some(host)) = (hosts, host) {
-        let text = host.to_str().unwrap_or_default();
-        if !hosts.admits(text) {
-            return Err(ApiError::with_status(
-                StatusCode::MISDIRECTED_REQUEST,
-                ErrorKind::Usage,
-                format!(
-                    "Host {:?} is not this server's: a request must name a loopback address, localhost, the address the server listens on or a name given with --host-name (a guard against DNS rebinding)",
-                    crate::error::shorten(text)
-                ),
-            ));
-        }
+    // RFC 9112, section 3.2: a request with more than one Host field is answered 400.
+    if request.headers().get_all(header::HOST).iter().nth(1).is_some() {
+        return Err(ApiError::new(ErrorKind::Usage, "a request must name one Host, not several"));
+    }
+    // A request target in absolute form (`http://AUTHORITY/path`) names the host it is for, and
+    // a server takes it instead of the Host field (RFC 9112, section 3.2.2): the guard checks it.
+    let target = request.uri().authority().map(|authority| match authority.port() {
+        Some(port) => format!("{}:{port}", authority.host()),
+        None => authority.host().to_owned(),
+    });
+    let named = match (&target, host) {
+        (Some(target), _) => Some(target.as_str()),
+        (None, Some(host)) => Some(host.to_str().unwrap_or_default()),
+        (None, None) => None,
+    };
+    if let (Some(hosts), Some(text)) = (hosts, named)
+        && !hosts.admits(text)
+    {
+        return Err(ApiError::with_status(
+            StatusCode::MISDIRECTED_REQUEST,
+            ErrorKind::Usage,
+            format!(
+                "Host {:?} is not this server's: a request must name a loopback address, localhost, the address the server listens on or a name given with --host-name (a guard against DNS rebinding)",
+                crate::error::shorten(text)
+            ),
+        ));
     }
     if let Some(expected) = token
         && !authorized(request.headers(), expected)
@@ -394,15 +408,25 @@ async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The method and path of an unrouted request, shortened: both are the caller's bytes (a method
+/// may be any token, of any length).
 async fn unknown_route(request: Request) -> ApiError {
-    ApiError::not_found(format!("no route {} {} (see docs/openapi.json)", request.method(), request.uri().path()))
+    ApiError::not_found(format!(
+        "no route {} {} (see docs/openapi.json)",
+        crate::error::shorten(request.method().as_str()),
+        crate::error::shorten(request.uri().path())
+    ))
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
     ApiError::with_status(
         StatusCode::METHOD_NOT_ALLOWED,
         ErrorKind::Usage,
-        format!("route {} does not take {} (see docs/openapi.json)", request.uri().path(), request.method()),
+        format!(
+            "route {} does not take {} (see docs/openapi.json)",
+            crate::error::shorten(request.uri().path()),
+            crate::error::shorten(request.method().as_str())
+        ),
     )
 }
 
@@ -457,8 +481,18 @@ async fn op_route(state: &AppState, op: &'static str, body: serde_json::Map<Stri
     blocking(state, move |store| Ok(axum::Json(documents::batch_result(&run_one(store, &op)?)))).await
 }
 
+/// `POST /v1/attempts/begin`: the body of a batch's `begin` line, run by [`Store::begin_attempt`]
+/// (not as a batch of one): a store opened without cross-process readers and without durable
+/// begins (`serve --exclusive`) then answers the begin before its own flush, made durable by
+/// its next durable commit, with the library's guarantee for a begin a power loss forgets (its
+/// number and directory are never issued again). Any other store's begin is durable when
+/// answered, as a batch's always is.
 async fn begin(State(state): State<AppState>, Body(body): Body<serde_json::Map<String, Value>>) -> Answer {
-    op_route(&state, "begin", body).await
+    let BatchOp::Begin { dataset, run, partition } = batch_op("begin", body)? else {
+        return Err(ApiError::new(ErrorKind::Fault, "a begin's body was read as another operation"));
+    };
+    let task = TaskKey::new(dataset, run, partition);
+    blocking(&state, move |store| Ok(axum::Json(documents::batch_result(&BatchOutcome::Begin(store.begin_attempt(&task)?))))).await
 }
 
 async fn heartbeat(State(state): State<AppState>, Body(body): Body<AttemptRef>) -> Answer {

@@ -13,7 +13,7 @@
 //! swapped with their neighbour are counted and printed apart: some are only caught by redb's
 //! page checksums, which only its integrity check verifies (see the book, `docs/src/crash-safety.md`).
 //!
-//! `cargo test --test it damage:: -- --nocapture` prints the figures.
+//! `cargo test --workspace --test it damage:: -- --nocapture` prints the figures.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -34,7 +34,7 @@ const WRITES: [Op; 5] = [
 ];
 
 fn good_fixture() -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/good.redb")).unwrap()
+    std::fs::read(crate::support::repo_root().join("tests/fixtures/good.redb")).unwrap()
 }
 
 /// How one step of one damaged copy ended.

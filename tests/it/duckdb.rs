@@ -35,12 +35,12 @@ fn duckdb_available() -> bool {
     Command::new("python3").args(["-c", "import duckdb"]).output().is_ok_and(|o| o.status.success())
 }
 
-/// The main job's binary, built with the profile of this test binary (a no-op under
-/// `cargo test`, which builds examples with it).
+/// The main job's binary, built with the profile of this test binary and the workspace's
+/// features (a no-op under `cargo test --workspace`, which builds examples so).
 fn main_job() -> PathBuf {
     let status = Command::new(env!("CARGO"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "--quiet", "--example", "daily_units", "--profile", "test"])
+        .current_dir(crate::support::repo_root())
+        .args(["build", "--quiet", "--workspace", "--example", "daily_units", "--profile", "test"])
         .status()
         .expect("run cargo build");
     assert!(status.success(), "building the main job failed");

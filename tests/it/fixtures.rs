@@ -13,16 +13,16 @@
 //! wrong) when opened, read or verified, and never a panic.
 //!
 //! Regenerate after an intended format change (and review the diff):
-//! `MANIFESTDB_WRITE_FIXTURES=1 cargo test --test it write_fixtures -- --ignored`
+//! `MANIFESTDB_WRITE_FIXTURES=1 cargo test --workspace --test it write_fixtures -- --ignored`
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use manifestdb::testing::{self, Reference};
 use manifestdb::{ReadOnlyStore, Store, VerifyOptions};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    crate::support::repo_root().join("tests/fixtures")
 }
 
 /// A private copy of a fixture (opening for writing may write to it).

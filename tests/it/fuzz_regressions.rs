@@ -2,15 +2,15 @@
 //! (`fuzz/corpus-seeds/<target>/`) and every input that once failed
 //! (`fuzz/regressions/<target>/`), so `cargo test` guards them without cargo-fuzz.
 //!
-//! `MANIFESTDB_WRITE_SEEDS=1 cargo test --test it write_fuzz_seeds -- --ignored` regenerates
+//! `MANIFESTDB_WRITE_SEEDS=1 cargo test --workspace --test it write_fuzz_seeds -- --ignored` regenerates
 //! the seed corpus from the scripted workload and the sample records.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use manifestdb::testing::{self, Op};
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let root = crate::support::repo_root().join("fuzz");
     let mut out = Vec::new();
     for dir in [root.join("corpus-seeds").join(target), root.join("regressions").join(target)] {
         let Ok(entries) = std::fs::read_dir(&dir) else { continue };
@@ -70,7 +70,7 @@ fn committed_damaged_store_inputs_never_panic() {
     }
     let inputs = inputs("damaged_store");
     assert!(inputs.len() >= 5, "the seed corpus is committed under fuzz/corpus-seeds/damaged_store");
-    let good = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/good.redb")).unwrap();
+    let good = std::fs::read(crate::support::repo_root().join("tests/fixtures/good.redb")).unwrap();
     let staging = tempfile::tempdir().unwrap();
     let mut succeeded = 0;
     for (_, bytes) in &inputs {
@@ -92,7 +92,7 @@ fn write_fuzz_seeds() {
     if std::env::var_os("MANIFESTDB_WRITE_SEEDS").is_none() {
         return;
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus-seeds");
+    let root = crate::support::repo_root().join("fuzz/corpus-seeds");
     let crash = root.join("crash_recovery");
     std::fs::create_dir_all(&crash).unwrap();
     let workload = testing::scripted_workload();
@@ -138,7 +138,7 @@ fn write_fuzz_seeds() {
 }
 
 /// Prints a crash_recovery input's ops, their reference outcomes and where the crash lands:
-/// `MANIFESTDB_FUZZ_INPUT=fuzz/artifacts/crash_recovery/crash-... cargo test --test it
+/// `MANIFESTDB_FUZZ_INPUT=fuzz/artifacts/crash_recovery/crash-... cargo test --workspace --test it
 /// explain_fuzz_input -- --ignored --nocapture`.
 #[test]
 #[ignore = "explains one fuzz input; run with MANIFESTDB_FUZZ_INPUT=<file>"]

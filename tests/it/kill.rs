@@ -222,7 +222,7 @@ fn leftover_temporary_files_of_an_interrupted_creation_are_ignored() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let good = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/good.redb")).unwrap();
+    let good = std::fs::read(crate::support::repo_root().join("tests/fixtures/good.redb")).unwrap();
     // An empty file, half a store and a whole one, as a creation killed at various points leaves.
     std::fs::write(dir.path().join(".store.redb.creating-1-1"), b"").unwrap();
     std::fs::write(dir.path().join(".store.redb.creating-2-2"), &good[..good.len() / 2]).unwrap();

@@ -212,3 +212,66 @@ fn a_killed_writer_s_begin_is_settled_by_recover_and_never_issued_again() {
     assert_eq!(next, if kept { 3 } else { 2 }, "attempt 1 kept: {kept}");
     assert_eq!(store.begin_attempt(&task("p=2")).unwrap().key.attempt, 2, "every task of the run skipped one number");
 }
+
+/// `POST /v1/attempts/begin` on a server over a store like `serve --exclusive`'s: `p=1`'s
+/// second begin over HTTP, and `p=2`'s first.
+fn begin_over_http(client: &mut manifestdb::server::Client, partition: &str) -> (u32, std::path::PathBuf) {
+    let body = serde_json::json!({ "dataset": "ds", "run": "r1", "partition": partition });
+    let answer = client.request("POST", "/v1/attempts/begin", Some(&body)).expect("begin request");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let attempt = answer.body["attempt"].as_u64().expect("attempt number");
+    (u32::try_from(attempt).expect("small"), answer.body["staging_dir"].as_str().expect("staging_dir").into())
+}
+
+/// The same guarantees through the HTTP server (`serve --exclusive` opens the store so): a
+/// begin over HTTP is answered without a flush of its own, a power loss may forget it, and its
+/// number and directory are never issued again; with durable begins (`--durable-begins`)
+/// every begin answered over HTTP flushes and survives the power loss.
+#[test]
+fn over_http_an_exclusive_server_s_begins_skip_their_flush_unless_durable() {
+    if crate::support::redb_only("power loss on redb's fault-injecting backend") {
+        return;
+    }
+    use manifestdb::server::{Client, Listen, Server, ServerOptions};
+    use std::sync::Arc;
+    for durable in [false, true] {
+        let backend = FaultyBackend::new();
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join("staging");
+        let store = Arc::new(Store::open_with_backend(backend.clone(), &staging, &options(durable)).unwrap());
+        declare(&store);
+        // Attempt 1 of p=1, validated in process: its verdict's commit is durable.
+        let first = store.begin_attempt(&task("p=1")).unwrap();
+        store.finish_and_validate(&first.key, &work(&first.staging_dir), FileCheck::Size).unwrap();
+        let socket = dir.path().join("manifestdb.sock");
+        let server = Server::start(Arc::clone(&store), &ServerOptions::unix(&socket)).expect("start the server");
+        let mut client = Client::new(Listen::Unix(socket)).expect("client");
+
+        let before = syncs(&backend);
+        let (second, second_dir) = begin_over_http(&mut client, "p=1");
+        let between = syncs(&backend);
+        let (other, other_dir) = begin_over_http(&mut client, "p=2");
+        assert_eq!((second, other), (2, 1));
+        let flushes = (between - before, syncs(&backend) - between);
+        if durable {
+            assert!(flushes.0 >= 1 && flushes.1 >= 1, "durable begins: each begin answered over HTTP flushed: {flushes:?}");
+        } else {
+            assert_eq!(flushes, (0, 0), "a begin over HTTP on an exclusive store is answered before its flush");
+        }
+        backend.power_loss_now();
+        drop(client);
+        drop(server.shutdown().expect("stop the server"));
+        drop(store);
+
+        let image = backend.crash_image(Tear::LoseUnsynced);
+        let store = Store::open_with_backend(FaultyBackend::from_image(image), &staging, &options(durable)).unwrap();
+        let kept = store.snapshot().unwrap().attempt(&task("p=1").attempt(2)).unwrap().is_some();
+        assert_eq!(kept, durable, "durable begins {durable}: attempt 2 survived the power loss: {kept}");
+        let retry = store.begin_attempt(&task("p=1")).unwrap();
+        assert_eq!(retry.key.attempt, 3, "durable begins {durable}: attempt 2 is issued once, never again");
+        assert_ne!(retry.staging_dir, second_dir);
+        let next = store.begin_attempt(&task("p=2")).unwrap();
+        assert_eq!(next.key.attempt, 2, "durable begins {durable}");
+        assert_ne!(next.staging_dir, other_dir);
+    }
+}

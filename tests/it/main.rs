@@ -6,6 +6,7 @@ mod batch;
 mod crash;
 mod damage;
 mod delta_log;
+mod dependents;
 mod duckdb;
 mod durability;
 mod effects;

@@ -12,7 +12,7 @@ use manifestdb::{Store, TaskKey};
 use serde_json::{Value, json};
 
 fn openapi() -> Value {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.json")).expect("read docs/openapi.json");
+    let text = std::fs::read_to_string(crate::support::repo_root().join("docs/openapi.json")).expect("read docs/openapi.json");
     serde_json::from_str(&text).expect("docs/openapi.json is JSON")
 }
 

@@ -18,6 +18,12 @@ use manifestdb::{
     AttemptKey, AttemptTicket, Candidate, FileEntry, ReadOnlyStore, RunSpec, Store, StoreOptions, TaskKey, TaskSpec, describe_file,
 };
 
+/// The repository's root (this suite's package is `tests/`, one level down): the fixtures, the
+/// book, the fuzz corpora and the scripts are found from here.
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the tests package sits inside the repository")
+}
+
 /// The admin URL of the test PostgreSQL server.
 pub const POSTGRES_ENV: &str = "MANIFESTDB_TEST_POSTGRES";
 /// Which storage layer the suite runs against: `redb` (default) or `postgres`.

@@ -9,7 +9,7 @@ use crate::args::{GcAbandonArgs, GcApplyArgs, GcExpireArgs, GcPlanArgs};
 use crate::exit::Exit;
 use crate::json::{operator, reads};
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, Words, duration, escape, text, utc};
+use crate::output::{Out, Table, Words, count, duration, escape, text, utc};
 use crate::remote;
 
 fn mode(execute: bool) -> RunMode {
@@ -46,8 +46,8 @@ pub fn abandon(location: &LocationArgs, out: &mut Out, args: &GcAbandonArgs) -> 
         let verb = if doc["mode"] == "execute" { "abandoned" } else { "would abandon (dry run; --execute to record)" };
         writeln!(
             w,
-            "{verb} {} attempt(s) idle longer than {}",
-            abandoned.len(),
+            "{verb} {} idle longer than {}",
+            count(abandoned.len() as u64, "attempt"),
             duration(doc["attempt_lifetime_max_ms"].as_u64().unwrap_or(0))
         )?;
         for key in abandoned {
@@ -80,14 +80,26 @@ pub fn expire(location: &LocationArgs, out: &mut Out, args: &GcExpireArgs) -> an
         let expired: Vec<u64> = items(&doc["expired"]).iter().filter_map(Value::as_u64).collect();
         writeln!(
             w,
-            "{}: current generation {}, oldest retained {}; {verb} {} generation(s) {:?}, {} partition version(s)",
+            "{}: current generation {}, oldest retained {}; {verb} {} {:?}, {}",
             escape(&text(&doc["dataset"])),
             text(&doc["current"]),
             text(&doc["oldest_retained"]),
-            expired.len(),
+            count(expired.len() as u64, "generation"),
             expired,
-            text(&doc["versions_removed"])
-        )
+            count(doc["versions_removed"].as_u64().unwrap_or(0), "partition version")
+        )?;
+        if expired.is_empty() && doc["current"].as_u64().unwrap_or(0) > 0 {
+            // Why nothing goes: the newest `keep_last`, everything younger than the window and
+            // everything newer than a kept one are kept (the current generation always).
+            writeln!(
+                w,
+                "nothing to expire: every generation from {} on is among the newest {} or younger than {} (--keep-last, --rollback-window)",
+                text(&doc["oldest_retained"]),
+                policy.keep_last,
+                duration(ms(policy.rollback_window))
+            )?;
+        }
+        Ok(())
     })?;
     Ok(Exit::Success)
 }
@@ -127,13 +139,13 @@ pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow
         let (candidates, unknown) = (items(&doc["candidates"]), items(&doc["unknown"]));
         writeln!(
             w,
-            "cleanup plan {} (made {}, files older than {}): {} file(s), {} bytes to delete; {} unknown file(s)",
+            "cleanup plan {} (made {}, files older than {}): {}, {} bytes to delete; {}",
             text(&doc["plan"]),
             utc(doc["created_at_ms"].as_u64().unwrap_or(0)),
             duration(doc["age_threshold_ms"].as_u64().unwrap_or(0)),
-            candidates.len(),
+            count(candidates.len() as u64, "file"),
             text(&doc["candidate_bytes"]),
-            unknown.len()
+            count(unknown.len() as u64, "unknown file")
         )?;
         let mut table = Table::new(vec!["PATH", "BYTES", "MODIFIED", "REASON"]);
         for p in candidates.iter().chain(unknown) {
@@ -141,7 +153,7 @@ pub fn plan(location: &LocationArgs, out: &mut Out, args: &GcPlanArgs) -> anyhow
         }
         table.write(w)?;
         for (reason, n) in doc["kept"].as_object().into_iter().flatten() {
-            writeln!(w, "kept: {} file(s) {}", text(n), reason.replace('_', " "))?;
+            writeln!(w, "kept: {} {}", count(n.as_u64().unwrap_or(0), "file"), reason.replace('_', " "))?;
         }
         for path in items(&doc["unconsidered"]) {
             writeln!(w, "not considered: {}", escape(&text(path)))?;
@@ -174,13 +186,19 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
     let doc = doc?;
     out.emit(&doc, |w| {
         let verb = if doc["mode"] == "execute" { "deleted" } else { "would delete (dry run; --execute to delete)" };
-        writeln!(w, "plan {}: {verb} {} file(s), {} bytes", text(&doc["plan"]), items(&doc["deleted"]).len(), text(&doc["bytes_deleted"]))?;
+        writeln!(
+            w,
+            "plan {}: {verb} {}, {} bytes",
+            text(&doc["plan"]),
+            count(items(&doc["deleted"]).len() as u64, "file"),
+            text(&doc["bytes_deleted"])
+        )?;
         write_skipped(w, items(&doc["skipped"]), items(&doc["deleted"]).is_empty())?;
         writeln!(
             w,
-            "{} empty directories removed, {} attempt record(s) removed",
-            text(&doc["directories_removed"]),
-            items(&doc["attempt_records_removed"]).len()
+            "{} removed, {} removed",
+            count(doc["directories_removed"].as_u64().unwrap_or(0), "empty directory|empty directories"),
+            count(items(&doc["attempt_records_removed"]).len() as u64, "attempt record")
         )
     })?;
     Ok(Exit::Success)

@@ -12,6 +12,8 @@ pub(crate) mod serve;
 mod verify;
 mod view;
 
+pub use verify::STORE_DAMAGED;
+
 use std::io::Read;
 use std::path::Path;
 
@@ -20,7 +22,7 @@ use serde_json::json;
 
 use crate::args::{AttemptCommand, Cli, Command, EffectsCommand, GcCommand, RunCommand};
 use crate::exit::Exit;
-use crate::output::{Out, Table};
+use crate::output::{Out, escape};
 
 /// Runs the parsed command line.
 pub fn run(cli: &Cli, out: &mut Out) -> anyhow::Result<Exit> {
@@ -120,10 +122,10 @@ fn init(location: &crate::location::LocationArgs, out: &mut Out) -> anyhow::Resu
             (None, true) => " (created)".to_owned(),
             (None, false) => " (exists)".to_owned(),
         };
-        let mut table = Table::new(vec!["", ""]);
-        table.row(vec!["store".into(), format!("{}{state}", path.display())]);
-        table.row(vec!["staging".into(), staging.display().to_string()]);
-        table.write_body(w)
+        // Whole paths, not table cells (a cell is cut at 64 characters, which took the state
+        // off a long store path); escaped like a cell.
+        writeln!(w, "store    {}{state}", escape(&path.display().to_string()))?;
+        writeln!(w, "staging  {}", escape(&staging.display().to_string()))
     })?;
     Ok(Exit::Success)
 }

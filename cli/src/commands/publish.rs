@@ -6,7 +6,7 @@ use crate::args::PublishArgs;
 use crate::exit::Exit;
 use crate::json;
 use crate::location::LocationArgs;
-use crate::output::{Out, escape, text};
+use crate::output::{Out, count, escape, text};
 use crate::remote::Remote;
 
 /// `publish`: exit 0 when published or already published, 3 when refused.
@@ -29,12 +29,12 @@ pub fn publish(location: &LocationArgs, out: &mut Out, args: &PublishArgs) -> an
     out.emit(&doc, |w| match outcome.as_str() {
         "published" => writeln!(
             w,
-            "published run {} of {} as generation {} (parent {}, {} partitions replaced)",
+            "published run {} of {} as generation {} (parent {}, {} replaced)",
             escape(&text(&g["run"])),
             escape(&text(&g["dataset"])),
             text(&g["number"]),
             text(&g["parent"]),
-            text(&g["partitions_replaced"])
+            count(g["partitions_replaced"].as_u64().unwrap_or(0), "partition")
         ),
         "already_published" => writeln!(
             w,

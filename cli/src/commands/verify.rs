@@ -36,9 +36,35 @@ fn report_text(doc: &Value) -> String {
         for f in findings {
             lines.push(format!("  {} [{}]: {}", text(&f["table"]), text(&f["key"]), text(&f["message"])));
         }
+        lines.extend(what_to_do(findings));
     }
     lines.join("\n")
 }
+
+/// What an operator does about the findings, by where they are: the store file's own records
+/// (or redb's check), the staging files, the views.
+fn what_to_do(findings: &[Value]) -> Vec<String> {
+    let table = |f: &Value| f["table"].as_str().unwrap_or_default().to_owned();
+    let mut advice = Vec::new();
+    if findings.iter().any(|f| table(f) != "files" && table(f) != "views") {
+        advice.push(format!("what to do: {STORE_DAMAGED}"));
+    }
+    if findings.iter().any(|f| table(f) == "files") {
+        advice.push(
+            "what to do: a staging file a retained generation names is missing or changed: put it back from a copy, or publish the task again (a new run); verify --files checks again"
+                .to_owned(),
+        );
+    }
+    if findings.iter().any(|f| table(f) == "views") {
+        advice.push("what to do: `manifestdb view sync` rebuilds the views from the store".to_owned());
+    }
+    advice
+}
+
+/// What to do about a store file found damaged: what the tool adds to a damaged-store error
+/// and to verify's findings in the store's records.
+pub const STORE_DAMAGED: &str = "the store file is damaged: stop the processes that write it, keep a copy of it, and put back \
+     the last good copy (a backup or a file system snapshot); `manifestdb verify --json` lists every damaged record by table and key";
 
 /// `verify`: exit 0 when clean, 7 when anything is found.
 pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyhow::Result<Exit> {
@@ -70,4 +96,20 @@ pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyh
     let doc = doc?;
     out.emit(&doc, |w| writeln!(w, "{}", report_text(&doc)))?;
     Ok(if doc["clean"] == true { Exit::Success } else { Exit::Corrupt })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn findings_say_what_to_do_by_where_they_are() {
+        let record = json!({"table": "attempts_v1", "key": "d/r/p#1", "message": "checksum mismatch"});
+        let file = json!({"table": "files", "key": "d/r/p/@attempt-1/part.csv", "message": "missing"});
+        let view = json!({"table": "views", "key": "d/v1", "message": "missing file"});
+        let advice = super::what_to_do(&[record]).join("\n");
+        assert!(advice.contains("put back") && advice.contains("verify --json"), "{advice}");
+        let advice = super::what_to_do(&[file, view]).join("\n");
+        assert!(advice.contains("staging file") && advice.contains("view sync") && !advice.contains("store file is damaged"), "{advice}");
+    }
 }

@@ -139,3 +139,54 @@ crate::support::through_a_server!(
     a_batch_prints_one_result_line_per_operation_in_order_and_a_bad_line_fails_alone,
     a_whole_run_can_be_driven_through_batches,
 );
+
+/// The batch of the CLI chapter (`docs/src/cli.md`, "Many operations at once"), run as printed
+/// on the state its text describes: every line succeeds (the rule that refuses a validate of an
+/// attempt the same batch finishes accepts it), and its finish's figures are the file's real
+/// ones (attempt 2 validates valid with checksums afterwards).
+#[test]
+fn the_cli_chapters_batch_example_runs_as_printed() {
+    let chapter = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/cli.md")).expect("cli.md");
+    let start = chapter.find("manifestdb batch <<'EOF'\n").expect("the batch example") + "manifestdb batch <<'EOF'\n".len();
+    let input = &chapter[start..start + chapter[start..].find("\nEOF\n").expect("its end") + 1];
+    let env = Env::new();
+    let declare = |run: &str, snapshot: &str, tasks: &[&str]| {
+        let mut args =
+            vec!["run", "declare", "-d", "daily", "-r", run, "--snapshot", snapshot, "--grain", "store,item", "--measure", "units"];
+        for task in tasks {
+            args.extend(["--task", task]);
+        }
+        env.run(&args).code(0);
+    };
+    let part = "store,item,units\n1,7,300\n2,7,400\n";
+    let attempt = |run: &str, snapshot: &str, partition: &str, finish: bool| {
+        let doc = env.json(&["attempt", "begin", "-d", "daily", "-r", run, "-p", partition]).code(0).json();
+        let dir = std::path::PathBuf::from(doc["staging_dir"].as_str().expect("staging_dir"));
+        std::fs::write(dir.join("part.csv"), part).expect("write part.csv");
+        let n = doc["attempt"].to_string();
+        if finish {
+            env.run(&["attempt", "finish", "-d", "daily", "-r", run, "-p", partition, "-a", &n, "--snapshot", snapshot, "--scan"]).code(0);
+        }
+        n
+    };
+    // Run r0 published, its `notify` effect recorded (ready to claim).
+    declare("r0", "sales@v41", &["date=2026-11-28/region=eu:2:700"]);
+    env.run(&["effects", "record", "-d", "daily", "-r", "r0", "-e", "notify", "--payload", "done"]).code(0);
+    let n = attempt("r0", "sales@v41", "date=2026-11-28/region=eu", true);
+    env.run(&["attempt", "validate", "-d", "daily", "-r", "r0", "-p", "date=2026-11-28/region=eu", "-a", &n]).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r0"]).code(0);
+    // Run r1: eu's attempt 1 finished, attempt 2 written, not finished.
+    declare("r1", "sales@v42", &[EU, US].map(|p| format!("{p}:2:700")).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(attempt("r1", "sales@v42", EU, true), "1");
+    assert_eq!(attempt("r1", "sales@v42", EU, false), "2");
+
+    let run = batch(&env, input);
+    run.code(0);
+    let lines: Vec<Value> = run.stdout.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    assert_eq!(lines.len(), 6, "{}", run.stdout);
+    assert!(lines.iter().all(|l| l["ok"] == true), "{}", run.stdout);
+    assert_eq!(lines[2]["result"]["verdict"], "valid", "{}", run.stdout);
+    let validated = env.json(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", "2", "--checksums"]).code(0).json();
+    assert_eq!(validated["verdict"], "valid", "the finish's size, CRC32 and digest are the file's: {validated}");
+    assert_eq!(validated["reconciliation"]["reported"]["digest"], validated["reconciliation"]["computed"]["digest"]);
+}

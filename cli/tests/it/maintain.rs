@@ -69,6 +69,20 @@ fn verify_and_show_on_the_committed_store_fixtures() {
         run.code(7);
         assert_eq!(run.error_json()["error"]["kind"], "corrupt", "{name}");
     }
+    // What to do, not only what was found: verify's findings in the store's records, and a
+    // verb that meets the damage.
+    let copy = tmp.path().join("told.redb");
+    std::fs::copy(fixtures.join("flipped-bit.redb"), &copy).expect("copy fixture");
+    let verify = finish(command().arg("--store").arg(&copy).arg("verify"));
+    verify.code(7);
+    assert!(verify.stdout.contains("what to do: the store file is damaged") && verify.stdout.contains("put back"), "{}", verify.stdout);
+    for name in ["truncated.redb", "wrong-magic.redb"] {
+        let copy = tmp.path().join(format!("told-{name}"));
+        std::fs::copy(fixtures.join(name), &copy).expect("copy fixture");
+        let show = finish(command().arg("--store").arg(&copy).args(["show", "-d", "daily_units"]));
+        show.code(7);
+        assert!(show.stderr.contains("put back") && show.stderr.contains("verify --json"), "{name}: {}", show.stderr);
+    }
 }
 
 #[test]

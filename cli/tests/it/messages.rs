@@ -181,3 +181,74 @@ crate::support::through_a_server!(
     an_attempt_an_operator_abandoned_is_reported_in_the_same_words_by_every_verb,
     validate_pending_validates_every_finished_attempt_of_the_run_one_line_each
 );
+
+#[test]
+fn durations_generations_and_counts_out_of_range_are_refused_as_typed() {
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    // A duration past its bound is named as typed, not in milliseconds.
+    let lifetime = env.json(&["--attempt-lifetime", "1000d", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU]);
+    lifetime.code(2);
+    let message = lifetime.error_json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("\"1000d\"") && message.contains("30d"), "{message}");
+    assert!(!message.contains("ms"), "{message}");
+    let lease = env.json(&["effects", "claim", "-d", "daily", "-r", "r1", "-e", "x", "--claimant", "c", "--lease", "400d"]);
+    lease.code(2);
+    let message = lease.error_json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("\"400d\"") && message.contains("1d") && !message.contains("ms\""), "{message}");
+    // A negative generation is a value refused as one, not an unknown flag.
+    for args in [&["show", "-d", "daily", "-g", "-1"][..], &["view", "daily", "-g", "-1"], &["diff", "-d", "daily", "-1", "2"]] {
+        let run = env.json(args);
+        run.code(2);
+        let message = run.error_json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("\"-1\" is negative") && !message.contains("unexpected argument"), "{args:?}: {message}");
+    }
+    // Keeping no generation is not a policy: the current one is always kept.
+    let expire = env.json(&["gc", "expire", "-d", "daily", "--keep-last", "0"]);
+    expire.code(2);
+    let message = expire.error_json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+    assert!(message.contains("always kept") && message.contains("1 or more"), "{message}");
+}
+
+#[test]
+fn a_publish_and_an_expiry_that_expires_nothing_say_so_in_agreeing_plurals() {
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700)]);
+    let expire = env.run(&["gc", "expire", "-d", "daily", "--keep-last", "1"]);
+    let out = &expire.code(0).stdout;
+    assert!(out.contains("0 generations []") && out.contains("0 partition versions"), "{out}");
+    // Why nothing goes: within the rollback window.
+    assert!(out.contains("nothing to expire") && out.contains("7d"), "{out}");
+    env.declare("r2", "s2", &[(US, 2, 700)]);
+    env.attempt("r2", "s2", US, 2, 700).code(0);
+    let published = env.run(&["publish", "-d", "daily", "-r", "r2"]);
+    assert!(published.code(0).stdout.contains("(parent 1, 1 partition replaced)"), "{}", published.stdout);
+}
+
+#[test]
+fn usage_errors_start_like_every_other_error_and_verbs_list_global_options_apart() {
+    let env = Env::new();
+    let bad = env.run(&["show", "--bogus"]);
+    bad.code(2);
+    assert!(bad.stderr.starts_with("manifestdb: error: unexpected argument '--bogus'"), "{}", bad.stderr);
+    let help = env.run(&["attempt", "begin", "--help"]);
+    let text = &help.code(0).stdout;
+    let global = text.find("Global options:").unwrap_or_else(|| panic!("no global heading:\n{text}"));
+    let own = text.find("--partition").expect("the verb's own flag");
+    let dir = text.find("--dir").expect("a global flag");
+    assert!(own < global && global < dir, "the verb's flags first, then the global ones under their heading:\n{text}");
+}
+
+#[test]
+fn init_prints_a_long_store_path_whole_with_its_state() {
+    if crate::support::redb_only("init of a store file") {
+        return;
+    }
+    let env = Env::empty();
+    let deep = env.dir().join("a-directory-name-long-enough-that-the-path-runs-past-sixty-four-characters");
+    let run = crate::support::finish(crate::support::command().arg("--dir").arg(&deep).arg("init"));
+    let out = &run.code(0).stdout;
+    assert!(out.contains(&format!("{} (created)", deep.join("store.redb").display())), "{out}");
+    let again = crate::support::finish(crate::support::command().arg("--dir").arg(&deep).arg("init"));
+    assert!(again.code(0).stdout.contains(&format!("{} (exists)", deep.join("store.redb").display())), "{}", again.stdout);
+}

@@ -172,6 +172,15 @@ fn bad_requests_get_json_errors_and_write_nothing() {
         assert_error(&answer, 400, ErrorKind::Usage, "..");
     }
     assert_error(&client.request("GET", "/v1/attempts/begin", None).unwrap(), 405, ErrorKind::Usage, "does not take GET");
+    // A method is any token, of any length: the 405 and 404 messages show its first 120
+    // characters and its length, not 20 KB of it.
+    let method = "X".repeat(20_000);
+    for (path, status, kind) in [("/v1/attempts/begin", 405, "usage"), ("/v1/nope", 404, "not_found")] {
+        let request = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let answer = RawAnswer::parse(&raw_unix(&serve.socket(), request.as_bytes()));
+        answer.assert_error(status, kind, "(20000 bytes)");
+        assert!(answer.body.to_string().len() < 600, "{path}: the method echoed whole: {} bytes", answer.body.to_string().len());
+    }
     assert_error(&client.request("GET", "/v1/unknown", None).unwrap(), 404, ErrorKind::NotFound, "no route");
     assert_error(&client.request("GET", "/../v1/stats", None).unwrap(), 404, ErrorKind::NotFound, "no route");
     assert_error(&client.request("GET", "/v1/manifest?generation=x", None).unwrap(), 400, ErrorKind::Usage, "query");
@@ -352,8 +361,8 @@ fn the_cli_sends_writing_verbs_to_the_running_server_and_file_verbs_fail_busy_at
     // No socket in the store's directory: the file is opened, and the server holds it.
     env.json(&[&["--wait", "0s"][..], &begin].concat()).code(6);
     let unauthorized = env.json(&[&["--server", url.as_str()][..], &begin].concat());
-    unauthorized.code(1);
-    assert_eq!(unauthorized.error_json()["error"]["kind"], "fault", "401 is a fault of the caller's setup: {}", unauthorized.stderr);
+    unauthorized.code(10);
+    assert_eq!(unauthorized.error_json()["error"]["kind"], "unauthorized", "401 has its own exit code: {}", unauthorized.stderr);
     let served = env.json(&[&["--server", url.as_str(), "--server-token-file", token_file.to_str().unwrap()][..], &begin].concat());
     assert_eq!(served.code(0).json()["attempt"], 2);
     assert_eq!(serve.stop(), 0);
@@ -543,6 +552,26 @@ fn a_tcp_request_must_name_this_server_as_its_host_against_dns_rebinding() {
     }
     // The CLI's client names the server's address.
     assert_eq!(env.json(&["--server", &serve.address.to_string(), "run", "show", "-d", "daily", "-r", "r1"]).code(0).json()["run"], "r1");
+
+    // Two Host fields: 400 (RFC 9112, section 3.2), whatever they name.
+    let raw = |request: String| {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        RawAnswer::parse(&raw_exchange(&mut stream, request.as_bytes()))
+    };
+    raw(format!("GET /v1/health HTTP/1.1\r\nHost: {addr}\r\nHost: evil.example\r\nConnection: close\r\n\r\n"))
+        .assert_error(400, "usage", "one Host");
+    raw(format!("GET /v1/health HTTP/1.1\r\nHost: {addr}\r\nHost: {addr}\r\nConnection: close\r\n\r\n"))
+        .assert_error(400, "usage", "one Host");
+    // A target in absolute form names its host, which a server takes over the Host field: the
+    // guard checks that authority.
+    raw(format!("GET http://evil.example/v1/health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")).assert_error(
+        421,
+        "usage",
+        "evil.example",
+    );
+    let own = raw(format!("GET http://{addr}/v1/health HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"));
+    assert_eq!(own.status, 200, "an absolute-form target naming this server: {}", own.body);
 }
 
 #[test]
@@ -577,6 +606,10 @@ fn the_bearer_scheme_is_case_insensitive_and_a_token_file_others_may_read_is_war
     child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
     assert!(stderr.contains("token file") && stderr.contains("other users") && stderr.contains("chmod 600"), "{stderr}");
+    // Under --json, stderr holds JSON lines only: the log's events too.
+    for line in stderr.lines().filter(|line| !line.trim().is_empty()) {
+        assert!(serde_json::from_str::<Value>(line).is_ok(), "a line on stderr under --json is not JSON: {line}");
+    }
 }
 
 #[test]

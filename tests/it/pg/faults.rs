@@ -87,7 +87,7 @@ struct OwnServer {
 
 impl OwnServer {
     fn script() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pg-server")
+        crate::support::repo_root().join("scripts/pg-server")
     }
 
     fn command(&self, verb: &str) -> std::process::Output {
