@@ -142,7 +142,7 @@ def publish_run(
             outcome, emitted = publish_and_emit(
                 store, dataset, run_id, effects=effects, emit=emit, claimant=who, lease=lease, check=check
             )
-        return {"generation": outcome.generation.number, "emitted": [e.key.idempotency_key for e in emitted]}
+        return {"generation": outcome.generation.number, "emitted": [e.idempotency_key for e in emitted]}
 
     publish.__name__ = task_id
     return task(task_id=task_id, **task_kwargs)(publish)()

@@ -335,12 +335,6 @@ class EffectKey:
         _check("effect", self.effect, str)
         _check("partition", self.partition, str, optional=True)
 
-    @property
-    def idempotency_key(self) -> str:
-        """The key as one string, for a receiver that drops repeats (an ``Idempotency-Key``
-        header, a message id): the same for every attempt, retry and emitter of this effect."""
-        return "/".join((self.dataset, self.run, self.effect, self.partition or ""))
-
     def _body(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "run": self.run, "effect": self.effect, "partition": self.partition}
 
@@ -868,7 +862,13 @@ class EffectClaim:
 @dataclass(frozen=True, slots=True)
 class Effect:
     """A recorded side effect. ``status`` is ``recorded`` (its run is not published: do not
-    emit), ``ready`` (emit, then mark emitted) or ``emitted``."""
+    emit), ``ready`` (emit, then mark emitted) or ``emitted``.
+
+    ``idempotency_key`` is what to hand a receiver that drops repeats (an ``Idempotency-Key``
+    header, a message id): ``<store id>/<dataset>/<run>/<effect>/<partition>``, the partition
+    empty for a run-level effect. It is the same for every attempt, retry and emitter of this
+    effect, and names the store (``store_id``: made when the store was created, kept across
+    reopens), so two stores' effects never collide at one receiver."""
 
     key: EffectKey
     payload: bytes
@@ -877,11 +877,8 @@ class Effect:
     generation: int | None
     emitted_at: datetime | None
     claim: EffectClaim | None
-
-    @property
-    def idempotency_key(self) -> str:
-        """The effect's natural key as one string (see :attr:`EffectKey.idempotency_key`)."""
-        return self.key.idempotency_key
+    store_id: str
+    idempotency_key: str
 
     @staticmethod
     def _of(doc: Document) -> Effect:
@@ -894,6 +891,8 @@ class Effect:
             doc["generation"],
             _time(doc["emitted_at_ms"]),
             None if c is None else EffectClaim(c["claimant"], _time_required(c["claimed_at_ms"]), _time_required(c["expires_at_ms"])),
+            doc["store_id"],
+            doc["idempotency_key"],
         )
 
 

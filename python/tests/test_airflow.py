@@ -73,6 +73,9 @@ def test_a_dag_with_failing_tries_publishes_each_partition_once_and_notifies_onc
         assert [a.status for a in us] == ["abandoned", "valid"]  # so was the timed-out one
         [effect] = store.effects("daily_units", run)
         assert effect.status == "emitted" and effect.claim is not None and effect.claim.claimant.startswith("airflow:")
-    key = f"daily_units/{run}/notify/"
+    # The run is the DAG run (dag_run_id: dag.test() makes a manual one), and the key names the store.
+    assert run.startswith("manual__")
+    key = f"{effect.store_id}/daily_units/{run}/notify/"
+    assert effect.idempotency_key == key
     assert Receiver.deliveries == [key, key]  # the retry sent it again ...
     assert Receiver.applied == {key: b"daily_units published"}  # ... and the receiver dropped the repeat
