@@ -10,7 +10,7 @@ from typing import Any, Mapping, Union
 
 from . import _native
 from ._api import _Operations
-from .types import FileEntry, _check, _ms_of
+from .types import FileEntry, _check, _int, _ms_of
 
 __all__ = ["Store", "ReadOnlyStore", "describe_file"]
 
@@ -103,7 +103,7 @@ class Store(_Handle):
         finish raises :class:`NotFound` (unknown attempt), so the task is retried. ``True``:
         every begin is durable when it returns.
         """
-        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        cache_size_bytes = _int("cache_size_bytes", cache_size_bytes, optional=True)
         _check("view_mode", view_mode, str, optional=True)
         _check("cross_process_readers", cross_process_readers, bool)
         _check("durable_begins", durable_begins, bool)
@@ -145,7 +145,7 @@ class ReadOnlyStore(_Handle):
     @classmethod
     def open(cls, path: PathLike, staging: PathLike | None = None, *, cache_size_bytes: int | None = None) -> ReadOnlyStore:
         """Opens the store at ``path`` for reading."""
-        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        cache_size_bytes = _int("cache_size_bytes", cache_size_bytes, optional=True)
         native = _native.NativeStore.open_read_only(
             _path("path", path), None if staging is None else _path("staging", staging), cache_size_bytes
         )
