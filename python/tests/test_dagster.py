@@ -1,10 +1,14 @@
-"""Dagster (the real package, `dagster.materialize`): a partitioned asset written through
-manifestdb attempts by the IO manager; the first run fails after writing its file, the next
-one publishes, and the published partition holds one attempt. Needs `pip install dagster`
-(22 s here from PyPI); skipped without it."""
+"""Dagster (the real package, `dagster.materialize`): partitioned assets written through
+manifestdb attempts by the IO manager, validated at their grain. A run that fails after writing
+leaves an abandoned attempt; a step retried within its run is another attempt of the same
+manifestdb run; re-materializing a partition (the same data, then corrected data) publishes a
+new generation each time and never conflicts; a file that does not hold what the asset reports
+is never published; an asset with no grain must say it trusts its figures. Needs
+`pip install dagster` (22 s here from PyPI); skipped without it."""
 
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,24 +16,43 @@ import manifestdb as m
 
 dagster = pytest.importorskip("dagster")
 
-from manifestdb.dagster import ManifestdbIOManager, PartitionOutput  # noqa: E402
+from manifestdb.dagster import ManifestdbIOManager, PartitionOutput, grain_metadata  # noqa: E402
 
 ROWS = {"region=eu": [(1, 7, 300), (2, 7, 400)], "region=us": [(3, 9, 50)]}
+GRAIN = m.Grain("csv", ["store", "item"], "units")
 
 
-def test_a_failed_materialization_leaves_an_abandoned_attempt_and_the_next_publishes_once(tmp_path: Path) -> None:
-    died = {"region=eu": False}
+def csv(rows: list[tuple[int, int, int]]) -> str:
+    return "store,item,units\n" + "".join(f"{s},{i},{u}\n" for s, i, u in rows)
+
+
+def io_manager(tmp_path: Path, **config: Any) -> ManifestdbIOManager:
+    return ManifestdbIOManager(store=str(tmp_path / "store.redb"), staging=str(tmp_path / "staging"), **config)
+
+
+def materialize(asset: Any, io: ManifestdbIOManager, key: str, **kwargs: Any) -> Any:
+    return dagster.materialize([asset], partition_key=key, resources={"manifestdb": io}, **kwargs)
+
+
+def output_metadata(result: Any) -> dict[str, Any]:
+    [event] = result.get_asset_materialization_events()
+    return {k: getattr(v, "value", v) for k, v in event.materialization.metadata.items()}
+
+
+def test_a_failed_run_leaves_an_abandoned_attempt_and_rematerializing_publishes_new_generations_without_conflict(
+    tmp_path: Path,
+) -> None:
+    state: dict[str, Any] = {"rows": ROWS["region=eu"], "die": True}
     partitions = dagster.StaticPartitionsDefinition(list(ROWS))
 
-    @dagster.asset(partitions_def=partitions, io_manager_key="manifestdb")
+    @dagster.asset(partitions_def=partitions, io_manager_key="manifestdb", metadata=grain_metadata(GRAIN))
     def daily_units(context: dagster.AssetExecutionContext) -> PartitionOutput:
-        key = context.partition_key
-        rows = ROWS[key]
+        rows = state["rows"] if context.partition_key == "region=eu" else ROWS[context.partition_key]
 
         def write(staging_dir: Path) -> None:
-            (staging_dir / "part.csv").write_text("store,item,units\n" + "".join(f"{s},{i},{u}\n" for s, i, u in rows))
-            if key in died and not died[key]:
-                died[key] = True
+            (staging_dir / "part.csv").write_text(csv(rows))
+            if state["die"] and context.partition_key == "region=eu":
+                state["die"] = False
                 raise RuntimeError("died after writing its file")
 
         return PartitionOutput(write, rows=len(rows), total=sum(r[2] for r in rows))
@@ -38,21 +61,109 @@ def test_a_failed_materialization_leaves_an_abandoned_attempt_and_the_next_publi
     def units_total(daily_units: list[Path]) -> int:
         return sum(int(line.split(",")[2]) for path in daily_units for line in path.read_text().splitlines()[1:])
 
-    io = ManifestdbIOManager(store=str(tmp_path / "store.redb"), staging=str(tmp_path / "staging"))
-    resources = {"manifestdb": io, "manifestdb_reader": dagster.InMemoryIOManager()}
-    first = dagster.materialize([daily_units], partition_key="region=eu", resources=resources, raise_on_error=False)
+    io = io_manager(tmp_path)
+    first = materialize(daily_units, io, "region=eu", raise_on_error=False)
     assert not first.success
-    for key in ROWS:
-        assert dagster.materialize([daily_units], partition_key=key, resources=resources).success
+    published = materialize(daily_units, io, "region=eu")
+    assert materialize(daily_units, io, "region=us").success
+    meta = output_metadata(published)
+    assert meta["manifestdb_generation"] == 1 and meta["manifestdb_figures_checked"] is True
+    assert meta["manifestdb_run"] == f"region=eu@{published.run_id}" and meta["manifestdb_unchanged"] is False
+
+    # The same data again: a new run, a new generation with the same content.
+    same = output_metadata(materialize(daily_units, io, "region=eu"))
+    assert (same["manifestdb_generation"], same["manifestdb_unchanged"]) == (3, True)
+    # Corrected data: a new generation with it (the store read it and checked its figures).
+    state["rows"] = [(1, 7, 300), (2, 7, 450), (4, 7, 5)]
+    corrected = output_metadata(materialize(daily_units, io, "region=eu"))
+    assert (corrected["manifestdb_generation"], corrected["manifestdb_unchanged"]) == (4, False)
+
+    resources = {"manifestdb": io, "manifestdb_reader": dagster.InMemoryIOManager()}
     total = dagster.materialize(
         [daily_units, units_total], partition_key="region=eu", resources=resources, selection=[units_total]
     )
-    assert total.success and total.output_for_node("units_total") == 700
+    assert total.success and total.output_for_node("units_total") == 755
 
     with m.Store.open(tmp_path / "store.redb", tmp_path / "staging") as store:
         manifest = store.manifest("daily_units")
-        assert manifest is not None
-        assert [(p.partition, p.attempt) for p in manifest.partitions] == [("region=eu", 2), ("region=us", 1)]
-        assert (manifest.totals.rows, manifest.totals.total) == (3, 750)
-        eu = store.attempts(m.TaskKey("daily_units", "region=eu@region=eu", "region=eu"))
-        assert [a.status for a in eu] == ["abandoned", "valid"]
+        assert manifest is not None and manifest.generation.number == 4
+        assert [(p.partition, p.attempt, p.figures_checked) for p in manifest.partitions] == [
+            ("region=eu", 1, True),
+            ("region=us", 1, True),
+        ]
+        assert (manifest.totals.rows, manifest.totals.total) == (4, 805)
+        # The failed run's attempt was abandoned at once and its run never published.
+        [failed_run] = [r for r in store.runs("daily_units") if r.run == f"region=eu@{first.run_id}"]
+        assert failed_run.published_generation is None
+        assert [a.status for a in store.attempts(m.TaskKey("daily_units", failed_run.run, "region=eu"))] == ["abandoned"]
+
+
+def test_a_step_retried_within_its_run_is_another_attempt_of_the_same_run(tmp_path: Path) -> None:
+    died = {"done": False}
+
+    @dagster.asset(
+        partitions_def=dagster.StaticPartitionsDefinition(["region=eu"]),
+        io_manager_key="manifestdb",
+        metadata=grain_metadata(GRAIN),
+        retry_policy=dagster.RetryPolicy(max_retries=1),
+    )
+    def daily_units() -> PartitionOutput:
+        def write(staging_dir: Path) -> None:
+            (staging_dir / "part.csv").write_text(csv(ROWS["region=eu"]))
+            if not died["done"]:
+                died["done"] = True
+                raise RuntimeError("died after writing its file")
+
+        return PartitionOutput(write, rows=2, total=700)
+
+    result = materialize(daily_units, io_manager(tmp_path), "region=eu")
+    assert result.success
+    run = f"region=eu@{result.run_id}"
+    with m.Store.open(tmp_path / "store.redb", tmp_path / "staging") as store:
+        assert [a.status for a in store.attempts(m.TaskKey("daily_units", run, "region=eu"))] == ["abandoned", "valid"]
+        manifest = store.manifest("daily_units")
+        assert manifest is not None and [(p.run, p.attempt) for p in manifest.partitions] == [(run, 2)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("", id="empty file"),
+        pytest.param("store,item,units\n1,7,300\n", id="half-written file"),
+        pytest.param("store,item,units\n1,7,300\n1,7,400\n", id="duplicated key"),
+    ],
+)
+def test_a_file_that_does_not_hold_what_the_asset_reports_is_never_published(tmp_path: Path, bad: str) -> None:
+    # The grain from the IO manager's configuration this time.
+    io = io_manager(tmp_path, grain_format="csv", grain_keys=["store", "item"], grain_measure="units")
+
+    @dagster.asset(partitions_def=dagster.StaticPartitionsDefinition(["region=eu"]), io_manager_key="manifestdb")
+    def daily_units() -> PartitionOutput:
+        return PartitionOutput(lambda d: (d / "part.csv").write_text(bad), rows=2, total=700)
+
+    assert not materialize(daily_units, io, "region=eu", raise_on_error=False).success
+    with m.Store.open(tmp_path / "store.redb", tmp_path / "staging") as store:
+        assert store.manifest("daily_units") is None
+
+
+def test_an_asset_without_a_grain_must_say_it_trusts_its_figures(tmp_path: Path) -> None:
+    partitions = dagster.StaticPartitionsDefinition(["region=eu"])
+
+    @dagster.asset(partitions_def=partitions, io_manager_key="manifestdb", name="unchecked")
+    def unchecked() -> PartitionOutput:
+        return PartitionOutput(lambda d: (d / "part.csv").write_text(""), rows=50, total=500)
+
+    @dagster.asset(
+        partitions_def=partitions, io_manager_key="manifestdb", metadata={"manifestdb/trust_reported_figures": True}
+    )
+    def trusted() -> PartitionOutput:
+        return PartitionOutput(lambda d: (d / "part.csv").write_text(""), rows=50, total=500)
+
+    io = io_manager(tmp_path)
+    with pytest.raises(m.Usage, match="declares no grain"):
+        materialize(unchecked, io, "region=eu")
+    meta = output_metadata(materialize(trusted, io, "region=eu"))
+    assert meta["manifestdb_figures_checked"] is False
+    assert output_metadata(materialize(unchecked, io_manager(tmp_path, trust_reported_figures=True), "region=eu"))[
+        "manifestdb_figures_checked"
+    ] is False

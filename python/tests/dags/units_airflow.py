@@ -17,7 +17,7 @@ from pathlib import Path
 from airflow.sdk import dag
 
 import manifestdb
-from manifestdb.airflow import declare_run, partition_task, publish_run
+from manifestdb.airflow import dag_run_id, declare_run, partition_task, publish_run
 
 HERE = Path(os.environ.get("MANIFESTDB_TEST_DIR", "/tmp/manifestdb-airflow"))
 RECEIVER = os.environ.get("RECEIVER_URL", "http://127.0.0.1:9/")
@@ -32,13 +32,9 @@ def connect() -> manifestdb.Store:
     return manifestdb.Store.open(HERE / "store.redb", HERE / "staging")
 
 
-def run_of(context) -> str:
-    return context["dag_run"].run_id.replace(":", "_").replace("+", "_")
-
-
 def spec(context) -> manifestdb.RunSpec:
     tasks = [manifestdb.TaskSpec(p, len(rows), sum(r[2] for r in rows)) for p, rows in ROWS.items()]
-    return manifestdb.RunSpec(DATASET, run_of(context), "sales@v42", tasks, GRAIN)
+    return manifestdb.RunSpec(DATASET, dag_run_id(context), "sales@v42", tasks, GRAIN)
 
 
 def build(partition: str):
@@ -72,13 +68,13 @@ def daily_units():
     declared = declare_run(connect, spec)
     parts = [
         partition_task(
-            connect, DATASET, run_of, p, task_id=f"build_{p.split('=')[1]}",
+            connect, DATASET, dag_run_id, p, task_id=f"build_{p.split('=')[1]}",
             retries=2, retry_delay=timedelta(0), execution_timeout=timedelta(seconds=5),
         )(build(p))()
         for p in ROWS
     ]
     published = publish_run(
-        connect, DATASET, run_of, effects=[("notify", None, "daily_units published")], emit=send, retries=2, retry_delay=timedelta(0)
+        connect, DATASET, dag_run_id, effects=[("notify", None, "daily_units published")], emit=send, retries=2, retry_delay=timedelta(0)
     )
     declared >> parts >> published
 
