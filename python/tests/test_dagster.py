@@ -167,3 +167,24 @@ def test_an_asset_without_a_grain_must_say_it_trusts_its_figures(tmp_path: Path)
     assert output_metadata(materialize(unchecked, io_manager(tmp_path, trust_reported_figures=True), "region=eu"))[
         "manifestdb_figures_checked"
     ] is False
+
+
+def test_the_books_dagster_example_materializes_as_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    chapter = (Path(__file__).resolve().parents[2] / "docs" / "src" / "python.md").read_text()
+    code = re.search(r"```python\n(.*?)```", chapter[chapter.index("## Dagster") :], re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "jobs").mkdir()
+    namespace: dict[str, Any] = {}
+    exec(compile(code.group(1), "python.md", "exec"), namespace)
+    defs = namespace["defs"]
+    for key in ("region=eu", "region=us"):
+        result = dagster.materialize(
+            [namespace["daily_units"]], partition_key=key, resources={"manifestdb": defs.resources["manifestdb"]}
+        )
+        assert result.success and output_metadata(result)["manifestdb_figures_checked"] is True
+    with m.Store.open(tmp_path / "jobs" / "store.redb", tmp_path / "jobs" / "staging") as store:
+        manifest = store.manifest("daily_units")
+        assert manifest is not None and (manifest.totals.rows, manifest.totals.total) == (3, 750)
