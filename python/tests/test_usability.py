@@ -6,7 +6,10 @@ pickle with their annotations."""
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 import typing
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,20 @@ def test_errors_pickle_as_their_class_and_reduce_is_annotated() -> None:
     error = m.Conflict("run r declared differently", status=409)
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is m.Conflict and (back.message, back.status) == (error.message, 409)
+
+
+def test_open_waits_out_a_busy_store_and_busy_says_what_to_do(paths: tuple[Path, Path]) -> None:
+    first = m.Store.open(*paths)
+    with pytest.raises(m.Busy) as busy:
+        m.Store.open(*paths)
+    assert "manifestdb serve" in str(busy.value) and "wait=" in str(busy.value)
+    started = time.monotonic()
+    with pytest.raises(m.Busy, match="still busy after waiting 0.2 s"):
+        m.Store.open(*paths, wait=0.2)
+    assert time.monotonic() - started >= 0.2
+    closer = threading.Timer(0.3, first.close)
+    closer.start()
+    started = time.monotonic()
+    with m.Store.open(*paths, wait=timedelta(seconds=30)) as second:
+        assert time.monotonic() - started >= 0.25 and second.datasets() == []
+    closer.join()
