@@ -188,3 +188,69 @@ def test_the_books_dagster_example_materializes_as_printed(tmp_path: Path, monke
     with m.Store.open(tmp_path / "jobs" / "store.redb", tmp_path / "jobs" / "staging") as store:
         manifest = store.manifest("daily_units")
         assert manifest is not None and (manifest.totals.rows, manifest.totals.total) == (3, 750)
+
+
+BACKFILL = '''
+import sys
+from pathlib import Path
+
+import dagster
+import manifestdb
+from manifestdb.dagster import ManifestdbIOManager, PartitionOutput, grain_metadata
+
+socket, partition, bump = sys.argv[1], sys.argv[2], int(sys.argv[3])
+PARTITIONS = [f"region={r}" for r in ("eu", "us", "apac", "latam")]
+
+
+@dagster.asset(partitions_def=dagster.StaticPartitionsDefinition(PARTITIONS), io_manager_key="manifestdb",
+               metadata=grain_metadata(manifestdb.Grain("csv", ["store", "item"], "units")))
+def daily_units(context) -> PartitionOutput:
+    n = PARTITIONS.index(context.partition_key) + 1
+    rows = [(s, 7, 100 * n + bump) for s in range(n)]
+    def write(staging_dir: Path) -> None:
+        (staging_dir / "part.csv").write_text("store,item,units\\n" + "".join(f"{s},{i},{u}\\n" for s, i, u in rows))
+    return PartitionOutput(write, rows=len(rows), total=sum(u for *_, u in rows))
+
+
+result = dagster.materialize([daily_units], partition_key=partition,
+                             resources={"manifestdb": ManifestdbIOManager(server=socket)})
+sys.exit(0 if result.success else 1)
+'''
+
+
+def test_a_backfill_of_four_partitions_in_parallel_processes_through_serve_publishes_each_and_again(
+    tmp_path: Path, server: Any
+) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "backfill.py"
+    script.write_text(BACKFILL)
+    partitions = [f"region={r}" for r in ("eu", "us", "apac", "latam")]
+
+    def backfill(bump: int) -> None:
+        procs = [
+            subprocess.Popen([sys.executable, str(script), str(server.socket), p, str(bump)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for p in partitions
+        ]
+        outputs = [p.communicate(timeout=600)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0] * 4, "\n".join(o[-3000:] for o in outputs)
+
+    def expected(bump: int) -> tuple[int, int]:
+        return sum(n for n in range(1, 5)), sum(n * (100 * n + bump) for n in range(1, 5))
+
+    backfill(0)
+    with m.Client(str(server.socket)) as client:
+        manifest = client.manifest("daily_units")
+        assert manifest is not None and manifest.generation.number == 4
+        assert sorted((p.partition, p.attempt, p.figures_checked) for p in manifest.partitions) == sorted(
+            (p, 1, True) for p in partitions
+        )
+        assert (manifest.totals.rows, manifest.totals.total) == expected(0)
+    # The backfill again, with corrected data: four new generations, no conflict.
+    backfill(1)
+    with m.Client(str(server.socket)) as client:
+        manifest = client.manifest("daily_units")
+        assert manifest is not None and manifest.generation.number == 8
+        assert (manifest.totals.rows, manifest.totals.total) == expected(1)
+        assert len({p.run for p in manifest.partitions}) == 4
