@@ -2,7 +2,8 @@
 writes its file and fails, another's writes and times out; each retry is another attempt and
 the published partition holds one; the notification, delivered once before its try died
 unmarked and again by the retry, reaches a receiver that drops the repeat by its idempotency
-key. Needs `pip install apache-airflow`
+key. Every task reaches the store through a Client of one `manifestdb serve`, the arrangement
+the book recommends for tasks that run in parallel. Needs `pip install apache-airflow`
 (49 s here from PyPI; `airflow db migrate` about 40 s); skipped without it."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,9 +43,9 @@ class Receiver(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_dag_with_failing_tries_publishes_each_partition_once_and_notifies_once(tmp_path: Path) -> None:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+def test_a_dag_with_failing_tries_publishes_each_partition_once_and_notifies_once(tmp_path: Path, server: Any) -> None:
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "units_airflow.py").write_text((HERE / "dags" / "units_airflow.py").read_text())
@@ -53,12 +55,13 @@ def test_a_dag_with_failing_tries_publishes_each_partition_once_and_notifies_onc
         AIRFLOW__CORE__DAGS_FOLDER=str(dags),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         MANIFESTDB_TEST_DIR=str(tmp_path),
-        RECEIVER_URL=f"http://127.0.0.1:{server.server_address[1]}/",
+        MANIFESTDB_SOCKET=str(server.socket),
+        RECEIVER_URL=f"http://127.0.0.1:{receiver.server_address[1]}/",
     )
     airflow = Path(sys.executable).parent / "airflow"
     subprocess.run([str(airflow), "db", "migrate"], env=env, check=True, capture_output=True, timeout=600)
     done = subprocess.run([sys.executable, str(dags / "units_airflow.py")], env=env, capture_output=True, text=True, timeout=900)
-    server.shutdown()
+    receiver.shutdown()
     assert "DAG_RUN_STATE success" in done.stdout, done.stdout[-4000:] + done.stderr[-4000:]
 
     with m.ReadOnlyStore.open(tmp_path / "store.redb", tmp_path / "staging") as store:

@@ -4,7 +4,8 @@ the other timing out (`execution_timeout`) after writing, and a publish whose
 first try delivers the notification and dies before marking it emitted.
 
 Run by the test as `python units_airflow.py` (dag.test(), in-process) with MANIFESTDB_TEST_DIR
-naming a directory with store.redb, staging/ and the markers, and RECEIVER_URL the receiver."""
+naming a directory with store.redb, staging/ and the markers, MANIFESTDB_SOCKET the socket of
+the `manifestdb serve` over that store, and RECEIVER_URL the receiver."""
 
 from __future__ import annotations
 
@@ -26,10 +27,10 @@ ROWS = {"region=eu": [(1, 7, 300), (2, 7, 400)], "region=us": [(3, 9, 50)]}
 GRAIN = manifestdb.Grain("csv", ["store", "item"], "units")
 
 
-def connect() -> manifestdb.Store:
-    # Tasks run one at a time here (dag.test()); with parallel workers, connect to the server:
-    # manifestdb.Client("/srv/jobs/manifestdb.sock").
-    return manifestdb.Store.open(HERE / "store.redb", HERE / "staging")
+def connect() -> manifestdb.Client:
+    # The arrangement the book recommends for tasks that may run in parallel (LocalExecutor,
+    # Celery): one `manifestdb serve` and a Client per task, never the store file in each task.
+    return manifestdb.Client(os.environ["MANIFESTDB_SOCKET"])
 
 
 def spec(context) -> manifestdb.RunSpec:
