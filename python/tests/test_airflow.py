@@ -82,3 +82,20 @@ def test_a_dag_with_failing_tries_publishes_each_partition_once_and_notifies_onc
     assert effect.idempotency_key == key
     assert Receiver.deliveries == [key, key]  # the retry sent it again ...
     assert Receiver.applied == {key: b"daily_units published"}  # ... and the receiver dropped the repeat
+
+
+def test_the_books_airflow_template_defines_its_dag_and_names_runs_without_a_logical_date() -> None:
+    import re
+
+    chapter = (HERE.parents[1] / "docs" / "src" / "python.md").read_text()
+    code = re.search(r"```python\n(.*?)```", chapter[chapter.index("## Airflow") :], re.S)
+    assert code is not None and 'ctx["ds"]' not in code.group(1).replace('never ctx["ds"]', "")
+    namespace: dict[str, Any] = {}
+    exec(compile(code.group(1), "python.md", "exec"), namespace)  # as printed: it defines the DAG
+    dag = namespace["daily_units"]()
+    assert {t.task_id for t in dag.tasks} == {"declare_run", "build_eu", "build_us", "publish_run"}
+    # A manual DAG run has a run id and no logical date: the template's run name needs only the id.
+    manual = {"run_id": "manual__2026-12-05T01:02:03.456789+00:00"}
+    assert namespace["run_of"](manual) == "manual__2026-12-05T01_02_03.456789_00_00"
+    spec = namespace["spec"](manual)
+    assert isinstance(spec, m.RunSpec) and spec.run == "manual__2026-12-05T01_02_03.456789_00_00" and spec.grain is not None
