@@ -254,3 +254,70 @@ def test_a_backfill_of_four_partitions_in_parallel_processes_through_serve_publi
         assert manifest is not None and manifest.generation.number == 8
         assert (manifest.totals.rows, manifest.totals.total) == expected(1)
         assert len({p.run for p in manifest.partitions}) == 4
+
+
+REEXEC_JOB = '''
+import os
+from pathlib import Path
+
+import dagster
+import manifestdb
+from manifestdb.dagster import ManifestdbIOManager, PartitionOutput, grain_metadata
+
+DIR = Path(os.environ["MANIFESTDB_REEXEC_DIR"])
+
+
+@dagster.asset(partitions_def=dagster.StaticPartitionsDefinition(["region=eu"]), io_manager_key="manifestdb",
+               metadata=grain_metadata(manifestdb.Grain("csv", ["store", "item"], "units")))
+def daily_units() -> PartitionOutput:
+    def write(staging_dir: Path) -> None:
+        (staging_dir / "part.csv").write_text("store,item,units\\n1,7,300\\n2,7,400\\n")
+        died = DIR / "died"
+        if not died.exists():
+            died.write_text("the first run died after writing its file")
+            raise RuntimeError("died after writing its file")
+    return PartitionOutput(write, rows=2, total=700)
+
+
+defs = dagster.Definitions(
+    assets=[daily_units],
+    jobs=[dagster.define_asset_job("units", selection=[daily_units], executor_def=dagster.in_process_executor)],
+    resources={"manifestdb": ManifestdbIOManager(store=str(DIR / "store.redb"), staging=str(DIR / "staging"))},
+)
+
+
+def units_job():
+    return defs.resolve_job_def("units")
+'''
+
+
+def test_a_reexecution_of_a_failed_run_is_another_attempt_of_its_run_and_of_a_successful_one_a_new_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    (tmp_path / "manifestdb_reexec_job.py").write_text(REEXEC_JOB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("MANIFESTDB_REEXEC_DIR", str(tmp_path))
+    job = importlib.import_module("manifestdb_reexec_job")
+    recon = dagster.reconstructable(job.units_job)
+    tags = {"dagster/partition": "region=eu"}
+    with dagster.instance_for_test() as instance:
+        first = dagster.execute_job(recon, instance, tags=tags, raise_on_error=False)
+        assert not first.success
+        from_failure = dagster.ReexecutionOptions.from_failure(first.run_id, instance)
+        second = dagster.execute_job(recon, instance, reexecution_options=from_failure, tags=tags, raise_on_error=False)
+        assert second.success and instance.get_run_by_id(second.run_id).root_run_id == first.run_id
+        again = dagster.ReexecutionOptions(parent_run_id=second.run_id, step_selection=["daily_units"])
+        third = dagster.execute_job(recon, instance, reexecution_options=again, tags=tags, raise_on_error=False)
+        assert third.success
+    with m.Store.open(tmp_path / "store.redb", tmp_path / "staging") as store:
+        # The re-execution of the failed run is attempt 2 of the first run's manifestdb run.
+        retried = f"region=eu@{first.run_id}"
+        assert [a.status for a in store.attempts(m.TaskKey("daily_units", retried, "region=eu"))] == ["abandoned", "valid"]
+        # The re-execution of the successful run is a new run: generation 2, the same content.
+        runs = {r.run: r.published_generation for r in store.runs("daily_units")}
+        assert runs == {retried: 1, f"region=eu@{third.run_id}": 2}
+        manifest = store.manifest("daily_units")
+        assert manifest is not None and [(p.run, p.attempt) for p in manifest.partitions] == [(f"region=eu@{third.run_id}", 1)]
+        assert store.partition("daily_units", "region=eu", 1).digest == manifest.partitions[0].digest  # type: ignore[union-attr]
