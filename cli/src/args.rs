@@ -866,7 +866,8 @@ PARTITION: see `manifestdb show --help`. Exit 4 if either generation does not ex
 
 macro_rules! effect_json {
     () => {
-        "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null,
+        "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null, \"store_id\",
+        \"idempotency_key\": \"STORE_ID/DATASET/RUN/EFFECT/PARTITION\" (give it to the receiver),
         \"status\": \"recorded\"|\"ready\"|\"emitted\", \"generation\": N|null, \"recorded_at_ms\",
         \"emitted_at_ms\": N|null, \"payload\": STR|null (null if not UTF-8), \"payload_hex\",
         \"claim\": {\"claimant\", \"claimed_at_ms\", \"expires_at_ms\"}|null}"
