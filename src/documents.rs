@@ -288,9 +288,10 @@ pub fn effect_status(s: &EffectStatus) -> (&'static str, Option<u64>, Option<u64
     }
 }
 
-/// `{"dataset", "run", "effect", "partition", "status", "generation", "recorded_at_ms",
-/// "emitted_at_ms", "payload", "payload_hex", "claim"}`; `payload` is the payload as UTF-8 text, or null
-/// if it is not UTF-8.
+/// `{"dataset", "run", "effect", "partition", "store_id", "idempotency_key", "status",
+/// "generation", "recorded_at_ms", "emitted_at_ms", "payload", "payload_hex", "claim"}`;
+/// `idempotency_key` is [`Effect::idempotency_key`]; `payload` is the payload as UTF-8 text, or
+/// null if it is not UTF-8.
 pub fn effect(e: &Effect) -> Value {
     let (status, generation, emitted_at_ms) = effect_status(&e.status);
     json!({
@@ -298,6 +299,8 @@ pub fn effect(e: &Effect) -> Value {
         "run": e.key.run,
         "effect": e.key.effect,
         "partition": e.key.partition,
+        "store_id": e.store_id,
+        "idempotency_key": e.idempotency_key(),
         "status": status,
         "generation": generation,
         "recorded_at_ms": e.recorded_at_ms,

@@ -872,6 +872,10 @@ pub enum EffectStatus {
 pub struct Effect {
     /// Its natural key.
     pub key: EffectKey,
+    /// The identity of the store that holds it ([`crate::Store::store_id`]): made when the
+    /// store was created and never changed, so two stores' effects with the same natural key
+    /// have distinct [`Effect::idempotency_key`]s.
+    pub store_id: String,
     /// The payload given when it was first recorded.
     pub payload: Vec<u8>,
     /// When it was first recorded (ms since the Unix epoch).
@@ -881,6 +885,21 @@ pub struct Effect {
     /// The last claim on it ([`crate::Store::claim_effect`]), live or expired; kept after the
     /// effect is marked emitted, so it says who emitted it.
     pub claim: Option<EffectClaim>,
+}
+
+impl Effect {
+    /// The key to hand to a receiver so that it drops a repeat (an `Idempotency-Key` header, a
+    /// message id): `<store id>/<dataset>/<run>/<effect>/<partition>`, the partition empty for
+    /// a run-level effect. The same for every attempt, retry and emitter of this effect in
+    /// this store (reopened, restarted or shared by several hosts), and distinct from any
+    /// effect of another store. A receiver keeps the keys it applied and applies a message
+    /// whose key it holds no second time.
+    pub fn idempotency_key(&self) -> String {
+        // No name contains `/` (`rules::ids`) and the store id is hex, so the fields can be
+        // told apart; the partition, last, may hold `/`.
+        let key = &self.key;
+        [&self.store_id, &key.dataset, &key.run, &key.effect, key.partition.as_deref().unwrap_or("")].join("/")
+    }
 }
 
 /// An emitter's claim on a ready side effect: while it is live (until `expires_at_ms`), only

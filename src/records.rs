@@ -343,8 +343,15 @@ pub(crate) fn generation_from(dataset: &str, number: u64, record: GenerationReco
 }
 
 /// A stored side effect as the API shows it.
-pub(crate) fn effect_from(key: EffectKey, record: EffectRecord) -> Effect {
-    Effect { key, payload: record.payload, recorded_at_ms: record.recorded_at_ms, status: record.status, claim: record.claim }
+pub(crate) fn effect_from(store_id: &str, key: EffectKey, record: EffectRecord) -> Effect {
+    Effect {
+        key,
+        store_id: store_id.to_owned(),
+        payload: record.payload,
+        recorded_at_ms: record.recorded_at_ms,
+        status: record.status,
+        claim: record.claim,
+    }
 }
 
 /// A stored attempt's status.

@@ -827,12 +827,18 @@ const VIEW_JSON: &str = "\
 JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
                         \"path\": PATH (the v<N> directory current names, or generation N's: read this),
                         \"view_generation\": N|null,
-                        \"store_generation\": N|null, \"lagging\": BOOL, \"manifest\": VIEW_MANIFEST|null}
+                        \"store_generation\": N|null, \"lagging\": BOOL (the view or the table lags),
+                        \"view_lagging\": BOOL, \"table\": TABLE, \"manifest\": VIEW_MANIFEST|null}
+TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its log: {\"path\": PATH|null,
+       \"version\": N|null (the version holding the generation shown), \"latest_version\", \"latest_generation\",
+       \"lagging\": BOOL, \"foreign_versions\": [{\"version\", \"operation\", \"engine\"}] (other writers' commits),
+       \"damaged_versions\": [{\"version\", \"reason\"}], \"reason\": why it lags or is absent, or null}
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
                docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
 JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
-                                  \"repaired\": [N], \"removed\": [N]}]}
+                                  \"repaired\": [N], \"removed\": [N], \"table_version\": N|null,
+                                  \"table_repaired\": [VERSION], \"table_restored\": N, \"foreign_versions\": [VERSION]}]}
 Exit 4 if the store has no view root, the dataset no view, or generation N expired (the message names the
 oldest retained); 7 if the view's _manifest.json is missing, empty or damaged (`view sync` rebuilds it).";
 
@@ -860,7 +866,8 @@ PARTITION: see `manifestdb show --help`. Exit 4 if either generation does not ex
 
 macro_rules! effect_json {
     () => {
-        "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null,
+        "EFFECT: {\"dataset\", \"run\", \"effect\", \"partition\": STR|null, \"store_id\",
+        \"idempotency_key\": \"STORE_ID/DATASET/RUN/EFFECT/PARTITION\" (give it to the receiver),
         \"status\": \"recorded\"|\"ready\"|\"emitted\", \"generation\": N|null, \"recorded_at_ms\",
         \"emitted_at_ms\": N|null, \"payload\": STR|null (null if not UTF-8), \"payload_hex\",
         \"claim\": {\"claimant\", \"claimed_at_ms\", \"expires_at_ms\"}|null}"

@@ -57,6 +57,7 @@ from .types import (
     ViewStatus,
     _batch_outcome,
     _check,
+    _int,
     _ms_of,
     _payload,
     _time_required,
@@ -231,7 +232,7 @@ class _Operations:
         """Makes retained generation ``to``'s content current again, as a new generation; a
         refusal is a :class:`RollbackRefused` value."""
         _check("dataset", dataset, str)
-        _check("to", to, int)
+        to = _int("to", to)
         _check("actor", actor, str)
         _check("reason", reason, str)
         return RollbackOutcome._of(self._call("POST", "rollback", {"dataset": dataset, "to": to, "actor": actor, "reason": reason}))
@@ -248,7 +249,7 @@ class _Operations:
 
     def cleanup_plan(self, id: int) -> CleanupPlan | None:
         """A stored cleanup plan, or None."""
-        _check("id", id, int)
+        id = _int("id", id)
         try:
             return CleanupPlan._of(self._call("GET", "gc/plan", {"plan": id}))
         except errors.NotFound:
@@ -256,7 +257,7 @@ class _Operations:
 
     def apply_cleanup(self, id: int, options: ApplyOptions | None = None) -> ApplyReport:
         """Applies a stored plan, re-checking each file (a dry run by default)."""
-        _check("id", id, int)
+        id = _int("id", id)
         _check("options", options, ApplyOptions, optional=True)
         options = options or ApplyOptions()
         body = {
@@ -306,7 +307,7 @@ class _Operations:
         """Generation ``generation`` (the current one by default) with all its partitions, or
         None if the dataset has no such generation."""
         _check("dataset", dataset, str)
-        _check("generation", generation, int, optional=True)
+        generation = _int("generation", generation, optional=True)
         try:
             return Manifest._of(self._call("GET", "manifest", {"dataset": dataset, "generation": generation}))
         except errors.NotFound:
@@ -341,8 +342,8 @@ class _Operations:
     def diff(self, dataset: str, from_generation: int, to_generation: int) -> ManifestDiff:
         """What changed from one retained generation to another."""
         _check("dataset", dataset, str)
-        _check("from_generation", from_generation, int)
-        _check("to_generation", to_generation, int)
+        from_generation = _int("from_generation", from_generation)
+        to_generation = _int("to_generation", to_generation)
         return ManifestDiff._of(self._call("GET", "diff", {"dataset": dataset, "from": from_generation, "to": to_generation}))
 
     def runs(self, dataset: str) -> list[RunSummary]:
@@ -463,7 +464,7 @@ class _Operations:
         path, never one through ``current``. An expired generation raises
         :class:`NotFound` naming the oldest retained one."""
         _check("dataset", dataset, str)
-        _check("generation", generation, int, optional=True)
+        generation = _int("generation", generation, optional=True)
         query: dict[str, Any] = {"dataset": dataset}
         if generation is not None:
             query["generation"] = generation

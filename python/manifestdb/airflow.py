@@ -4,7 +4,7 @@ publish it (``pip install "manifestdb[airflow]"``; Airflow 3's ``airflow.sdk``).
 ::
 
     connect = lambda: manifestdb.Client("/srv/jobs/manifestdb.sock")
-    run_of = lambda ctx: ctx["ds"]
+    run_of = dag_run_id  # the DAG run's id: a task's retry is the same run, a new DAG run a new one
 
     @dag(schedule="@daily")
     def daily_units():
@@ -21,7 +21,14 @@ staging directory, then finishes and validates it; a failed try's attempt is aba
 (by the task itself when it raises, by the retry or failure callback when it was killed or
 timed out), and a retry is a new attempt, so the published partition holds one. The publish
 task records the run's effects under their natural keys, publishes, and emits each ready
-effect with its natural key as the idempotency key, marking it emitted in the same step.
+effect with its idempotency key (which names the store), marking it emitted in the same step.
+
+The run identity is the DAG run's (:func:`dag_run_id`): every try of every task of one DAG run
+(retries, a cleared task) works on the same manifestdb run, so the published partition holds
+one attempt; another DAG run (the schedule, a manual trigger, a backfill) is another run, which
+publishes a new generation. Do not name runs after ``ctx["ds"]``: a manually triggered DAG run
+in Airflow 3 has no logical date (``KeyError: 'ds'``), and two DAG runs of one date would share
+a run.
 """
 
 from __future__ import annotations
@@ -42,11 +49,22 @@ from .integrations import (
 )
 from .types import FileCheck, RunSpec, TaskKey
 
-__all__ = ["declare_run", "partition_task", "publish_run", "abandon_callback"]
+__all__ = ["declare_run", "partition_task", "publish_run", "abandon_callback", "dag_run_id"]
 
 Context = Any
-#: A value given as is, or computed from the task's context (``lambda ctx: ctx["ds"]``).
+#: A value given as is, or computed from the task's context (:func:`dag_run_id`).
 Templated = Union[str, Callable[[Context], str]]
+
+
+def dag_run_id(context: Context) -> str:
+    """The manifestdb run of a task: its DAG run's ``run_id`` (``manual__2026-12-05T00:00:00+00:00``,
+    ``scheduled__...``), with ``:`` and ``+`` made ``_`` so that the name reads the same in a
+    path and in a URL. Every try of every task of one DAG run gets the same name; every DAG
+    run, manual ones included (which have no logical date), its own."""
+    run_id = context["run_id"] if "run_id" in context else context["dag_run"].run_id
+    if not isinstance(run_id, str) or not run_id:
+        raise ValueError(f"the task's context has no DAG run id (run_id is {run_id!r})")
+    return run_id.replace(":", "_").replace("+", "_")
 
 
 def _resolve(value: Templated, context: Context) -> str:
@@ -142,7 +160,7 @@ def publish_run(
             outcome, emitted = publish_and_emit(
                 store, dataset, run_id, effects=effects, emit=emit, claimant=who, lease=lease, check=check
             )
-        return {"generation": outcome.generation.number, "emitted": [e.key.idempotency_key for e in emitted]}
+        return {"generation": outcome.generation.number, "emitted": [e.idempotency_key for e in emitted]}
 
     publish.__name__ = task_id
     return task(task_id=task_id, **task_kwargs)(publish)()

@@ -11,6 +11,8 @@ message is the library's (``Display`` of ``manifestdb::Error``), the kind its ``
 
 from __future__ import annotations
 
+from typing import Callable
+
 __all__ = [
     "Error",
     "Fault",
@@ -43,8 +45,9 @@ class Error(Exception):
         self.message = message
         self.status = status
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
-        # Errors cross process boundaries (multiprocessing, Airflow's and Dagster's workers).
+    def __reduce__(self) -> tuple[Callable[[str, str, int | None], Error], tuple[str, str, int | None]]:
+        """Pickles the error as its kind, message and status: errors cross process boundaries
+        (multiprocessing, Airflow's and Dagster's workers) and come back as the same class."""
         return (_rebuild, (type(self).kind, self.message, self.status))
 
 

@@ -170,7 +170,7 @@ def emit_ready_effects(
         outcome = store.claim_effect(effect.key, claimant, lease)
         if not isinstance(outcome, Claimed):
             continue
-        emit(outcome.effect, effect.key.idempotency_key)
+        emit(outcome.effect, outcome.effect.idempotency_key)
         store.mark_effect_emitted(effect.key, claimant)
         emitted.append(outcome.effect)
     return emitted

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import random
+import time
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Mapping, Union
 
-from . import _native
+from . import _native, errors
 from ._api import _Operations
-from .types import FileEntry, _check, _ms_of
+from .types import FileEntry, _check, _int, _ms_of
 
 __all__ = ["Store", "ReadOnlyStore", "describe_file"]
 
@@ -80,6 +82,7 @@ class Store(_Handle):
         view_mode: str | None = None,
         cross_process_readers: bool = True,
         durable_begins: bool = False,
+        wait: timedelta | float = 0,
     ) -> Store:
         """Opens (creating if needed) the store at ``path`` with its staging root ``staging``.
 
@@ -102,23 +105,45 @@ class Store(_Handle):
         close). Its attempt number and staging directory are never issued again, and its
         finish raises :class:`NotFound` (unknown attempt), so the task is retried. ``True``:
         every begin is durable when it returns.
+
+        ``wait`` (a timedelta or seconds; 0 by default) is how long to wait while another
+        handle or process holds the store for writing, retrying with backoff as the CLI's
+        ``--wait`` does, before raising :class:`Busy`. Workers that run in parallel should not
+        take turns at the file: run ``manifestdb serve`` and give each a :class:`Client`.
         """
-        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        cache_size_bytes = _int("cache_size_bytes", cache_size_bytes, optional=True)
         _check("view_mode", view_mode, str, optional=True)
         _check("cross_process_readers", cross_process_readers, bool)
         _check("durable_begins", durable_begins, bool)
         lease = None if attempt_lifetime_max is None else _ms_of(attempt_lifetime_max, "attempt_lifetime_max")
-        native = _native.NativeStore.open(
-            _path("path", path),
-            _path("staging", staging),
-            cache_size_bytes,
-            None if lease is None else float(lease),
-            None if views is None else _path("views", views),
-            view_mode,
-            cross_process_readers,
-            durable_begins,
-        )
-        return cls(native)
+        wait_ms = _ms_of(wait, "wait")
+        deadline = time.monotonic() + wait_ms / 1000
+        pause = 0.01
+        while True:
+            try:
+                native = _native.NativeStore.open(
+                    _path("path", path),
+                    _path("staging", staging),
+                    cache_size_bytes,
+                    None if lease is None else float(lease),
+                    None if views is None else _path("views", views),
+                    view_mode,
+                    cross_process_readers,
+                    durable_begins,
+                )
+                return cls(native)
+            except errors.Busy as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    waited = f"still busy after waiting {wait_ms / 1000:g} s; " if wait_ms else ""
+                    raise errors.Busy(
+                        f"{e.message} ({waited}wait=SECONDS waits for it; workers in parallel processes share one "
+                        "`manifestdb serve` through Client instead of taking turns at the file)",
+                        status=e.status,
+                    ) from e
+                # Backoff with jitter, as the CLI's --wait: 10 ms doubling up to 0.5 s.
+                time.sleep(min(left, pause * random.uniform(0.5, 1.0)))
+                pause = min(pause * 2, 0.5)
 
     @staticmethod
     def recover(path: PathLike) -> bool:
@@ -145,7 +170,7 @@ class ReadOnlyStore(_Handle):
     @classmethod
     def open(cls, path: PathLike, staging: PathLike | None = None, *, cache_size_bytes: int | None = None) -> ReadOnlyStore:
         """Opens the store at ``path`` for reading."""
-        _check("cache_size_bytes", cache_size_bytes, int, optional=True)
+        cache_size_bytes = _int("cache_size_bytes", cache_size_bytes, optional=True)
         native = _native.NativeStore.open_read_only(
             _path("path", path), None if staging is None else _path("staging", staging), cache_size_bytes
         )

@@ -13,10 +13,11 @@ same values.
 from __future__ import annotations
 
 import enum
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, SupportsIndex, Union, cast
 
 from . import errors
 __all__ = [
@@ -49,11 +50,32 @@ def _ms_of(value: timedelta | float | int, what: str) -> int:
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         seconds = float(value)
+    elif not isinstance(value, bool) and hasattr(type(value), "__index__"):
+        seconds = float(operator.index(cast(SupportsIndex, value)))
     else:
         raise TypeError(f"{what} must be a datetime.timedelta or a number of seconds, not {type(value).__name__}")
     if not seconds >= 0 or seconds == float("inf"):
         raise ValueError(f"{what} must be a finite duration >= 0, not {value!r}")
     return round(seconds * 1000)
+
+
+def _int(what: str, value: object, *, optional: bool = False) -> Any:
+    """``value`` as an ``int``: an ``int`` or any integer that says it is one through
+    ``__index__`` (a numpy integer, as ``operator.index`` takes it); a TypeError naming the
+    field otherwise (a bool, a float, a str). ``None`` stays ``None`` when ``optional``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        try:
+            return operator.index(cast(SupportsIndex, value))
+        except TypeError:
+            pass
+    raise TypeError(f"{what} must be int{' or None' if optional else ''}, not {type(value).__name__}")
+
+
+def _set_int(obj: object, name: str, what: str, *, optional: bool = False) -> None:
+    """Replaces the int field ``name`` of a frozen dataclass with :func:`_int` of its value."""
+    object.__setattr__(obj, name, _int(what, getattr(obj, name), optional=optional))
 
 
 def _check(what: str, value: object, expected: type | tuple[type, ...], *, optional: bool = False) -> None:
@@ -105,7 +127,7 @@ class AttemptKey:
 
     def __post_init__(self) -> None:
         _check("task", self.task, TaskKey)
-        _check("attempt", self.attempt, int)
+        _set_int(self, "attempt", "attempt")
 
     @property
     def dataset(self) -> str:
@@ -141,8 +163,8 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         _check("partition", self.partition, str)
-        _check("expected_rows", self.expected_rows, int)
-        _check("expected_total", self.expected_total, int, optional=True)
+        _set_int(self, "expected_rows", "expected_rows")
+        _set_int(self, "expected_total", "expected_total", optional=True)
 
     def _body(self) -> dict[str, Any]:
         return {"partition": self.partition, "expected_rows": self.expected_rows, "expected_total": self.expected_total}
@@ -159,7 +181,12 @@ class DataFormat(str, enum.Enum):
 class Grain:
     """A run's declared grain: what one row means (its key columns) and its measure. With one,
     validation reads every file and computes rows, total, duplicate keys and the canonical
-    digest itself; ``measure_scale`` is the number of decimals the measure is read at."""
+    digest itself; ``measure_scale`` is the number of decimals the measure is read at.
+
+    ``format`` is a :class:`DataFormat` or its name in any case (``"csv"``, ``"CSV"``,
+    ``"parquet"``), kept as the :class:`DataFormat`. What can be checked without a store is
+    checked when the grain is made, raising :class:`manifestdb.Usage`: a format the store does
+    not read, no key column, a column named twice, a negative scale."""
 
     format: DataFormat | str
     keys: Sequence[str]
@@ -173,7 +200,23 @@ class Grain:
         for key in self.keys:
             _check("grain.keys[]", key, str)
         _check("grain.measure", self.measure, str)
-        _check("grain.measure_scale", self.measure_scale, int)
+        _set_int(self, "measure_scale", "grain.measure_scale")
+        # Checked here, where the grain is written, rather than when a run declaring it is.
+        if not isinstance(self.format, DataFormat):
+            names = {f.value: f for f in DataFormat}
+            fmt = names.get(self.format.lower())
+            if fmt is None:
+                raise errors.Usage(f"grain.format {self.format!r} is not a format the store reads: give one of {sorted(names)}")
+            object.__setattr__(self, "format", fmt)
+        object.__setattr__(self, "keys", tuple(self.keys))
+        if not self.keys:
+            raise errors.Usage("grain.keys is empty: a grain names the key columns one row is unique by")
+        columns = [*self.keys, self.measure]
+        twice = sorted({c for c in columns if columns.count(c) > 1})
+        if twice:
+            raise errors.Usage(f"grain column {twice[0]!r} is named twice (keys and measure must be distinct columns)")
+        if self.measure_scale < 0:
+            raise errors.Usage(f"grain.measure_scale must be >= 0, not {self.measure_scale}")
 
     def _body(self) -> dict[str, Any]:
         fmt = self.format.value if isinstance(self.format, DataFormat) else self.format
@@ -252,8 +295,8 @@ class FileEntry:
 
     def __post_init__(self) -> None:
         _check("file.path", self.path, str)
-        _check("file.size_bytes", self.size_bytes, int)
-        _check("file.crc32", self.crc32, int)
+        _set_int(self, "size_bytes", "file.size_bytes")
+        _set_int(self, "crc32", "file.crc32")
 
     def _body(self) -> dict[str, Any]:
         return {"path": self.path, "size_bytes": self.size_bytes, "crc32": self.crc32}
@@ -277,8 +320,8 @@ class Candidate:
 
     def __post_init__(self) -> None:
         _check("candidate.snapshot", self.snapshot, str)
-        _check("candidate.rows", self.rows, int, optional=True)
-        _check("candidate.total", self.total, int, optional=True)
+        _set_int(self, "rows", "candidate.rows", optional=True)
+        _set_int(self, "total", "candidate.total", optional=True)
         _check("candidate.digest", self.digest, str, optional=True)
         if isinstance(self.files, (str, bytes)) or not isinstance(self.files, Sequence):
             raise TypeError(f"candidate.files must be a sequence of FileEntry, not {type(self.files).__name__}")
@@ -335,12 +378,6 @@ class EffectKey:
         _check("effect", self.effect, str)
         _check("partition", self.partition, str, optional=True)
 
-    @property
-    def idempotency_key(self) -> str:
-        """The key as one string, for a receiver that drops repeats (an ``Idempotency-Key``
-        header, a message id): the same for every attempt, retry and emitter of this effect."""
-        return "/".join((self.dataset, self.run, self.effect, self.partition or ""))
-
     def _body(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "run": self.run, "effect": self.effect, "partition": self.partition}
 
@@ -360,6 +397,9 @@ class RetentionPolicy:
     keep_last: int = 10
     rollback_window: timedelta = timedelta(days=7)
 
+    def __post_init__(self) -> None:
+        _set_int(self, "keep_last", "keep_last")
+
 
 @dataclass(frozen=True, slots=True)
 class CleanupOptions:
@@ -377,6 +417,9 @@ class ApplyOptions:
     mode: RunMode = RunMode.DRY_RUN
     delete_unknown: bool = False
     batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        _set_int(self, "batch_size", "batch_size")
 
 
 def _payload(payload: bytes | str) -> dict[str, Any]:
@@ -585,7 +628,9 @@ class Generation:
 
 
 class PublishOutcome:
-    """What a publish did: :class:`Published`, :class:`AlreadyPublished` or :class:`Refused`."""
+    """What a publish did: :class:`Published`, :class:`AlreadyPublished` or :class:`Refused`.
+    A :class:`Refused` is falsy and the others truthy, so ``if store.publish(...):`` is true
+    exactly when the run is published."""
 
     __slots__ = ()
 
@@ -638,6 +683,10 @@ class Refused(PublishOutcome):
     dataset: str
     run: str
     tasks: tuple[TaskRefusal, ...]
+
+    def __bool__(self) -> bool:
+        """False: the run was not published (``if outcome:`` is the success check)."""
+        return False
 
     def __str__(self) -> str:
         lines = [f"publish of run {self.run!r} of {self.dataset!r} refused:"]
@@ -868,7 +917,13 @@ class EffectClaim:
 @dataclass(frozen=True, slots=True)
 class Effect:
     """A recorded side effect. ``status`` is ``recorded`` (its run is not published: do not
-    emit), ``ready`` (emit, then mark emitted) or ``emitted``."""
+    emit), ``ready`` (emit, then mark emitted) or ``emitted``.
+
+    ``idempotency_key`` is what to hand a receiver that drops repeats (an ``Idempotency-Key``
+    header, a message id): ``<store id>/<dataset>/<run>/<effect>/<partition>``, the partition
+    empty for a run-level effect. It is the same for every attempt, retry and emitter of this
+    effect, and names the store (``store_id``: made when the store was created, kept across
+    reopens), so two stores' effects never collide at one receiver."""
 
     key: EffectKey
     payload: bytes
@@ -877,11 +932,8 @@ class Effect:
     generation: int | None
     emitted_at: datetime | None
     claim: EffectClaim | None
-
-    @property
-    def idempotency_key(self) -> str:
-        """The effect's natural key as one string (see :attr:`EffectKey.idempotency_key`)."""
-        return self.key.idempotency_key
+    store_id: str
+    idempotency_key: str
 
     @staticmethod
     def _of(doc: Document) -> Effect:
@@ -894,6 +946,8 @@ class Effect:
             doc["generation"],
             _time(doc["emitted_at_ms"]),
             None if c is None else EffectClaim(c["claimant"], _time_required(c["claimed_at_ms"]), _time_required(c["expires_at_ms"])),
+            doc["store_id"],
+            doc["idempotency_key"],
         )
 
 
@@ -911,7 +965,8 @@ class RecordedEffect:
 
 
 class ClaimOutcome:
-    """What ``claim_effect`` decided: only :class:`Claimed` lets the caller emit."""
+    """What ``claim_effect`` decided: only :class:`Claimed` lets the caller emit, and only it
+    is truthy (``if store.claim_effect(...): emit()``)."""
 
     __slots__ = ()
     effect: Effect
@@ -928,7 +983,8 @@ class ClaimOutcome:
 
 
 class MarkOutcome:
-    """What ``mark_effect_emitted`` decided."""
+    """What ``mark_effect_emitted`` decided: :class:`Marked` (truthy) or, falsy because this
+    call marked nothing, :class:`AlreadyEmitted` and :class:`ClaimedByOther`."""
 
     __slots__ = ()
     effect: Effect
@@ -959,12 +1015,20 @@ class HeldByOther(ClaimOutcome):
 
     effect: Effect
 
+    def __bool__(self) -> bool:
+        """False: do not emit (``if outcome:`` is the success check)."""
+        return False
+
 
 @dataclass(frozen=True, slots=True)
 class AlreadyEmitted(ClaimOutcome, MarkOutcome):
     """The effect was already marked emitted: do not emit (a claim), nothing changed (a mark)."""
 
     effect: Effect
+
+    def __bool__(self) -> bool:
+        """False: nothing to emit, and this call marked nothing (``if outcome:`` is the success check)."""
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -979,6 +1043,10 @@ class ClaimedByOther(MarkOutcome):
     """Another emitter holds a live claim; nothing changed."""
 
     effect: Effect
+
+    def __bool__(self) -> bool:
+        """False: this call marked nothing (``if outcome:`` is the success check)."""
+        return False
 
 
 class AbandonOutcome:
@@ -1042,7 +1110,7 @@ class AttemptLease:
 
 
 class RollbackOutcome:
-    """What ``rollback`` did: :class:`RolledBack` or :class:`RollbackRefused`."""
+    """What ``rollback`` did: :class:`RolledBack` or (falsy) :class:`RollbackRefused`."""
 
     __slots__ = ()
 
@@ -1068,6 +1136,10 @@ class RollbackRefused(RollbackOutcome):
     kind: str
     message: str
     details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        """False: nothing was rolled back (``if outcome:`` is the success check)."""
+        return False
 
 
 @dataclass(frozen=True, slots=True)

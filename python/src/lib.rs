@@ -108,12 +108,11 @@ impl Handle {
         }
     }
 
-    fn writer(&self, route: &str) -> Result<&Store, Failure> {
+    /// The writable store, for the call `call` (a Python method's name, for the message).
+    fn writer(&self, call: &str) -> Result<&Store, Failure> {
         match self {
             Handle::Write(s) => Ok(s),
-            Handle::Read(_) => {
-                Err(Failure::usage(format!("{route} writes, and this handle is read-only (open the store with Store.open)")))
-            }
+            Handle::Read(_) => Err(Failure::usage(format!("{call} writes, and this handle is read-only (open the store with Store.open)"))),
         }
     }
 }
@@ -328,17 +327,60 @@ impl NativeStore {
     }
 }
 
-/// The body's fields as a typed request (unknown fields refused, as the server refuses them).
-fn parse<T: for<'de> Deserialize<'de>>(route: &str, body: Value) -> Result<T, Failure> {
-    serde_json::from_value(body).map_err(|e| Failure::usage(format!("the request to {route} is not valid: {e}")))
+/// The body's fields as a typed request (unknown fields refused, as the server refuses them);
+/// a refusal names `call`, the Python method that made the body, not the route.
+fn parse<T: for<'de> Deserialize<'de>>(call: &str, body: Value) -> Result<T, Failure> {
+    serde_json::from_value(body).map_err(|e| Failure::usage(format!("{call}: an argument is not valid: {e}")))
 }
 
 /// The body of a write route as the batch operation it names (the route is the `op` tag).
-fn batch_op(op: &str, mut body: Value) -> Result<BatchOp, Failure> {
+fn batch_op(call: &str, op: &str, mut body: Value) -> Result<BatchOp, Failure> {
     if let Value::Object(fields) = &mut body {
         fields.insert("op".into(), Value::from(op));
     }
-    parse(op, body)
+    parse(call, body)
+}
+
+/// The Python method (of `Store`, `ReadOnlyStore` and `Client`) that calls a route: what an
+/// embedded store's messages name, since its caller made no request.
+fn call_name(method: &str, route: &str) -> &'static str {
+    match (method, route) {
+        ("POST", "runs/declare") => "declare_run",
+        ("POST", "attempts/begin") => "begin_attempt",
+        ("POST", "attempts/finish") => "finish_attempt",
+        ("POST", "attempts/validate") => "validate_attempt",
+        ("POST", "attempts/finish-and-validate") => "finish_and_validate",
+        ("POST", "attempts/validate-pending") => "validate_pending",
+        ("POST", "attempts/heartbeat") => "heartbeat",
+        ("POST", "attempts/abandon") => "abandon_attempt",
+        ("POST", "attempts/invalidate") => "invalidate_attempt",
+        ("POST", "effects/record") => "record_effect",
+        ("POST", "effects/claim") => "claim_effect",
+        ("POST", "effects/mark-emitted") => "mark_effect_emitted",
+        ("POST", "publish") => "publish",
+        ("POST", "batch") => "run_batch",
+        ("POST", "rollback") => "rollback",
+        ("POST", "gc/abandon") => "abandon_expired_attempts",
+        ("POST", "gc/expire") => "expire_generations",
+        ("POST", "gc/plan") => "plan_cleanup",
+        ("GET", "gc/plan") => "cleanup_plan",
+        ("POST", "gc/apply") => "apply_cleanup",
+        ("POST", "views/sync") => "sync_view",
+        ("POST", "verify") => "verify",
+        ("GET", "datasets") => "datasets",
+        ("GET", "current") => "current",
+        ("GET", "manifest") => "manifest",
+        ("GET", "history") => "history",
+        ("GET", "diff") => "diff",
+        ("GET", "stats") => "stats",
+        ("GET", "runs") => "runs",
+        ("GET", "runs/show") => "run",
+        ("GET", "attempts") => "attempts",
+        ("GET", "attempts/show") => "attempt",
+        ("GET", "effects") => "effects",
+        ("GET", "views") => "view",
+        _ => "the call",
+    }
 }
 
 /// Runs one operation as a batch of one: the path the single calls and the server take.
@@ -362,34 +404,35 @@ fn now_ms() -> u64 {
 /// types, `manifestdb::documents::requests`; the same documents; the same errors), over this
 /// handle.
 fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
+    let call = call_name(method, route);
     match (method, route) {
         ("POST", "runs/declare") => {
-            let store = handle.writer(route)?;
-            let spec = parse::<documents::RunInput>(route, body)?.into_spec()?;
+            let store = handle.writer(call)?;
+            let spec = parse::<documents::RunInput>(call, body)?.into_spec()?;
             let outcome = store.declare_run(&spec)?;
             Ok(documents::declared(&spec, outcome))
         }
         // Through `Store::begin_attempt` (not a batch of one): a writer opened without
         // cross-process readers and without durable begins commits it without a flush.
         ("POST", "attempts/begin") => {
-            let store = handle.writer(route)?;
-            let op = batch_op("begin", body)?;
+            let store = handle.writer(call)?;
+            let op = batch_op(call, "begin", body)?;
             let BatchOp::Begin { dataset, run, partition } = &op else { return Err(mismatched()) };
             let ticket = store.begin_attempt(&TaskKey::new(dataset.as_str(), run.as_str(), partition.as_str()))?;
             Ok(documents::begun(&ticket))
         }
-        ("POST", "effects/record") => write_op(handle, route, "record_effect", body),
-        ("POST", "effects/claim") => write_op(handle, route, "claim_effect", body),
-        ("POST", "effects/mark-emitted") => write_op(handle, route, "mark_emitted", body),
+        ("POST", "effects/record") => write_op(handle, call, "record_effect", body),
+        ("POST", "effects/claim") => write_op(handle, call, "claim_effect", body),
+        ("POST", "effects/mark-emitted") => write_op(handle, call, "mark_emitted", body),
         ("POST", "attempts/heartbeat") => {
-            let store = handle.writer(route)?;
-            let key = parse::<AttemptRef>(route, body)?.key();
+            let store = handle.writer(call)?;
+            let key = parse::<AttemptRef>(call, body)?.key();
             let lease = store.heartbeat(&key)?;
             Ok(documents::heartbeat(&key, &lease))
         }
         ("POST", "attempts/finish") => {
-            let store = handle.writer(route)?;
-            let op = batch_op("finish", body)?;
+            let store = handle.writer(call)?;
+            let op = batch_op(call, "finish", body)?;
             let BatchOp::Finish { dataset, run, partition, attempt, candidate } = &op else { return Err(mismatched()) };
             let key = TaskKey::new(dataset.as_str(), run.as_str(), partition.as_str()).attempt(*attempt);
             let candidate = candidate.clone();
@@ -399,8 +442,8 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             }
         }
         ("POST", "attempts/validate") => {
-            let store = handle.writer(route)?;
-            let op = batch_op("validate", body)?;
+            let store = handle.writer(call)?;
+            let op = batch_op(call, "validate", body)?;
             let BatchOp::Validate { dataset, run, partition, attempt, .. } = &op else { return Err(mismatched()) };
             let key = TaskKey::new(dataset, run, partition).attempt(*attempt);
             let BatchOutcome::Validate(verdict) = run_one(store, &op)? else { return Err(mismatched()) };
@@ -408,77 +451,77 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
         }
         // One commit for both, as the server's route.
         ("POST", "attempts/finish-and-validate") => {
-            let store = handle.writer(route)?;
-            let body = parse::<FinishAndValidateBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let body = parse::<FinishAndValidateBody>(call, body)?;
             let key = body.key();
             let verdict = store.finish_and_validate(&key, &body.candidate, body.check())?;
             Ok(documents::validated_from(&store.snapshot()?, &key, &verdict)?)
         }
         ("POST", "attempts/validate-pending") => {
-            let store = handle.writer(route)?;
-            let b = parse::<PendingBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<PendingBody>(call, body)?;
             let results = store.validate_pending(&b.dataset, &b.run, b.check())?;
             Ok(documents::pending_validated(&store.snapshot()?, &b.dataset, &b.run, &results)?)
         }
         ("POST", "publish") => {
-            let store = handle.writer(route)?;
-            let body = parse::<PublishBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let body = parse::<PublishBody>(call, body)?;
             let outcome = store.publish(&body.dataset, &body.run, &body.options())?;
             Ok(documents::published(&body.dataset, &body.run, &outcome))
         }
-        ("POST", "batch") => batch(handle.writer(route)?, parse::<BatchBody>(route, body)?),
+        ("POST", "batch") => batch(handle.writer(call)?, parse::<BatchBody>(call, body)?),
         ("POST", "attempts/abandon") => {
-            let store = handle.writer(route)?;
-            let key = parse::<AttemptRef>(route, body)?.key();
+            let store = handle.writer(call)?;
+            let key = parse::<AttemptRef>(call, body)?.key();
             let outcome = store.abandon_attempt(&key)?;
             Ok(operator::abandoned(&key, &outcome))
         }
         ("POST", "attempts/invalidate") => {
-            let store = handle.writer(route)?;
-            let b = parse::<InvalidateBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<InvalidateBody>(call, body)?;
             let key = b.key();
             let outcome = store.invalidate_attempt(&key, &b.actor, &b.reason)?;
             Ok(operator::invalidated(&key, &outcome))
         }
         ("POST", "rollback") => {
-            let store = handle.writer(route)?;
-            let b = parse::<RollbackBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<RollbackBody>(call, body)?;
             reads::require_dataset(&store.snapshot()?, &b.dataset)?;
             let outcome = store.rollback(&b.dataset, b.to, &b.actor, &b.reason)?;
             Ok(operator::rollback(&b.dataset, b.to, &outcome))
         }
         ("POST", "gc/abandon") => {
-            let store = handle.writer(route)?;
-            let mode = run_mode(parse::<ExecuteBody>(route, body)?.execute);
+            let store = handle.writer(call)?;
+            let mode = run_mode(parse::<ExecuteBody>(call, body)?.execute);
             let abandoned = store.abandon_expired_attempts(mode)?;
             Ok(operator::gc_abandoned(mode, store.attempt_lifetime_max_ms(), &abandoned))
         }
         ("POST", "gc/expire") => {
-            let store = handle.writer(route)?;
-            let b = parse::<ExpireBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<ExpireBody>(call, body)?;
             reads::require_dataset(&store.snapshot()?, &b.dataset)?;
             Ok(operator::expired(&store.expire_generations(&b.dataset, &b.policy(), run_mode(b.execute))?))
         }
         ("POST", "gc/plan") => {
-            let store = handle.writer(route)?;
-            Ok(operator::cleanup_plan(&store.plan_cleanup(&parse::<PlanBody>(route, body)?.options())?))
+            let store = handle.writer(call)?;
+            Ok(operator::cleanup_plan(&store.plan_cleanup(&parse::<PlanBody>(call, body)?.options())?))
         }
         ("GET", "gc/plan") => {
-            let store = handle.writer(route)?;
-            let q = parse::<PlanQuery>(route, body)?;
+            let store = handle.writer(call)?;
+            let q = parse::<PlanQuery>(call, body)?;
             match store.cleanup_plan(q.plan)? {
                 Some(plan) => Ok(operator::cleanup_plan(&plan)),
                 None => Err(Failure::not_found(format!("no cleanup plan {} is stored", q.plan))),
             }
         }
         ("POST", "gc/apply") => {
-            let store = handle.writer(route)?;
-            let b = parse::<ApplyBody>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<ApplyBody>(call, body)?;
             Ok(operator::cleanup_applied(&store.apply_cleanup(b.plan, &b.options())?))
         }
         ("POST", "views/sync") => {
-            let store = handle.writer(route)?;
-            let b = parse::<DatasetOpt>(route, body)?;
+            let store = handle.writer(call)?;
+            let b = parse::<DatasetOpt>(call, body)?;
             if let Some(dataset) = &b.dataset {
                 reads::require_dataset(&store.snapshot()?, dataset)?;
             }
@@ -492,7 +535,7 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
             Ok(operator::views_synced(&synced))
         }
         ("POST", "verify") => {
-            let b = parse::<VerifyBody>(route, body)?;
+            let b = parse::<VerifyBody>(call, body)?;
             let files = b.file_check().map_err(Failure::usage)?;
             let snapshot = handle.snapshot()?;
             let options = VerifyOptions { integrity_check: false, files, staging_root: handle.staging_root(&snapshot), views: true };
@@ -508,9 +551,9 @@ fn dispatch(handle: &Handle, method: &str, route: &str, body: Value) -> Doc {
     }
 }
 
-fn write_op(handle: &Handle, route: &str, op: &str, body: Value) -> Doc {
-    let store = handle.writer(route)?;
-    let op = batch_op(op, body)?;
+fn write_op(handle: &Handle, call: &str, op: &str, body: Value) -> Doc {
+    let store = handle.writer(call)?;
+    let op = batch_op(call, op, body)?;
     Ok(documents::batch_result(&run_one(store, &op)?))
 }
 
@@ -524,19 +567,20 @@ fn batch(store: &Store, body: BatchBody) -> Doc {
 
 /// The read routes: each one document from one snapshot.
 fn read(handle: &Handle, route: &str, body: Value) -> Doc {
+    let call = call_name("GET", route);
     let snapshot = handle.snapshot()?;
     let root = handle.staging_root(&snapshot);
     let root = root.as_deref();
     let doc = match route {
         "datasets" => reads::datasets(&snapshot),
-        "current" => reads::current(&snapshot, &parse::<DatasetQuery>(route, body)?.dataset),
+        "current" => reads::current(&snapshot, &parse::<DatasetQuery>(call, body)?.dataset),
         "manifest" => {
-            let q = parse::<ManifestQuery>(route, body)?;
+            let q = parse::<ManifestQuery>(call, body)?;
             reads::show(&snapshot, &q.dataset, q.generation, root)
         }
-        "history" => reads::history(&snapshot, parse::<DatasetOpt>(route, body)?.dataset.as_deref()),
+        "history" => reads::history(&snapshot, parse::<DatasetOpt>(call, body)?.dataset.as_deref()),
         "diff" => {
-            let q = parse::<DiffQuery>(route, body)?;
+            let q = parse::<DiffQuery>(call, body)?;
             reads::diff(&snapshot, &q.dataset, q.from, q.to, root)
         }
         "stats" => {
@@ -546,22 +590,22 @@ fn read(handle: &Handle, route: &str, body: Value) -> Doc {
             };
             reads::stats(&snapshot, path.as_deref())
         }
-        "runs" => reads::run_list(&snapshot, &parse::<DatasetQuery>(route, body)?.dataset),
+        "runs" => reads::run_list(&snapshot, &parse::<DatasetQuery>(call, body)?.dataset),
         "runs/show" => {
-            let q = parse::<RunQuery>(route, body)?;
+            let q = parse::<RunQuery>(call, body)?;
             reads::run_show(&snapshot, &q.dataset, &q.run)
         }
         "attempts" => {
-            let q = parse::<AttemptsQuery>(route, body)?;
+            let q = parse::<AttemptsQuery>(call, body)?;
             reads::attempt_list(&snapshot, &q.dataset, &q.run, q.partition.as_deref(), now_ms())
         }
-        "attempts/show" => reads::attempt_show(&snapshot, &parse::<AttemptRef>(route, body)?.key(), root),
+        "attempts/show" => reads::attempt_show(&snapshot, &parse::<AttemptRef>(call, body)?.key(), root),
         "effects" => {
-            let q = parse::<EffectsQuery>(route, body)?;
+            let q = parse::<EffectsQuery>(call, body)?;
             reads::effects(&snapshot, &q.dataset, q.run.as_deref(), q.ready)
         }
         "views" => {
-            let q = parse::<ViewQuery>(route, body)?;
+            let q = parse::<ViewQuery>(call, body)?;
             operator::view(&snapshot, &q.dataset, None, q.generation)
         }
         "health" => Ok(json!({ "status": "embedded", "version": env!("CARGO_PKG_VERSION") })),

@@ -27,6 +27,7 @@ NOT_BOUND = {
     "view_operations": "a test hook of the Rust crate",
     "wait_for_view_removals": "a test hook of the Rust crate (Store.close waits for the removals)",
     "snapshot": "each Python read is one consistent snapshot of its own",
+    "store_id": "Effect.store_id: every effect carries the id of the store that holds it",
     "prepare_validation": "validate_attempt runs both halves with the GIL released",
     "store_validation": "validate_attempt runs both halves with the GIL released",
     "with_staging_root": "ReadOnlyStore.open(path, staging) takes the staging root",

@@ -75,8 +75,8 @@ def test_the_coordinator_validates_pending_attempts_publishes_and_emits_by_natur
     outcome, emitted = publish_and_emit(
         handle, DATASET, RUN, effects=effects, emit=lambda e, k: sent.append(k), claimant="coordinator"
     )
-    assert isinstance(outcome, m.AlreadyPublished) and [e.key.idempotency_key for e in emitted] == sent[1:]
-    assert sent == [f"{DATASET}/{RUN}/notify/"] * 2
+    assert isinstance(outcome, m.AlreadyPublished) and [e.idempotency_key for e in emitted] == sent[1:]
+    assert sent == [f"{emitted[0].store_id}/{DATASET}/{RUN}/notify/"] * 2
     [effect] = handle.effects(DATASET, RUN)
     assert effect.status == "emitted"
     # Emitted and marked: a third step sends nothing.

@@ -150,6 +150,25 @@ def test_a_refused_publish_is_a_value_with_a_report_per_task(handle: m.Store | m
     assert handle.current(DATASET) is None
 
 
+def test_idempotency_keys_name_the_store_two_stores_never_collide_and_a_reopened_store_keeps_its_key(tmp_path: Path) -> None:
+    def ready_key(db: Path, staging: Path) -> str:
+        with m.Store.open(db, staging) as store:
+            declare(store)
+            for p in (EU, US):
+                assert store.validate_attempt(attempt(store, p).key).is_valid()
+            assert isinstance(store.publish(DATASET, RUN), m.Published)
+            return store.record_effect(m.EffectKey(DATASET, RUN, "notify", EU), "x").effect.idempotency_key
+
+    first = ready_key(tmp_path / "a.redb", tmp_path / "a")
+    second = ready_key(tmp_path / "b.redb", tmp_path / "b")
+    assert first != second and first.endswith(f"/{DATASET}/{RUN}/notify/{EU}") and second.endswith(f"/{DATASET}/{RUN}/notify/{EU}")
+    with m.Store.open(tmp_path / "a.redb", tmp_path / "a") as reopened:
+        [effect] = reopened.effects(DATASET, RUN)
+        assert effect.idempotency_key == first and first == f"{effect.store_id}/{DATASET}/{RUN}/notify/{EU}"
+        claimed = reopened.claim_effect(effect.key, "w1", 60)
+        assert isinstance(claimed, m.Claimed) and claimed.effect.idempotency_key == first
+
+
 def test_effects_are_recorded_once_claimed_and_marked(handle: m.Store | m.Client) -> None:
     declare(handle)
     key = m.EffectKey(DATASET, RUN, "notify")
@@ -163,7 +182,8 @@ def test_effects_are_recorded_once_claimed_and_marked(handle: m.Store | m.Client
         assert handle.validate_attempt(attempt(handle, p).key).is_valid()
     assert isinstance(handle.publish(DATASET, RUN), m.Published)
     [ready] = handle.ready_effects(DATASET)
-    assert ready.key == key and ready.status == "ready" and ready.idempotency_key == f"{DATASET}/{RUN}/notify/"
+    assert ready.key == key and ready.status == "ready"
+    assert len(ready.store_id) == 32 and ready.idempotency_key == f"{ready.store_id}/{DATASET}/{RUN}/notify/"
     claimed = handle.claim_effect(key, "w1", timedelta(seconds=60))
     assert isinstance(claimed, m.Claimed) and claimed.effect.claim is not None and claimed.effect.claim.claimant == "w1"
     assert isinstance(handle.claim_effect(key, "w2", 60), m.HeldByOther)

@@ -22,8 +22,14 @@ fn not_ready(effect: &EffectKey) -> Error {
 }
 
 /// Records an effect under its natural key at `now_ms`; an effect already recorded under it
-/// is returned unchanged.
-pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], now_ms: u64) -> Result<TxnEnd<RecordedEffect>> {
+/// is returned unchanged. `store_id` is the store's identity, which the returned effect carries.
+pub(crate) fn record(
+    meta: &mut dyn Meta,
+    store_id: &str,
+    effect: &EffectKey,
+    payload: &[u8],
+    now_ms: u64,
+) -> Result<TxnEnd<RecordedEffect>> {
     meta.lock(Scope::Effect(effect))?;
     let run = meta.run(&effect.dataset, &effect.run)?.ok_or_else(|| unknown_run(&effect.dataset, &effect.run))?;
     if let Some(partition) = &effect.partition {
@@ -31,7 +37,7 @@ pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], no
         meta.task(&task)?.ok_or_else(|| unknown_task(&task))?;
     }
     if let Some(existing) = meta.effect(effect)? {
-        return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(effect.clone(), existing), newly_recorded: false }));
+        return Ok(TxnEnd::Abort(RecordedEffect { effect: effect_from(store_id, effect.clone(), existing), newly_recorded: false }));
     }
     let record = EffectRecord {
         payload: payload.to_vec(),
@@ -40,37 +46,58 @@ pub(crate) fn record(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8], no
         claim: None,
     };
     meta.put_effect(effect, &record)?;
-    Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(effect.clone(), record), newly_recorded: true }))
+    Ok(TxnEnd::Commit(RecordedEffect { effect: effect_from(store_id, effect.clone(), record), newly_recorded: true }))
 }
 
 /// Claims an effect for `claimant` for `lease_ms` at `now_ms`.
-pub(crate) fn claim(meta: &mut dyn Meta, effect: &EffectKey, claimant: &str, lease_ms: u64, now_ms: u64) -> Result<TxnEnd<ClaimOutcome>> {
+pub(crate) fn claim(
+    meta: &mut dyn Meta,
+    store_id: &str,
+    effect: &EffectKey,
+    claimant: &str,
+    lease_ms: u64,
+    now_ms: u64,
+) -> Result<TxnEnd<ClaimOutcome>> {
     meta.lock(Scope::Effect(effect))?;
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match effects::claim(&record.status, record.claim.as_ref(), claimant, now_ms) {
         ClaimDecision::NotReady => Err(not_ready(effect)),
-        ClaimDecision::HeldByOther => Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(effect.clone(), record) })),
-        ClaimDecision::AlreadyEmitted => Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
+        ClaimDecision::HeldByOther => {
+            Ok(TxnEnd::Abort(ClaimOutcome::HeldByOther { effect: effect_from(store_id, effect.clone(), record) }))
+        }
+        ClaimDecision::AlreadyEmitted => {
+            Ok(TxnEnd::Abort(ClaimOutcome::AlreadyEmitted { effect: effect_from(store_id, effect.clone(), record) }))
+        }
         ClaimDecision::Grant { took_over_from } => {
             record.claim = Some(effects::granted(claimant, now_ms, lease_ms));
             meta.put_effect(effect, &record)?;
-            Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(effect.clone(), record), took_over_from }))
+            Ok(TxnEnd::Commit(ClaimOutcome::Claimed { effect: effect_from(store_id, effect.clone(), record), took_over_from }))
         }
     }
 }
 
 /// Marks an effect emitted at `now_ms` for `claimant` (`None`: an emitter that does not claim).
-pub(crate) fn mark(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>, now_ms: u64) -> Result<TxnEnd<MarkOutcome>> {
+pub(crate) fn mark(
+    meta: &mut dyn Meta,
+    store_id: &str,
+    effect: &EffectKey,
+    claimant: Option<&str>,
+    now_ms: u64,
+) -> Result<TxnEnd<MarkOutcome>> {
     meta.lock(Scope::Effect(effect))?;
     let mut record = meta.effect(effect)?.ok_or_else(|| unknown_effect(effect))?;
     match (effects::mark(&record.status, record.claim.as_ref(), claimant, now_ms), effects::emitted(&record.status, now_ms)) {
         (MarkDecision::NotReady, _) => Err(not_ready(effect)),
-        (MarkDecision::AlreadyEmitted, _) => Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(effect.clone(), record) })),
-        (MarkDecision::ClaimedByOther, _) => Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(effect.clone(), record) })),
+        (MarkDecision::AlreadyEmitted, _) => {
+            Ok(TxnEnd::Abort(MarkOutcome::AlreadyEmitted { effect: effect_from(store_id, effect.clone(), record) }))
+        }
+        (MarkDecision::ClaimedByOther, _) => {
+            Ok(TxnEnd::Abort(MarkOutcome::ClaimedByOther { effect: effect_from(store_id, effect.clone(), record) }))
+        }
         (MarkDecision::Mark, Some(status)) => {
             record.status = status;
             meta.put_effect(effect, &record)?;
-            Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(effect.clone(), record) }))
+            Ok(TxnEnd::Commit(MarkOutcome::Marked { effect: effect_from(store_id, effect.clone(), record) }))
         }
         (MarkDecision::Mark, None) => Err(corrupted(
             EFFECTS,

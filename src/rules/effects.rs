@@ -9,7 +9,24 @@
 //! Both decisions are pure functions over the effect's status, its current claim and the
 //! caller's clock reading; the store reads the record, calls them and writes what they decided.
 
+use sha2::{Digest, Sha256};
+
 use crate::model::{EffectClaim, EffectStatus};
+
+/// The store's identity as it names itself to receivers: 32 hex digits of the SHA-256 of the
+/// staging identity and the creation time its meta record holds, both written once when the
+/// store is created (on every storage layer), so the identity never changes over the store's
+/// life, and a store created anew (even over the same, emptied staging root, whose marker it
+/// adopts) has another.
+pub(crate) fn store_id(staging_identity: &str, created_at_ms: u64) -> String {
+    let mut hash = Sha256::new();
+    hash.update(b"manifestdb store id\0");
+    hash.update(staging_identity.as_bytes());
+    hash.update(b"\0");
+    hash.update(created_at_ms.to_be_bytes());
+    let bytes: [u8; 32] = hash.finalize().into();
+    hex::encode(&bytes[..16])
+}
 
 /// What a claim request leads to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +131,33 @@ mod tests {
 
     fn held(by: &str, expires_at_ms: u64) -> EffectClaim {
         EffectClaim { claimant: by.into(), claimed_at_ms: 0, expires_at_ms }
+    }
+
+    #[test]
+    fn the_store_id_is_a_function_of_the_staging_identity_and_the_creation_time() {
+        let id = store_id("00ff", 1_700_000_000_000);
+        assert_eq!(id.len(), 32);
+        assert!(id.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(id, store_id("00ff", 1_700_000_000_000), "the same record gives the same id");
+        assert_ne!(id, store_id("00fe", 1_700_000_000_000), "another staging identity");
+        assert_ne!(id, store_id("00ff", 1_700_000_000_001), "a store created again over the same root");
+        let key = crate::model::EffectKey {
+            dataset: "d".into(),
+            run: "r".into(),
+            effect: "notify".into(),
+            partition: Some("date=1/region=eu".into()),
+        };
+        let effect = crate::model::Effect {
+            key: key.clone(),
+            store_id: id.clone(),
+            payload: Vec::new(),
+            recorded_at_ms: 0,
+            status: EffectStatus::Recorded,
+            claim: None,
+        };
+        assert_eq!(effect.idempotency_key(), format!("{id}/d/r/notify/date=1/region=eu"));
+        let run_level = crate::model::Effect { key: crate::model::EffectKey { partition: None, ..key }, ..effect };
+        assert_eq!(run_level.idempotency_key(), format!("{id}/d/r/notify/"));
     }
 
     #[test]

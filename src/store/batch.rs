@@ -190,12 +190,14 @@ impl Store {
             Prepared::Begin(begin) => self.begin_body(meta, begin).map(|end| end.map(BatchOutcome::Begin)),
             Prepared::Finish(key, candidate) => write::finish_body(meta, key, candidate).map(|end| end.map(BatchOutcome::Finish)),
             Prepared::Validate(prepared) => write::store_prepared_body(meta, prepared).map(|end| end.map(BatchOutcome::Validate)),
-            Prepared::RecordEffect(key, payload) => write::record_body(meta, key, payload).map(|end| end.map(BatchOutcome::RecordEffect)),
+            Prepared::RecordEffect(key, payload) => {
+                write::record_body(meta, &self.store_id, key, payload).map(|end| end.map(BatchOutcome::RecordEffect))
+            }
             Prepared::ClaimEffect(key, claimant, lease) => {
-                write::claim_body(meta, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
+                write::claim_body(meta, &self.store_id, key, claimant, *lease).map(|end| end.map(BatchOutcome::ClaimEffect))
             }
             Prepared::MarkEmitted(key, claimant) => {
-                write::mark_body(meta, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
+                write::mark_body(meta, &self.store_id, key, claimant.as_deref()).map(|end| end.map(BatchOutcome::MarkEmitted))
             }
         };
         Some(ran)

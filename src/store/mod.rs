@@ -184,6 +184,8 @@ pub struct Store {
     lease_to_record: AtomicU64,
     /// The staging identity the store records; the root's marker must name it.
     staging_identity: String,
+    /// The store's identity ([`Store::store_id`]), made from its meta record.
+    store_id: String,
     /// [`StoreOptions::csv_record_bytes_max`].
     csv_record_bytes_max: usize,
     /// [`StoreOptions::grain_key_bytes_in_memory_max`].
@@ -318,6 +320,9 @@ struct Initialized {
     /// The lease recorded in the store.
     recorded_lease_ms: u64,
     staging_identity: String,
+    /// When the store was created, as its meta record holds it (with the staging identity, the
+    /// store's identity).
+    created_at_ms: u64,
     /// The root's marker is to be written once the transaction committed.
     write_marker: bool,
     /// Whether the transaction wrote anything (tables created, a new format record): an
@@ -369,6 +374,7 @@ fn initialize_records(
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 write_marker: action != RootAction::Use,
                 staging_identity: record.staging_identity,
+                created_at_ms: record.created_at_ms,
                 wrote: false,
             })
         }
@@ -388,6 +394,7 @@ fn initialize_records(
             Ok(Initialized {
                 recorded_lease_ms: record.attempt_lifetime_max_ms,
                 staging_identity: record.staging_identity,
+                created_at_ms: record.created_at_ms,
                 write_marker: true,
                 wrote: true,
             })
@@ -545,6 +552,7 @@ impl Store {
             poison,
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
+            store_id: crate::rules::effects::store_id(&init.staging_identity, init.created_at_ms),
             staging_identity: init.staging_identity,
             csv_record_bytes_max: options.csv_record_bytes_max,
             grain_key_bytes_in_memory_max: options.grain_key_bytes_in_memory_max,
@@ -794,6 +802,15 @@ impl Store {
     /// The staging root (canonical path).
     pub fn staging_root(&self) -> &Path {
         &self.staging_root
+    }
+
+    /// The store's identity: 32 hex digits made from what the store recorded once, when it was
+    /// created (its staging identity and creation time), on whichever storage layer holds it.
+    /// Reopening the store, restarting the process or opening it from another host gives the
+    /// same id; another store (one created anew over the same staging root included) has
+    /// another. Every [`Effect::idempotency_key`](crate::Effect::idempotency_key) begins with it.
+    pub fn store_id(&self) -> &str {
+        &self.store_id
     }
 
     /// The store file, if the store is file-backed.

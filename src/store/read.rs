@@ -297,6 +297,15 @@ impl Snapshot {
         self.read("reading datasets", |meta| Ok(meta.has_runs(dataset)? || meta.pointer(dataset)?.is_some()))
     }
 
+    /// The store's identity, as [`crate::Store::store_id`] gives it: the same through a
+    /// read-only handle or a snapshot in another process.
+    ///
+    /// # Errors
+    /// Storage and corruption errors (including a store without its format record).
+    pub fn store_id(&self) -> Result<String> {
+        self.read("reading the store's identity", store_id)
+    }
+
     /// The attempt lease recorded in the store (ms): how long an unfinished attempt may go
     /// without a heartbeat before it may be recorded abandoned. Writers only ever raise it.
     ///
@@ -368,7 +377,10 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn effects(&self, dataset: &str, run: &str) -> Result<Vec<Effect>> {
-        self.read("reading effects", |meta| Ok(effects_where(meta.run_effects(dataset, run)?, |_| true)))
+        self.read("reading effects", |meta| {
+            let found = meta.run_effects(dataset, run)?;
+            effects_where(meta, found, |_| true)
+        })
     }
 
     /// Every side effect of the dataset that is ready to emit (its run is published, it is not
@@ -378,7 +390,8 @@ impl Snapshot {
     /// Storage and corruption errors.
     pub fn ready_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
         self.read("reading ready effects", |meta| {
-            Ok(effects_where(meta.dataset_effects(dataset)?, |status| matches!(status, EffectStatus::Ready { .. })))
+            let found = meta.dataset_effects(dataset)?;
+            effects_where(meta, found, |status| matches!(status, EffectStatus::Ready { .. }))
         })
     }
 
@@ -387,7 +400,10 @@ impl Snapshot {
     /// # Errors
     /// Storage and corruption errors.
     pub fn dataset_effects(&self, dataset: &str) -> Result<Vec<Effect>> {
-        self.read("reading dataset effects", |meta| Ok(effects_where(meta.dataset_effects(dataset)?, |_| true)))
+        self.read("reading dataset effects", |meta| {
+            let found = meta.dataset_effects(dataset)?;
+            effects_where(meta, found, |_| true)
+        })
     }
 
     /// How many entries each table of the store holds, as `(table name, entries)` in schema
@@ -410,8 +426,25 @@ fn current(meta: &mut dyn MetaRead, dataset: &str) -> Result<Option<Generation>>
     })
 }
 
-fn effects_where(effects: Vec<(crate::model::EffectKey, EffectRecord)>, keep: impl Fn(&EffectStatus) -> bool) -> Vec<Effect> {
-    effects.into_iter().filter(|(_, record)| keep(&record.status)).map(|(key, record)| effect_from(key, record)).collect()
+/// The effects whose status `keep` keeps, each with the store's identity (read from the meta
+/// record in the same snapshot).
+fn effects_where(
+    meta: &mut dyn MetaRead,
+    effects: Vec<(crate::model::EffectKey, EffectRecord)>,
+    keep: impl Fn(&EffectStatus) -> bool,
+) -> Result<Vec<Effect>> {
+    let mut kept = effects.into_iter().filter(|(_, record)| keep(&record.status)).peekable();
+    if kept.peek().is_none() {
+        return Ok(Vec::new());
+    }
+    let store_id = store_id(meta)?;
+    Ok(kept.map(|(key, record)| effect_from(&store_id, key, record)).collect())
+}
+
+/// The store's identity, from its meta record ([`crate::Store::store_id`]).
+fn store_id(meta: &mut dyn MetaRead) -> Result<String> {
+    let record = meta.store_format()?.ok_or_else(no_format_record)?;
+    Ok(crate::rules::effects::store_id(&record.staging_identity, record.created_at_ms))
 }
 
 fn attempt_info(key: AttemptKey, record: AttemptRecord) -> AttemptInfo {

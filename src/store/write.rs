@@ -398,7 +398,7 @@ impl Store {
     /// [`Error::InvalidInput`] for bad names or a payload over 16 MiB.
     pub fn record_effect(&self, effect: &EffectKey, payload: &[u8]) -> Result<RecordedEffect> {
         check_record(effect, payload)?;
-        self.write_grouped("recording a side effect", |meta| record_body(meta, effect, payload))
+        self.write_grouped("recording a side effect", |meta| record_body(meta, &self.store_id, effect, payload))
     }
 
     /// Claims a ready side effect for `claimant` for `lease`, so that of several emitters only
@@ -418,7 +418,7 @@ impl Store {
     /// run is not published.
     pub fn claim_effect(&self, effect: &EffectKey, claimant: &str, lease: std::time::Duration) -> Result<ClaimOutcome> {
         check_claim(effect, claimant, lease)?;
-        self.write_grouped("claiming a side effect", |meta| claim_body(meta, effect, claimant, lease))
+        self.write_grouped("claiming a side effect", |meta| claim_body(meta, &self.store_id, effect, claimant, lease))
     }
 
     /// Marks a ready side effect as emitted. `claimant` is the caller's claim
@@ -431,7 +431,7 @@ impl Store {
     /// [`Error::EffectNotReady`] if its run is not published.
     pub fn mark_effect_emitted(&self, effect: &EffectKey, claimant: Option<&str>) -> Result<MarkOutcome> {
         check_mark(effect, claimant)?;
-        self.write_grouped("marking a side effect emitted", |meta| mark_body(meta, effect, claimant))
+        self.write_grouped("marking a side effect emitted", |meta| mark_body(meta, &self.store_id, effect, claimant))
     }
 }
 
@@ -459,19 +459,20 @@ pub(super) fn check_mark(effect: &EffectKey, claimant: Option<&str>) -> Result<(
 /// The claim, in a write transaction (a single call's or a batch's).
 pub(super) fn claim_body(
     meta: &mut dyn Meta,
+    store_id: &str,
     effect: &EffectKey,
     claimant: &str,
     lease: std::time::Duration,
 ) -> Result<TxnEnd<ClaimOutcome>> {
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
     let now = meta.now_ms();
-    ops::effects::claim(meta, effect, claimant, lease_ms, now)
+    ops::effects::claim(meta, store_id, effect, claimant, lease_ms, now)
 }
 
 /// Marking emitted, in a write transaction (a single call's or a batch's).
-pub(super) fn mark_body(meta: &mut dyn Meta, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
+pub(super) fn mark_body(meta: &mut dyn Meta, store_id: &str, effect: &EffectKey, claimant: Option<&str>) -> Result<TxnEnd<MarkOutcome>> {
     let now = meta.now_ms();
-    ops::effects::mark(meta, effect, claimant, now)
+    ops::effects::mark(meta, store_id, effect, claimant, now)
 }
 
 fn check_effect_key(effect: &EffectKey) -> Result<()> {
@@ -811,7 +812,7 @@ pub(super) fn check_record(effect: &EffectKey, payload: &[u8]) -> Result<()> {
 }
 
 /// Recording an effect, in a write transaction (a single call's or a batch's).
-pub(super) fn record_body(meta: &mut dyn Meta, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
+pub(super) fn record_body(meta: &mut dyn Meta, store_id: &str, effect: &EffectKey, payload: &[u8]) -> Result<TxnEnd<RecordedEffect>> {
     let now = meta.now_ms();
-    ops::effects::record(meta, effect, payload, now)
+    ops::effects::record(meta, store_id, effect, payload, now)
 }

@@ -100,6 +100,14 @@ impl Views {
         if let Some(read) = self.read_log(ds, dataset, scope)? {
             self.remove_temporaries(ds, dataset, &read)?;
             let mut cut = if check == Check::None { None } else { table_rule::first_damaged(&read.log) };
+            if check != Check::None {
+                // A checkpoint a reader cannot read (empty, cut short): cut from its version.
+                let bad = self.first_unreadable_checkpoint(dataset, &read, check == Check::Full);
+                cut = match (cut, bad) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
             if check == Check::Full && cut.is_none() {
                 cut = self.first_unfaithful(engine, dataset, source, current, &read.log)?;
             }
@@ -283,6 +291,38 @@ impl Views {
         let cut: BTreeSet<u64> = doomed.iter().filter_map(|n| table_rule::log_entry_version(n)).collect();
         self.remove_log_entries(ds, dataset, doomed.iter().map(String::as_str))?;
         Ok(cut.into_iter().collect())
+    }
+
+    /// The oldest checkpoint whose Parquet footer cannot be read (empty, cut short), or the
+    /// version `_last_checkpoint` names when no checkpoint of that version is present. With
+    /// `all` every checkpoint is read, else only the newest (a writable open: one small read).
+    fn first_unreadable_checkpoint(&self, dataset: &str, read: &LogRead, all: bool) -> Option<u64> {
+        let log_path = self.table_path(dataset).join(table_rule::LOG_DIR);
+        let mut present = BTreeSet::new();
+        let mut bad = None;
+        let newest = read.names.iter().filter_map(|n| match table_rule::log_name(n) {
+            table_rule::LogName::Checkpoint(v) => Some(v),
+            _ => None,
+        });
+        let newest = newest.max();
+        for name in &read.names {
+            if let table_rule::LogName::Checkpoint(v) = table_rule::log_name(name) {
+                present.insert(v);
+                if (all || Some(v) == newest)
+                    && name.ends_with(".parquet")
+                    && let Err(reason) = parquet_footer(&log_path.join(name))
+                {
+                    tracing::warn!(dataset, checkpoint = %name, %reason, "a Delta checkpoint cannot be read");
+                    bad = Some(bad.map_or(v, |b: u64| b.min(v)));
+                }
+            }
+        }
+        if let Some(Some(named)) = read.last_checkpoint
+            && !present.contains(&named)
+        {
+            bad = Some(bad.map_or(named, |b: u64| b.min(named)));
+        }
+        bad
     }
 
     /// The first of the store's versions (of a generation it holds) whose files are not

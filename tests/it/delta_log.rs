@@ -21,7 +21,7 @@ const DATASET: &str = "sales";
 /// Reads the table with deltalake: `{"latest": N, "<version>": rows}` for every version in
 /// `versions`; `rows` are `[[date, region, sum(units)]]`, sorted.
 const READ_VERSIONS: &str = r#"
-import json, sys
+import json, os, sys
 from deltalake import DeltaTable
 path, versions = sys.argv[1], json.loads(sys.argv[2])
 def rows(t):
@@ -30,12 +30,15 @@ def rows(t):
 out = {"latest": DeltaTable(path).version()}
 for v in versions:
     out[str(v)] = rows(DeltaTable(path, version=v).to_pyarrow_table())
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# Past here only the interpreter's teardown, where deltalake's runtime threads once aborted the
+# process ("terminate called without an active exception", 1 run of 4): skip it.
+os._exit(0)
 "#;
 
 /// One delta-rs operation on the table: `append`, `overwrite`, `delete`, `optimize`, `vacuum`.
 const FOREIGN: &str = r#"
-import sys
+import os, sys
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 path, op = sys.argv[1], sys.argv[2]
@@ -65,6 +68,8 @@ elif op == "vacuum":
     dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
 else:
     raise SystemExit("unknown op " + op)
+sys.stdout.flush()
+os._exit(0)  # skip the interpreter's teardown (see READ_VERSIONS)
 "#;
 
 fn python(script: &str, args: &[&str]) -> String {
@@ -234,10 +239,25 @@ fn a_damaged_delta_log_is_cut_back_and_committed_again() {
     assert_eq!(status.table_repaired, [2], "{status:?}");
     check_every_version(&store, &table);
 
+    // A checkpoint cut short (written at every 10th version): the open cuts the log back to
+    // before it (or writes it again whole) and every version reads exactly.
+    for run in 4..=11 {
+        publish_to(&store, DATASET, &format!("r{run}"), &[(run % 4, 300 + run as i64)]);
+    }
+    let checkpoint = log.join(format!("{:020}.checkpoint.parquet", 10));
+    assert!(checkpoint.is_file(), "a checkpoint at version 10");
+    let bytes = std::fs::read(&checkpoint).unwrap();
+    std::fs::write(&checkpoint, &bytes[..bytes.len() / 2]).unwrap();
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert!(status.table_repaired.contains(&10), "{status:?}");
+    let text = std::fs::read(&checkpoint).map(|b| b.len()).unwrap_or(0);
+    assert!(text == 0 || text == bytes.len(), "the checkpoint is gone or whole again");
+    check_every_version(&store, &table);
+
     // Version 0 emptied: nothing before it to keep, the log is written again from the store.
     std::fs::write(commit(0), b"").unwrap();
     let status = store.sync_view(DATASET).expect("sync").expect("a view");
-    assert_eq!(status.table_repaired, [0, 1, 2], "{status:?}");
+    assert_eq!(status.table_repaired.first(), Some(&0), "{status:?}");
     check_every_version(&store, &table);
     assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
 }

@@ -153,3 +153,59 @@ fn of_many_threads_claiming_at_once_exactly_one_gets_the_claim() {
     let held = outcomes.iter().filter(|o| matches!(o, ClaimOutcome::HeldByOther { .. })).count();
     assert_eq!((claimed, held), (1, 15), "{outcomes:?}");
 }
+
+/// Declares and publishes `units/r1` with one partition `p`, records its `notify` effect and
+/// returns the key a receiver gets.
+fn published_effect_key(store: &manifestdb::Store) -> String {
+    store.declare_run(&run_spec("units", "r1", "s1", &[("p", 1, 1)])).unwrap();
+    let ticket = run_attempt(store, &TaskKey::new("units", "r1", "p"), "s1", 1, 1);
+    store.validate_attempt(&ticket.key, FileCheck::Size).unwrap();
+    assert!(matches!(store.publish("units", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+    store.record_effect(&notify(Some("p")), b"x").unwrap().effect.idempotency_key()
+}
+
+#[test]
+fn idempotency_keys_name_the_store_so_two_stores_never_collide_and_a_reopened_store_keeps_its_own() {
+    let a = TestStore::new();
+    let b = TestStore::new();
+    let (key_a, key_b) = (published_effect_key(&a.store), published_effect_key(&b.store));
+    assert_ne!(key_a, key_b, "the same dataset, run, effect and partition in two stores");
+    assert_ne!(a.store.store_id(), b.store.store_id());
+    assert_eq!(key_a, format!("{}/units/r1/notify/p", a.store.store_id()));
+    assert_eq!(a.store.store_id().len(), 32);
+
+    // Every path to the effect hands out the same key: a claim, a mark, the snapshot's reads.
+    let claimed = a.store.claim_effect(&notify(Some("p")), "w1", LEASE).unwrap();
+    assert_eq!(claimed.effect().idempotency_key(), key_a);
+    assert_eq!(a.store.snapshot().unwrap().ready_effects("units").unwrap()[0].idempotency_key(), key_a);
+
+    // Reopened (a restart; on PostgreSQL, another handle on the same database): the same id.
+    let id = a.store.store_id().to_owned();
+    let a = a.reopen();
+    assert_eq!(a.store.store_id(), id);
+    let marked = a.store.mark_effect_emitted(&notify(Some("p")), Some("w1")).unwrap();
+    assert_eq!(marked.effect().idempotency_key(), key_a);
+    assert_eq!(a.store.snapshot().unwrap().store_id().unwrap(), id);
+    assert_eq!(a.store.snapshot().unwrap().effects("units", "r1").unwrap()[0].idempotency_key(), key_a);
+    let reader = a.dir.read_only().unwrap();
+    assert_eq!(reader.snapshot().unwrap().dataset_effects("units").unwrap()[0].idempotency_key(), key_a);
+}
+
+#[test]
+fn a_store_created_anew_over_the_same_staging_root_has_another_id() {
+    if crate::support::redb_only("deletes the redb file and creates the store again") {
+        return;
+    }
+    let t = TestStore::new();
+    let first = t.store.store_id().to_owned();
+    let TestStore { store, dir } = t;
+    drop(store);
+    // The staging root holds only its marker, which the new store adopts: the staging
+    // identity is the same, the store is not.
+    std::fs::remove_file(dir.location()).unwrap();
+    // Not within the millisecond of the first creation (never so in practice: the file was
+    // removed in between).
+    std::thread::sleep(Duration::from_millis(5));
+    let again = dir.open().unwrap();
+    assert_ne!(again.store_id(), first);
+}

@@ -344,6 +344,8 @@ fn effects_are_recorded_once_and_emitted_after_publish() {
             "run",
             "effect",
             "partition",
+            "store_id",
+            "idempotency_key",
             "status",
             "generation",
             "recorded_at_ms",

@@ -301,3 +301,66 @@ fn publish_killed_at_each_sync_leaves_current_on_the_old_or_the_new_view() {
     assert!(killed >= 10, "a publish with a view makes at least 10 syncs: {killed}");
     println!("publish syncs killed at: {killed}");
 }
+
+/// Issue 37 item 4: every Delta log object (the commit, and its `_delta_log` directory entry)
+/// is durable before a reader can see it: written under a temporary name (`<name>#<n>`), that
+/// file fsynced, linked into place without replacing anything, then the log directory
+/// fsynced, all before `publish` exits. Under strace, on a Parquet dataset's first publish
+/// (PyPI pyarrow writes the file; skipped where Python lacks it, outside CI).
+#[test]
+fn every_delta_log_object_is_synced_before_it_is_linked_into_place() {
+    if crate::support::on_postgres() || crate::support::is_served() || !strace_available() {
+        return;
+    }
+    if !Command::new("python3").args(["-c", "import pyarrow"]).output().is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var("CI").is_err(), "pyarrow is required in CI (.ci/run installs it)");
+        eprintln!("skipped: python3 cannot import pyarrow");
+        return;
+    }
+    let env = Env::new();
+    let views = env.tmp.path().join("views");
+    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    let task = format!("{EU}:2:700");
+    let declare =
+        ["run", "declare", "-d", "daily", "-r", "r1", "--snapshot", "s1", "--task", &task, "--grain", "store,item", "--measure", "units"];
+    env.run(&[&declare[..], &["--format", "parquet"]].concat()).code(0);
+    let (attempt, dir) = env.begin("r1", EU);
+    let write = "import pyarrow as pa, pyarrow.parquet as pq, sys\n\
+                 pq.write_table(pa.table({'store': pa.array([1, 2], pa.int64()), 'item': pa.array([7, 7], pa.int64()), \
+                 'units': pa.array([300, 400], pa.int64())}), sys.argv[1])";
+    let out = Command::new("python3").args(["-c", write]).arg(dir.join("part.parquet")).output().expect("run python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let attempt = attempt.to_string();
+    env.run(&["attempt", "finish", "-d", "daily", "-r", "r1", "-p", EU, "-a", &attempt, "--snapshot", "s1", "--scan"]).code(0);
+    env.run(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", &attempt]).code(0);
+
+    let trace = env.tmp.path().join("trace");
+    let mut cmd = Command::new("strace");
+    cmd.args(["-f", "-y", "-qq", "-o"]).arg(&trace).arg("-etrace=fsync,fdatasync,link,linkat,rename,renameat,renameat2");
+    for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "MANIFESTDB_VIEWS"] {
+        cmd.env_remove(var);
+    }
+    cmd.arg(BIN).args(env.store_args()).args(["--json", "publish", "-d", "daily", "-r", "r1"]);
+    let output = cmd.output().expect("run strace");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let log = std::fs::canonicalize(views.join("daily/table/_delta_log")).unwrap();
+    let commit = log.join(format!("{:020}.json", 0));
+    assert!(commit.is_file(), "the publish wrote version 0");
+    let link = lines
+        .iter()
+        .position(|l| l.contains("link") && l.contains(&format!("\"{}\"", commit.display())))
+        .unwrap_or_else(|| panic!("no link of {} into place in the trace:\n{text}", commit.display()));
+    let staged = format!("<{}#", commit.display());
+    assert!(
+        lines[..link].iter().any(|l| l.contains("fsync(") && l.contains(&staged)),
+        "the commit's temporary file is fsynced before it is linked into place:\n{text}"
+    );
+    let log_dir = format!("<{}>", log.display());
+    assert!(
+        lines[link..].iter().any(|l| l.contains("fsync(") && l.contains(&log_dir)),
+        "the log directory is fsynced after the link:\n{text}"
+    );
+    assert!(!std::fs::read_dir(&log).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains('#')), "no temporary file is left");
+}

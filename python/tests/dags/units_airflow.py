@@ -4,7 +4,8 @@ the other timing out (`execution_timeout`) after writing, and a publish whose
 first try delivers the notification and dies before marking it emitted.
 
 Run by the test as `python units_airflow.py` (dag.test(), in-process) with MANIFESTDB_TEST_DIR
-naming a directory with store.redb, staging/ and the markers, and RECEIVER_URL the receiver."""
+naming a directory with store.redb, staging/ and the markers, MANIFESTDB_SOCKET the socket of
+the `manifestdb serve` over that store, and RECEIVER_URL the receiver."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 from airflow.sdk import dag
 
 import manifestdb
-from manifestdb.airflow import declare_run, partition_task, publish_run
+from manifestdb.airflow import dag_run_id, declare_run, partition_task, publish_run
 
 HERE = Path(os.environ.get("MANIFESTDB_TEST_DIR", "/tmp/manifestdb-airflow"))
 RECEIVER = os.environ.get("RECEIVER_URL", "http://127.0.0.1:9/")
@@ -26,19 +27,15 @@ ROWS = {"region=eu": [(1, 7, 300), (2, 7, 400)], "region=us": [(3, 9, 50)]}
 GRAIN = manifestdb.Grain("csv", ["store", "item"], "units")
 
 
-def connect() -> manifestdb.Store:
-    # Tasks run one at a time here (dag.test()); with parallel workers, connect to the server:
-    # manifestdb.Client("/srv/jobs/manifestdb.sock").
-    return manifestdb.Store.open(HERE / "store.redb", HERE / "staging")
-
-
-def run_of(context) -> str:
-    return context["dag_run"].run_id.replace(":", "_").replace("+", "_")
+def connect() -> manifestdb.Client:
+    # The arrangement the book recommends for tasks that may run in parallel (LocalExecutor,
+    # Celery): one `manifestdb serve` and a Client per task, never the store file in each task.
+    return manifestdb.Client(os.environ["MANIFESTDB_SOCKET"])
 
 
 def spec(context) -> manifestdb.RunSpec:
     tasks = [manifestdb.TaskSpec(p, len(rows), sum(r[2] for r in rows)) for p, rows in ROWS.items()]
-    return manifestdb.RunSpec(DATASET, run_of(context), "sales@v42", tasks, GRAIN)
+    return manifestdb.RunSpec(DATASET, dag_run_id(context), "sales@v42", tasks, GRAIN)
 
 
 def build(partition: str):
@@ -72,13 +69,13 @@ def daily_units():
     declared = declare_run(connect, spec)
     parts = [
         partition_task(
-            connect, DATASET, run_of, p, task_id=f"build_{p.split('=')[1]}",
+            connect, DATASET, dag_run_id, p, task_id=f"build_{p.split('=')[1]}",
             retries=2, retry_delay=timedelta(0), execution_timeout=timedelta(seconds=5),
         )(build(p))()
         for p in ROWS
     ]
     published = publish_run(
-        connect, DATASET, run_of, effects=[("notify", None, "daily_units published")], emit=send, retries=2, retry_delay=timedelta(0)
+        connect, DATASET, dag_run_id, effects=[("notify", None, "daily_units published")], emit=send, retries=2, retry_delay=timedelta(0)
     )
     declared >> parts >> published
 
