@@ -153,3 +153,33 @@ test -d "$MANIFESTDB_STAGING_DIR"; echo "attempt $MANIFESTDB_ATTEMPT""#;
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "attempt 2", "the wrapper's begin was attempt 1");
 }
+
+/// The serving chapter's first example (`docs/src/serving.md`), run as printed with its
+/// directory `/srv/jobs` moved to a temporary one: `init` in the foreground, only `serve` in the
+/// background, the run declared through the server, then the raw begin answers attempt 1.
+#[test]
+fn the_serving_chapters_first_example_runs_as_printed() {
+    if crate::support::redb_only("init and serve of a store directory") {
+        return;
+    }
+    // The example's client is curl (`.ci/run` installs it).
+    if !std::process::Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but curl is missing");
+        eprintln!("SKIPPED the_serving_chapters_first_example_runs_as_printed: no curl on PATH");
+        return;
+    }
+    let chapter = std::fs::read_to_string(cli_dir().join("../docs/src/serving.md")).expect("read docs/src/serving.md");
+    let start = chapter.find("```sh\n").expect("a shell block") + "```sh\n".len();
+    let block = &chapter[start..start + chapter[start..].find("```").expect("its end")];
+    let env = Env::empty();
+    let dir = env.dir().join("jobs");
+    let script = format!("{}\necho\nkill $!\nwait $! || true\n", block.replace("/srv/jobs", dir.to_str().expect("UTF-8 path")).trim_end());
+    let out = bash(&env, &script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("(created)") && stdout.contains("declared"), "{stdout}");
+    let begun: serde_json::Value =
+        serde_json::from_str(stdout.lines().rev().find(|l| l.starts_with('{')).expect("the begin's answer")).expect("JSON");
+    assert_eq!(begun["attempt"], 1, "{begun}");
+    assert_eq!(begun["partition"], "date=2026-11-29/region=eu");
+}
