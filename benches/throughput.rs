@@ -1042,7 +1042,7 @@ fn md_prepare_parquet(store: &Store, dataset: &str, run: &str, partitions: &[usi
             .map(|i| TaskSpec { partition: format!("region={i:03}"), expected_rows: 100, expected_total: None })
             .collect(),
         grain: grain.then(|| manifestdb::Grain::new(manifestdb::DataFormat::Parquet, &["store", "item"], "units")),
-        trust_reported_figures: false,
+        trust_reported_figures: !grain,
     };
     store.declare_run(&spec)?;
     for task in &spec.tasks {
@@ -1127,6 +1127,42 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
         }
         Ok(out) => println!("deltalake comparison skipped: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")),
         Err(e) => println!("deltalake comparison skipped: python3: {e}"),
+    }
+    Ok(())
+}
+
+/// The published table's cost as the dataset grows (issue 37, "a publish costs what it
+/// changes"): a Parquet dataset of N partitions (views and Delta table) and the same dataset on
+/// a store without views; each round publishes a new run replacing ONE partition in each,
+/// interleaved; the median ms per publish of each and their ratio, per N. Opt-in:
+/// `cargo bench --bench throughput -- --table-scaling [--quick]` (N = 100 and 1,000 quick;
+/// 100, 1,000 and 10,000 full).
+fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize) -> Res<()> {
+    for &n in sizes {
+        let options =
+            StoreOptions { views: Some(ViewOptions::hard_links(dir.join(format!("scaling-views-{n}")))), ..StoreOptions::default() };
+        let with =
+            Store::open_with_options(dir.join(format!("scaling-with-{n}.redb")), dir.join(format!("scaling-staging-with-{n}")), &options)?;
+        let without = Store::open(dir.join(format!("scaling-without-{n}.redb")), dir.join(format!("scaling-staging-without-{n}")))?;
+        let all: Vec<usize> = (0..n).collect();
+        for store in [&with, &without] {
+            md_prepare_parquet(store, "scaling", "r0", &all, true)?;
+            md_publish(store, "scaling", "r0")?;
+        }
+        let (mut on, mut off) = (Vec::new(), Vec::new());
+        for r in 1..=rounds {
+            let run = format!("r{r}");
+            let replaced = [(r * 7919) % n];
+            md_prepare_parquet(&with, "scaling", &run, &replaced, true)?;
+            md_prepare_parquet(&without, "scaling", &run, &replaced, true)?;
+            on.push(md_publish(&with, "scaling", &run)?);
+            off.push(md_publish(&without, "scaling", &run)?);
+        }
+        let with_key = format!("table_publish_ms_1_of_{n}p");
+        let without_key = format!("table_publish_ms_1_of_{n}p_without_views");
+        report.put(&with_key, median_ms(on), "ms (median: one partition replaced; views and Delta table)");
+        report.put(&without_key, median_ms(off), "ms (median: the same publish, a store without views)");
+        report.ratio(&format!("table_publish_ratio_{n}p"), &with_key, &without_key);
     }
     Ok(())
 }
@@ -1475,6 +1511,12 @@ fn main() -> Res<()> {
         // Only verify's cost against history (issue 10): `cargo bench --bench throughput -- --verify-only`.
         verify_figures(dir, &mut report)?;
         report.finish(&args, "verify", sizes.quick)?;
+        return Ok(());
+    }
+    if args.iter().any(|a| a == "--table-scaling") {
+        let sizes_n: &[usize] = if sizes.quick { &[100, 1000] } else { &[100, 1000, 10_000] };
+        table_scaling(dir, &mut report, sizes_n, if sizes.quick { 5 } else { 9 })?;
+        report.finish(&args, "table-scaling", sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--views-only") {

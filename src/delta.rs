@@ -1,6 +1,7 @@
 //! The Delta Lake log of a Parquet dataset's views, written with the official Delta kernel
-//! (`delta_kernel`, its default engine on the local file system): one commit per generation,
-//! Delta version = generation - 1.
+//! (`delta_kernel`, its default engine on the local file system, in the object store's fsync
+//! mode): one commit per generation, marked by a `txn` action (app id `manifestdb`, version =
+//! the generation), on top of whatever version the log holds.
 //!
 //! This module only talks to the kernel: it reads the table's latest version, commits one
 //! version (create, or `add`/`remove` actions so the table holds exactly the files asked for),
@@ -9,7 +10,7 @@
 //! `crate::views` (plan, then apply); a commit here is followed there by an fsync of every log
 //! file it wrote and of the log directory.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -82,6 +83,25 @@ impl std::fmt::Debug for DeltaEngine {
     }
 }
 
+/// The table properties the store sets at creation: files a retained generation names are the
+/// store's to remove (its retention), so Delta's default `vacuum` keeps them for a century; the
+/// log's retained versions likewise, so a Delta writer's log cleanup never drops a version the
+/// store still maps to a generation.
+const TABLE_PROPERTIES: &[(&str, &str)] = &[
+    ("delta.deletedFileRetentionDuration", "interval 36500 days"),
+    ("delta.logRetentionDuration", "interval 36500 days"),
+    ("delta.enableExpiredLogCleanup", "false"),
+];
+
+/// A commit begun by [`DeltaEngine::prepare`].
+pub(crate) struct Prepared {
+    txn: Option<delta_kernel::transaction::Transaction>,
+    /// The wanted files the latest version lacks: to be placed and described by the caller.
+    pub(crate) missing: Vec<String>,
+    generation: u64,
+    base: Option<u64>,
+}
+
 /// A table's latest version as one read found it (the kernel's snapshot, kept opaque).
 pub(crate) struct Head {
     snapshot: Option<delta_kernel::snapshot::SnapshotRef>,
@@ -102,7 +122,9 @@ impl DeltaEngine {
     pub(crate) fn new() -> DResult<DeltaEngine> {
         let executor = TokioMultiThreadExecutor::new_owned_runtime(Some(2), Some(4))?;
         Ok(DeltaEngine {
-            engine: DefaultEngineBuilder::new(Arc::new(LocalFileSystem::new())).with_task_executor(Arc::new(executor)).build(),
+            engine: DefaultEngineBuilder::new(Arc::new(LocalFileSystem::new().with_fsync(true)))
+                .with_task_executor(Arc::new(executor))
+                .build(),
         })
     }
 
@@ -120,97 +142,113 @@ impl DeltaEngine {
         Ok(Head { snapshot: Some(Snapshot::builder_for(table_url(table)?).build(self.engine())?) })
     }
 
-    /// Commits version `version` so the table holds exactly `files` (a new table at version 0
-    /// with `schema` and `partition_columns`; later versions `remove` what is not in `files`
-    /// and `add` what is new). `generation` is recorded as the commit's transaction identifier
-    /// (`txn` action, app id `manifestdb`), so a reader can map versions to generations.
-    /// Refused (an error) if the table's latest version is not `version - 1`. `head`: the
-    /// table as last read; its snapshot is used if it is of `version - 1` (else the log is
-    /// read again).
-    #[allow(clippy::too_many_arguments)] // reason: one commit's table, versions, schema and files
-    pub(crate) fn commit(
+    /// The first half of a commit of generation `generation` over the table as `head` read it
+    /// (its latest version, whoever wrote it): the files of `wanted` (paths relative to the
+    /// table root) that the latest version does not hold, which the caller places and
+    /// describes before [`DeltaEngine::finish`]; and, for a table that exists, a `remove` of
+    /// every file it holds that is not wanted (another writer's appends included), so the
+    /// committed version holds exactly `wanted`. One scan of the latest version.
+    pub(crate) fn prepare(&self, head: &Head, generation: u64, wanted: &BTreeSet<String>) -> DResult<Prepared> {
+        let Some(snapshot) = &head.snapshot else {
+            return Ok(Prepared { txn: None, missing: wanted.iter().cloned().collect(), generation, base: None });
+        };
+        let engine = self.engine();
+        let mut present = BTreeSet::new();
+        let mut txn = Arc::clone(snapshot)
+            .update_table(UpdateTableOperation::Write, ENGINE_INFO, true)
+            .build(engine, Box::new(FileSystemCommitter::new()))?
+            .with_transaction_id(crate::rules::delta::APP_ID.to_owned(), generation as i64);
+        for meta in Arc::clone(snapshot).scan_builder().build()?.scan_metadata(engine)? {
+            let (data, selection) = meta?.scan_files.into_parts();
+            let paths = paths_of_ref(data.as_ref())?;
+            let mut remove = vec![false; paths.len()];
+            for (i, path) in paths.iter().enumerate() {
+                if !selection.get(i).copied().unwrap_or(true) {
+                    continue;
+                }
+                let rel = decode(path);
+                if wanted.contains(&rel) {
+                    present.insert(rel);
+                } else {
+                    remove[i] = true;
+                }
+            }
+            if remove.iter().any(|r| *r) {
+                txn.remove_files(FilteredEngineData::try_new(data, remove)?);
+            }
+        }
+        let missing = wanted.iter().filter(|rel| !present.contains(*rel)).cloned().collect();
+        Ok(Prepared { txn: Some(txn), missing, generation, base: Some(snapshot.version()) })
+    }
+
+    /// Commits what [`DeltaEngine::prepare`] began, adding `files` (the missing ones, placed
+    /// and durable): for a new table, version 0 with `schema`, `partition_columns` and the
+    /// table properties that keep Delta's own maintenance off the store's files. The store's
+    /// `txn` action (app id `manifestdb`, version = the generation) marks the commit as the
+    /// store's. Every log object is written under a temporary name, fsynced, linked into place
+    /// without replacing anything and its directory fsynced (the object store's fsync mode).
+    /// Returns the version committed; refused if another writer took the version meanwhile.
+    pub(crate) fn finish(
         &self,
-        head: &Head,
+        prepared: Prepared,
         table: &Path,
-        version: u64,
-        generation: u64,
         schema: &ArrowSchema,
         partition_columns: &[String],
         files: &[DeltaFile],
-    ) -> DResult<()> {
+    ) -> DResult<u64> {
         let url = table_url(table)?;
         let engine = self.engine();
-        let committed = if version == 0 {
-            let mut fields: Vec<StructField> = StructType::try_from_arrow(schema)?.fields().cloned().collect();
-            for column in partition_columns {
-                if fields.iter().any(|f| f.name() == column) {
-                    return Err(DeltaError(format!("the partition column {column} is also a column of the Parquet files")));
-                }
-                fields.push(StructField::nullable(column.clone(), KernelType::STRING));
-            }
-            let kernel_schema = Arc::new(StructType::try_new(fields)?);
-            let layout = if partition_columns.is_empty() { DataLayout::None } else { DataLayout::partitioned(partition_columns) };
-            let mut txn = create_table(url.as_str(), kernel_schema, ENGINE_INFO, true)
-                .with_data_layout(layout)
-                .build(engine, Box::new(FileSystemCommitter::new()))?
-                .with_transaction_id("manifestdb".to_owned(), generation as i64);
-            for file in files {
-                let add = add_metadata(&url, &txn.write_state()?, file)?;
-                txn.add_files(add);
-            }
-            match txn.commit(engine)? {
-                CommitResult::Committed(c) => c.commit_version(),
-                CommitResult::Conflicted(c) => return Err(DeltaError(format!("version {} exists already", c.conflict_version()))),
-                other => return Err(DeltaError(format!("the commit failed: {other:?}"))),
-            }
-        } else {
-            let snapshot = match &head.snapshot {
-                Some(snapshot) if snapshot.version() + 1 == version => Arc::clone(snapshot),
-                _ => Snapshot::builder_for(url.as_str()).build(engine)?,
-            };
-            if snapshot.version() + 1 != version {
-                return Err(DeltaError(format!("the table is at version {}, not {}", snapshot.version(), version - 1)));
-            }
-            let wanted: BTreeMap<&str, &DeltaFile> = files.iter().map(|f| (f.rel.as_str(), f)).collect();
-            let mut present = BTreeSet::new();
-            let mut txn = snapshot
-                .clone()
-                .update_table(UpdateTableOperation::Write, ENGINE_INFO, true)
-                .build(engine, Box::new(FileSystemCommitter::new()))?
-                .with_transaction_id("manifestdb".to_owned(), generation as i64);
-            for meta in snapshot.scan_builder().build()?.scan_metadata(engine)? {
-                let (data, selection) = meta?.scan_files.into_parts();
-                let paths = paths_of_ref(data.as_ref())?;
-                let mut remove = vec![false; paths.len()];
-                for (i, path) in paths.iter().enumerate() {
-                    if !selection.get(i).copied().unwrap_or(true) {
-                        continue;
+        let result = match prepared.txn {
+            None => {
+                let mut fields: Vec<StructField> = StructType::try_from_arrow(schema)?.fields().cloned().collect();
+                for column in partition_columns {
+                    if fields.iter().any(|f| f.name() == column) {
+                        return Err(DeltaError(format!("the partition column {column} is also a column of the Parquet files")));
                     }
-                    let rel = decode(path);
-                    if wanted.contains_key(rel.as_str()) {
-                        present.insert(rel);
-                    } else {
-                        remove[i] = true;
-                    }
+                    fields.push(StructField::nullable(column.clone(), KernelType::STRING));
                 }
-                if remove.iter().any(|r| *r) {
-                    txn.remove_files(FilteredEngineData::try_new(data, remove)?);
+                let kernel_schema = Arc::new(StructType::try_new(fields)?);
+                let layout = if partition_columns.is_empty() { DataLayout::None } else { DataLayout::partitioned(partition_columns) };
+                let mut txn = create_table(url.as_str(), kernel_schema, ENGINE_INFO, true)
+                    .with_data_layout(layout)
+                    .with_table_properties(TABLE_PROPERTIES.iter().copied())
+                    .build(engine, Box::new(FileSystemCommitter::new()))?
+                    .with_transaction_id(crate::rules::delta::APP_ID.to_owned(), prepared.generation as i64);
+                for file in files {
+                    let add = add_metadata(&url, &txn.write_state()?, file)?;
+                    txn.add_files(add);
                 }
+                committed_version(txn.commit(engine)?)?
             }
-            for file in files.iter().filter(|f| !present.contains(&f.rel)) {
-                let add = add_metadata(&url, &txn.write_state()?, file)?;
-                txn.add_files(add);
-            }
-            match txn.commit(engine)? {
-                CommitResult::Committed(c) => c.commit_version(),
-                CommitResult::Conflicted(c) => return Err(DeltaError(format!("version {} exists already", c.conflict_version()))),
-                other => return Err(DeltaError(format!("the commit failed: {other:?}"))),
+            Some(mut txn) => {
+                for file in files {
+                    let add = add_metadata(&url, &txn.write_state()?, file)?;
+                    txn.add_files(add);
+                }
+                committed_version(txn.commit(engine)?)?
             }
         };
-        if committed != version {
-            return Err(DeltaError(format!("committed version {committed}, expected {version}")));
+        let committed = result;
+        if prepared.base.is_some_and(|base| committed != base + 1) {
+            return Err(DeltaError(format!("committed version {committed} over a table read at {:?}", prepared.base)));
         }
-        Ok(())
+        Ok(committed)
+    }
+
+    /// The files version `version` of the table holds (paths relative to the table root).
+    pub(crate) fn files_at(&self, table: &Path, version: u64) -> DResult<BTreeSet<String>> {
+        let engine = self.engine();
+        let snapshot = Snapshot::builder_for(table_url(table)?).at_version(version).build(engine)?;
+        let mut out = BTreeSet::new();
+        for meta in snapshot.scan_builder().build()?.scan_metadata(engine)? {
+            let (data, selection) = meta?.scan_files.into_parts();
+            for (i, path) in paths_of_ref(data.as_ref())?.iter().enumerate() {
+                if selection.get(i).copied().unwrap_or(true) {
+                    out.insert(decode(path));
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Writes a (classic, single-file) checkpoint of `version` unless one exists.
@@ -221,10 +259,26 @@ impl DeltaEngine {
     }
 }
 
-/// Whether `table/_delta_log` holds a commit or checkpoint.
+/// The version a commit wrote, or why it wrote none.
+fn committed_version<S: std::fmt::Debug>(result: CommitResult<S>) -> DResult<u64> {
+    match result {
+        CommitResult::Committed(c) => Ok(c.commit_version()),
+        CommitResult::Conflicted(c) => Err(DeltaError(format!(
+            "version {} was written by another writer meanwhile; the next sync commits on top of it",
+            c.conflict_version()
+        ))),
+        other => Err(DeltaError(format!("the commit failed: {other:?}"))),
+    }
+}
+
+/// Whether `table/_delta_log` holds a commit or checkpoint (a writer's staged upload, such as
+/// `00000000000000000000.json#1` left by a crash, is not one).
 fn has_commits(table: &Path) -> bool {
+    use crate::rules::delta::{LogName, log_name};
     std::fs::read_dir(table.join(crate::rules::delta::LOG_DIR))
-        .map(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().as_bytes().first().is_some_and(u8::is_ascii_digit)))
+        .map(|entries| {
+            entries.flatten().any(|e| matches!(log_name(&e.file_name().to_string_lossy()), LogName::Commit(_) | LogName::Checkpoint(_)))
+        })
         .unwrap_or(false)
 }
 

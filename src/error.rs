@@ -378,18 +378,23 @@ pub enum Error {
     },
 
     /// The publish or rollback committed generation `generation` (it is durable and current in
-    /// the store), but its view could not be built or `current` could not be moved: readers of
-    /// the view still see the previous complete view. A retried publish returns the same
-    /// generation and retries the view; so do `Store::sync_view` and the next writable open.
+    /// the store), but its view could not be built or `current` could not be moved, or its
+    /// Delta table could not follow: `lagging` says which, as read from disk after the
+    /// failure (readers of the view see the previous complete view, or readers of the table its
+    /// previous version). A retried publish returns the same generation and retries the view
+    /// and the table; so do `Store::sync_view` and the next writable open.
     #[error(
-        "generation {generation} of dataset {dataset:?} is committed, but its view was not updated: {source}; `current` still \
-         names the previous complete view (retry with `manifestdb view sync`, the next publish or the next writable open)"
+        "generation {generation} of dataset {dataset:?} is committed, but {lagging}: {source} (retry with `manifestdb view \
+         sync`, the next publish or the next writable open)"
     )]
     ViewLagging {
         /// The dataset.
         dataset: String,
         /// The committed generation.
         generation: u64,
+        /// What lags, read from disk: `current` still naming the previous complete view, or
+        /// the view current and the Delta table behind.
+        lagging: String,
         /// What stopped the view.
         #[source]
         source: Box<Error>,

@@ -57,6 +57,7 @@ mod build;
 mod dirs;
 mod expiry;
 mod layout;
+mod log;
 mod manifest;
 mod repair;
 #[cfg(feature = "delta")]
@@ -80,7 +81,6 @@ pub(crate) trait Generations {
     /// Generation `number`'s manifest (`None`: the current one).
     fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>>;
     /// The data format of run `run`'s declared grain (`None`: no grain declared, or no such run).
-    #[cfg_attr(not(feature = "delta"), allow(dead_code))] // reason: only the Delta table asks
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>>;
 }
 
@@ -152,10 +152,42 @@ pub struct ViewStatus {
     pub repaired: Vec<u64>,
     /// Views removed because their generation is no longer in the store, oldest first.
     pub removed: Vec<u64>,
-    /// The Delta table's version after this call (`<root>/<dataset>/_delta_log`; version =
-    /// generation - 1), `None` if the dataset has no table (its grain is not Parquet, or the
-    /// library was built without the `delta` feature).
+    /// The Delta table's latest version after this call, as its log holds it
+    /// (`<root>/<dataset>/_delta_log`; it holds the current generation), `None` if the dataset
+    /// has no table (its grain is not Parquet, or the library was built without the `delta`
+    /// feature).
     pub table_version: Option<u64>,
+    /// Delta versions found damaged (an empty, cut short or unparseable commit, or, for a full
+    /// check, a version whose files are not exactly its generation's) and cut from the log by
+    /// this call, which committed their generations again.
+    pub table_repaired: Vec<u64>,
+    /// Data files a retained generation names that were missing from the table (another
+    /// writer's `vacuum`) and were placed again from staging by this call.
+    pub table_restored: usize,
+    /// The table's versions committed by other writers, oldest first (each reported, never
+    /// absorbed: the store commits its generation's exact files on top of them).
+    pub foreign_versions: Vec<u64>,
+}
+
+/// What a sync did to the table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[cfg_attr(not(feature = "delta"), allow(dead_code))] // reason: only the Delta table makes one
+pub(crate) struct TableSync {
+    /// The table's latest version after the sync, as the log holds it.
+    pub(crate) version: u64,
+    /// Versions committed by this sync.
+    pub(crate) committed: Vec<u64>,
+    /// Log entries and data files removed (the store's retention).
+    pub(crate) removed: usize,
+    /// Versions found damaged (empty, cut short, unparseable, or not holding their
+    /// generation's files) and cut from the log; the sync committed their generations again.
+    pub(crate) repaired: Vec<u64>,
+    /// Data files a retained version names that were missing (another writer's `vacuum`) and
+    /// were placed again from staging.
+    pub(crate) restored: usize,
+    /// Versions other writers committed, oldest first (reported, never absorbed: the store's
+    /// next commit restores its generation's exact files on top of them).
+    pub(crate) foreign: Vec<u64>,
 }
 
 /// Where one generation's view is: [`crate::Snapshot::view_path`].
@@ -171,6 +203,47 @@ pub struct ViewPath {
     pub path: PathBuf,
     /// Whether it is the store's current generation.
     pub is_current: bool,
+}
+
+/// A dataset's Delta table as its log holds it, read from disk (never computed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TableState {
+    /// The newest version with a commit or checkpoint.
+    pub(crate) latest: Option<u64>,
+    /// The generation the newest version holds, if the store wrote it.
+    pub(crate) latest_generation: Option<u64>,
+    /// The version holding the generation asked about, if any.
+    pub(crate) version: Option<u64>,
+    /// Other writers' versions: `(version, operation, engine)`.
+    pub(crate) foreign: Vec<(u64, Option<String>, Option<String>)>,
+    /// Damaged versions: `(version, reason)`.
+    pub(crate) damaged: Vec<(u64, String)>,
+}
+
+/// The Delta table at `<root>/<dataset>` as its log holds it, and the version holding
+/// `generation` (`None`: no log).
+pub(crate) fn table_state(root: &Path, dataset: &str, generation: Option<u64>) -> Result<Option<TableState>> {
+    use crate::rules::delta::{self as table_rule, Commit};
+    let table = root.join(dataset).join(table_rule::TABLE_DIR);
+    let Some(read) =
+        log::read_table_log(&table, log::Scope::All).map_err(|e| Error::io(format!("reading the Delta log of {}", table.display()), e))?
+    else {
+        return Ok(None);
+    };
+    let mut state = TableState { latest: read.latest, ..TableState::default() };
+    state.latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
+        Some(Commit::Ours { generation }) => Some(*generation),
+        _ => None,
+    });
+    state.version = generation.and_then(|g| table_rule::version_of(&read.log, g));
+    for (&v, commit) in &read.log {
+        match commit {
+            Commit::Foreign { operation, engine } => state.foreign.push((v, operation.clone(), engine.clone())),
+            Commit::Damaged { reason } => state.damaged.push((v, reason.clone())),
+            Commit::Ours { .. } => {}
+        }
+    }
+    Ok(Some(state))
 }
 
 /// The view of generation `requested` (`None`: the store's current generation) under `root`.
@@ -248,6 +321,35 @@ pub(crate) enum Check {
     CurrentManifest,
     /// Every view present of a stored generation, manifest and every file (`view sync`).
     Full,
+}
+
+impl Views {
+    /// Why the dataset (as `manifest`, its current generation) gets no Delta table, if it does
+    /// not: a partition published by a run whose grain is not Parquet (Delta data files are
+    /// Parquet), or a partition key that is not hive `column=value` components.
+    pub(crate) fn not_a_table(source: &dyn Generations, dataset: &str, manifest: &Manifest) -> Result<Option<String>> {
+        let mut runs: BTreeSet<&str> = BTreeSet::new();
+        for p in &manifest.partitions {
+            runs.insert(&p.run);
+        }
+        for run in runs {
+            match source.run_format(dataset, run)? {
+                Some(crate::grain::DataFormat::Parquet) => {}
+                other => {
+                    let format = other.map_or("no declared grain".to_owned(), |f| format!("a {} grain", f.name().to_uppercase()));
+                    return Ok(Some(format!(
+                        "run {run:?} of generation {} has {format}; a Delta table's data files are Parquet, so the dataset keeps the \
+                         directory view only",
+                        manifest.generation.number
+                    )));
+                }
+            }
+        }
+        if let Err(reason) = crate::rules::delta::partition_columns(manifest.partitions.iter().map(|p| p.partition.as_str())) {
+            return Ok(Some(reason));
+        }
+        Ok(None)
+    }
 }
 
 impl Views {
@@ -425,9 +527,9 @@ impl Views {
         self.remove_views(ds.as_fd(), dataset, &removed)?;
         // The Delta table follows the view (a Parquet dataset's only).
         #[cfg(feature = "delta")]
-        let table_version = self.sync_table(ds.as_fd(), dataset, source, staging_root, &manifest, &stored)?.map(|t| t.version);
+        let table = self.sync_table(ds.as_fd(), dataset, source, staging_root, &manifest, &stored, check)?;
         #[cfg(not(feature = "delta"))]
-        let table_version = None;
+        let table: Option<TableSync> = None;
         if built || swapped || !repaired.is_empty() {
             tracing::info!(dataset, generation = number, built, swapped, repaired = repaired.len(), removed = removed.len(), "view synced");
         }
@@ -441,7 +543,10 @@ impl Views {
             swapped,
             repaired,
             removed,
-            table_version,
+            table_version: table.as_ref().map(|t| t.version),
+            table_repaired: table.as_ref().map(|t| t.repaired.clone()).unwrap_or_default(),
+            table_restored: table.as_ref().map_or(0, |t| t.restored),
+            foreign_versions: table.map(|t| t.foreign).unwrap_or_default(),
         }))
     }
 }

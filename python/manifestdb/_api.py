@@ -476,7 +476,7 @@ class _Operations:
             return None
         return View(
             d["dataset"], Path(d["view_root"]), Path(d["current"]), Path(d["path"]), d["view_generation"], d["store_generation"],
-            d["lagging"], d["manifest"],
+            d["lagging"], d["manifest"], d["table"],
         )
 
     def has_dataset(self, dataset: str) -> bool:

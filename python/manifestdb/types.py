@@ -1252,8 +1252,14 @@ class View:
     path: Path
     view_generation: int | None
     store_generation: int | None
+    #: True if the view or the Delta table lags the store (``table["reason"]`` says why for the
+    #: table: a build without the ``delta`` feature, as this package's wheel, cannot write it).
     lagging: bool
     manifest: Mapping[str, Any]
+    #: The dataset's Delta table as its log holds it (``view --json``'s ``table``): ``path``,
+    #: ``version`` (the version holding the generation shown), ``latest_version``,
+    #: ``latest_generation``, ``lagging``, ``foreign_versions``, ``damaged_versions``, ``reason``.
+    table: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)

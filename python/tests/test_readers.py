@@ -107,3 +107,22 @@ def test_parquet_written_by_polars_is_validated_and_read_back(paths: tuple[Path,
     assert manifest is not None
     files = [str(p) for p in manifest.paths()]
     assert duckdb.sql(f"select count(*), sum(units) from read_parquet({files!r})").fetchall() == [(2, 700)]
+
+
+def test_a_parquet_dataset_published_from_python_says_its_delta_table_lags(tmp_path: Path) -> None:
+    """The wheel is built without the Rust library's ``delta`` feature, so it cannot write a
+    Parquet dataset's Delta table: ``view`` says the table lags and why, never that it is
+    current (a ``delta`` build, the CLI, writes it at its next open, publish or ``view sync``)."""
+    grain = m.Grain(m.DataFormat.PARQUET, ["store", "item"], "units")
+    views = tmp_path / "views"
+    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views) as store:
+        store.declare_run(m.RunSpec("units_pq", "r1", "snap", [m.TaskSpec("region=eu", 2, 700)], grain))
+        t = store.begin_attempt(m.TaskKey("units_pq", "r1", "region=eu"))
+        pl.DataFrame({"store": [1, 2], "item": [7, 7], "units": [300, 400]}).write_parquet(t.staging_dir / "part.parquet", compression="snappy")
+        store.finish_attempt(t.key, m.Candidate("snap", files=[m.describe_file(t.staging_dir, "part.parquet")]))
+        assert store.validate_attempt(t.key).is_valid()
+        assert isinstance(store.publish("units_pq", "r1"), m.Published)
+        view = store.view("units_pq")
+    assert view is not None and view.view_generation == view.store_generation == 1
+    assert view.lagging and view.table["lagging"], view.table
+    assert "delta" in view.table["reason"], view.table

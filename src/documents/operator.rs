@@ -182,12 +182,13 @@ pub fn cleanup_applied(report: &ApplyReport) -> Value {
 }
 
 /// One synced view: `{"dataset", "generation", "current", "path", "built", "swapped", "repaired",
-/// "removed", "table_version"}`.
+/// "removed", "table_version", "table_repaired", "table_restored", "foreign_versions"}`.
 pub fn view_status(s: &ViewStatus) -> Value {
     json!({
         "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
         "built": s.built, "swapped": s.swapped, "repaired": s.repaired, "removed": s.removed,
-        "table_version": s.table_version,
+        "table_version": s.table_version, "table_repaired": s.table_repaired, "table_restored": s.table_restored,
+        "foreign_versions": s.foreign_versions,
     })
 }
 
@@ -197,8 +198,11 @@ pub fn views_synced(synced: &[ViewStatus]) -> Value {
 }
 
 /// `view DATASET [--generation N]` (`GET /v1/views`): `{"dataset", "view_root", "current",
-/// "path", "view_generation", "store_generation", "lagging", "table": {"path", "version",
-/// "reason"}, "manifest"}`: where the dataset's
+/// "path", "view_generation", "store_generation", "lagging" (the view or the table lags),
+/// "view_lagging", "table": {"path", "version" (the version holding the generation shown, read
+/// from the log's `txn` actions), "latest_version", "latest_generation", "lagging",
+/// "foreign_versions": [{"version", "operation", "engine"}], "damaged_versions": [{"version",
+/// "reason"}], "reason"}, "manifest"}`: where the dataset's
 /// view is (read from the file system under the view root: `root` if given, else the store's
 /// recorded one) and its `_manifest.json`. Without `generation`, `path` is the directory
 /// `current` names now (resolved: read it, not `current`); with it, retained generation N's
@@ -242,14 +246,59 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         other => other?,
     };
     let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
-    // The Delta table (a Parquet dataset's), at the version of the generation shown.
+    // The Delta table (a Parquet dataset's), read from its log: the version holding the
+    // generation shown, the latest version and the generation it holds, other writers' versions.
+    let shown = view_generation.or(store_generation);
+    let mut table_lagging = false;
     let table = match snapshot.delta_table(dataset) {
-        Ok(_) if !root.join(dataset).join("_delta_log").is_dir() => {
-            json!({ "path": null, "version": null, "reason": "no Delta log yet (`manifestdb view sync` writes it)" })
+        Ok(_) => match crate::views::table_state(&root, dataset, shown)? {
+            None => {
+                table_lagging = true;
+                json!({ "path": null, "version": null, "latest_version": null, "latest_generation": null, "lagging": true,
+                        "foreign_versions": [], "damaged_versions": [],
+                        "reason": "no Delta log yet (`manifestdb view sync` writes it)" })
+            }
+            Some(state) => {
+                table_lagging =
+                    state.latest_generation.is_none() || state.latest_generation != store_generation || !state.damaged.is_empty();
+                let reason = if !state.damaged.is_empty() {
+                    Some("the log has damaged versions (`manifestdb view sync` repairs them)".to_owned())
+                } else if state.latest_generation.is_none() {
+                    Some(format!(
+                        "the latest version, {}, was committed by another writer (`manifestdb view sync` commits the current generation on top)",
+                        state.latest.map_or("none".to_owned(), |v| v.to_string())
+                    ))
+                } else if state.latest_generation != store_generation {
+                    Some(format!(
+                        "the latest version holds generation {}, the store's current is {} (`manifestdb view sync` commits it)",
+                        state.latest_generation.map_or("none".to_owned(), |g| g.to_string()),
+                        store_generation.map_or("none".to_owned(), |g| g.to_string())
+                    ))
+                } else {
+                    None
+                };
+                json!({
+                    "path": root.join(dataset).join("table"),
+                    "version": state.version,
+                    "latest_version": state.latest,
+                    "latest_generation": state.latest_generation,
+                    "lagging": table_lagging,
+                    "foreign_versions": state.foreign.iter().map(|(v, op, engine)| json!({ "version": v, "operation": op, "engine": engine })).collect::<Vec<_>>(),
+                    "damaged_versions": state.damaged.iter().map(|(v, reason)| json!({ "version": v, "reason": reason })).collect::<Vec<_>>(),
+                    "reason": reason,
+                })
+            }
+        },
+        Err(crate::Error::ViewRefused { reason, .. }) => {
+            json!({ "path": null, "version": null, "latest_version": null, "latest_generation": null, "lagging": false,
+                    "foreign_versions": [], "damaged_versions": [], "reason": reason })
         }
-        Ok(_) => json!({ "path": root.join(dataset), "version": view_generation.map(|g| g.saturating_sub(1)), "reason": null }),
-        Err(crate::Error::ViewRefused { reason, .. } | crate::Error::NoView { reason, .. }) => {
-            json!({ "path": null, "version": null, "reason": reason })
+        // The store has views and the dataset a generation (else the view above failed), and it
+        // would be a table: this build cannot write it, so the table lags.
+        Err(crate::Error::NoView { reason, .. }) => {
+            table_lagging = true;
+            json!({ "path": null, "version": null, "latest_version": null, "latest_generation": null, "lagging": true,
+                    "foreign_versions": [], "damaged_versions": [], "reason": reason })
         }
         Err(e) => return Err(e.into()),
     };
@@ -260,7 +309,8 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         "path": path,
         "view_generation": view_generation,
         "store_generation": store_generation,
-        "lagging": current_generation != store_generation,
+        "lagging": current_generation != store_generation || table_lagging,
+        "view_lagging": current_generation != store_generation,
         "table": table,
         "manifest": manifest,
     }))

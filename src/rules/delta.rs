@@ -1,14 +1,31 @@
-//! The Delta table of a Parquet dataset's views, as pure rules over plain values: which
-//! versions to commit (Delta version = generation - 1), the hive partition values of a
-//! partition key, where a view file lives in the table's data directory, which log entries and
-//! data files the store's retention lets go.
+//! The Delta table of a Parquet dataset's views, as pure rules over plain values: what a log
+//! entry's name and a commit's text say (which generation a version holds, by the `txn` action
+//! with app id `manifestdb` each of the store's commits carries; a version without it is a
+//! foreign writer's), which generations to commit, which version a damaged log is cut back to,
+//! the hive partition values of a partition key, where a view file lives in the table's data
+//! directory, which log entries and data files the store's retention lets go.
+//!
+//! The version of a generation is read from the log, never computed: other writers (delta-rs
+//! appends, `vacuum`'s `VACUUM START`/`END` commits, `optimize`) take version numbers too.
 
 // Without the `delta` feature only the directory names are used (the views leave them alone).
 #![cfg_attr(not(feature = "delta"), allow(dead_code))]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The table's data directory, inside the dataset's view directory: one hard link (or copy)
+/// The Delta table's own directory inside the dataset's view directory
+/// (`<views>/<dataset>/table`): it holds only what a Delta table holds (`_delta_log/` and the
+/// data files), so Delta's own maintenance (`vacuum`, lite or full, at any retention) never
+/// meets a view file, and no glob over a view reaches a log or checkpoint file. The
+/// directory views and `current` live beside it.
+pub(crate) const TABLE_DIR: &str = "table";
+
+/// The directory a migration from the layout before [`TABLE_DIR`] (the log and the data
+/// directory right in the dataset's directory) gathers them in before it is renamed to
+/// [`TABLE_DIR`]; a crash part way leaves it, and the next sync finishes the move.
+pub(crate) const TABLE_MOVING: &str = ".table-moving";
+
+/// The table's data directory, inside [`TABLE_DIR`]: one hard link (or copy)
 /// per partition version any retained generation names, at the same relative path as in a view
 /// (`data/<partition>/g<S>-a<A>-<file>`), so a path names one content for as long as it exists.
 pub(crate) const DATA_DIR: &str = "data";
@@ -16,16 +33,149 @@ pub(crate) const DATA_DIR: &str = "data";
 /// The Delta log directory.
 pub(crate) const LOG_DIR: &str = "_delta_log";
 
-/// The Delta version of generation `generation` (generations count from 1, versions from 0).
-pub(crate) fn version_of(generation: u64) -> u64 {
-    generation.saturating_sub(1)
+/// The application id of the store's `txn` action: its version is the generation a commit holds.
+pub(crate) const APP_ID: &str = "manifestdb";
+
+/// What a name in `_delta_log` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogName {
+    /// `<20 digits>.json`: the commit of a version.
+    Commit(u64),
+    /// `<20 digits>.checkpoint.parquet` (or a part or v2 checkpoint of that version).
+    Checkpoint(u64),
+    /// Another entry of a version (`<20 digits>.crc`, ...).
+    OfVersion(u64),
+    /// `_last_checkpoint`.
+    LastCheckpoint,
+    /// A temporary file of a writer: the object store's staged upload (`<name>#<n>`), a
+    /// `.tmp` file. Never a version; removed by the next sync.
+    Temporary,
+    /// Anything else (left alone).
+    Other,
 }
 
-/// The generations to commit, in order, for a table at `latest` (`None`: no table yet) and a
-/// store whose current generation is `current`: every generation after the one `latest` holds.
-pub(crate) fn generations_to_commit(latest: Option<u64>, current: u64) -> std::ops::RangeInclusive<u64> {
-    let next = latest.map_or(1, |v| v + 2);
-    next..=current
+/// What the log entry `name` is.
+pub(crate) fn log_name(name: &str) -> LogName {
+    if name.contains('#') || name.ends_with(".tmp") || name.starts_with('.') {
+        return LogName::Temporary;
+    }
+    if name == "_last_checkpoint" {
+        return LogName::LastCheckpoint;
+    }
+    let Some(version) = log_entry_version(name) else { return LogName::Other };
+    let rest = &name[20..];
+    if rest == ".json" {
+        LogName::Commit(version)
+    } else if rest.starts_with(".checkpoint.") {
+        LogName::Checkpoint(version)
+    } else {
+        LogName::OfVersion(version)
+    }
+}
+
+/// What one commit file says, as far as the store needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// One of the store's commits: it holds generation `generation` exactly.
+    Ours { generation: u64 },
+    /// Another writer's commit (`operation` and `engine` from its `commitInfo`, if any).
+    Foreign { operation: Option<String>, engine: Option<String> },
+    /// Empty, cut short or not a Delta commit: `reason` says how.
+    Damaged { reason: String },
+}
+
+/// Reads a commit file's text: every line one JSON object with one action; the store's own
+/// commits carry `{"txn": {"appId": "manifestdb", "version": <generation>}}`.
+pub(crate) fn read_commit(text: &str) -> Commit {
+    if text.trim().is_empty() {
+        return Commit::Damaged { reason: "is empty".into() };
+    }
+    let (mut generation, mut operation, mut engine) = (None, None, None);
+    let count = text.lines().count();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        // Only the actions the store reads, and the last line (where a cut falls), are parsed
+        // whole: a first commit holds one `add` per file of the dataset.
+        let whole = i + 1 == count || line.starts_with("{\"txn\"") || line.starts_with("{\"commitInfo\"");
+        if !whole {
+            if !(line.starts_with("{\"") && line.ends_with('}')) {
+                return Commit::Damaged { reason: format!("line {} is not one Delta action", i + 1) };
+            }
+            continue;
+        }
+        let action: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) if i + 1 == count => return Commit::Damaged { reason: format!("is cut short (its last line is not JSON: {e})") },
+            Err(e) => return Commit::Damaged { reason: format!("line {} is not JSON: {e}", i + 1) },
+        };
+        let Some(object) = action.as_object().filter(|o| o.len() == 1) else {
+            return Commit::Damaged { reason: format!("line {} is not one Delta action", i + 1) };
+        };
+        if let Some(txn) = object.get("txn")
+            && txn.get("appId").and_then(|a| a.as_str()) == Some(APP_ID)
+        {
+            generation = txn.get("version").and_then(serde_json::Value::as_u64);
+        }
+        if let Some(info) = object.get("commitInfo") {
+            operation = info.get("operation").and_then(|o| o.as_str()).map(str::to_owned);
+            engine = info.get("engineInfo").and_then(|o| o.as_str()).map(str::to_owned);
+        }
+    }
+    match generation {
+        Some(generation) => Commit::Ours { generation },
+        None => Commit::Foreign { operation, engine },
+    }
+}
+
+/// The log as read: each commit present, by version.
+pub(crate) type Log = BTreeMap<u64, Commit>;
+
+/// The first version (lowest) whose commit is damaged: the log is cut back to before it.
+pub(crate) fn first_damaged(log: &Log) -> Option<u64> {
+    log.iter().find(|(_, c)| matches!(c, Commit::Damaged { .. })).map(|(v, _)| *v)
+}
+
+/// The newest of the store's commits: `(version, generation)`.
+pub(crate) fn last_ours(log: &Log) -> Option<(u64, u64)> {
+    log.iter().rev().find_map(|(v, c)| match c {
+        Commit::Ours { generation } => Some((*v, *generation)),
+        _ => None,
+    })
+}
+
+/// The version that holds generation `generation` (the newest, if it was committed again to
+/// restore it over a foreign commit).
+pub(crate) fn version_of(log: &Log, generation: u64) -> Option<u64> {
+    log.iter().rev().find_map(|(v, c)| matches!(c, Commit::Ours { generation: g } if *g == generation).then_some(*v))
+}
+
+/// The versions other writers committed, oldest first.
+pub(crate) fn foreign_versions(log: &Log) -> Vec<u64> {
+    log.iter().filter(|(_, c)| matches!(c, Commit::Foreign { .. })).map(|(v, _)| *v).collect()
+}
+
+/// The generations to commit, in order, to a table whose newest own commit holds
+/// `last_generation` (`None`: none yet) and whose latest version is `latest_is_ours` (`false`:
+/// another writer's commit is on top), for a store holding `stored` with current generation
+/// `current`: every held generation after `last_generation`; if there is none but the table's
+/// latest version is not the current generation's (a foreign commit on top, or a table ahead
+/// of a store restored from an older copy), the current generation again, so the latest
+/// version always holds exactly the store's current generation.
+pub(crate) fn generations_to_commit(last_generation: Option<u64>, latest_is_ours: bool, stored: &BTreeSet<u64>, current: u64) -> Vec<u64> {
+    let mut held: BTreeSet<u64> = stored.clone();
+    held.insert(current);
+    held.retain(|&g| g <= current);
+    let after: Vec<u64> = held.into_iter().filter(|&g| last_generation.is_none_or(|last| g > last)).collect();
+    if !after.is_empty() {
+        return after;
+    }
+    if !latest_is_ours || last_generation != Some(current) {
+        return vec![current];
+    }
+    Vec::new()
 }
 
 /// The hive partition values of a partition key (`date=2026-11-27/region=eu`): every
@@ -75,6 +225,22 @@ pub(crate) fn log_entry_version(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// The log entries that go when the log is cut back to before version `from` (a damaged
+/// commit): every entry of version `from` or later, newest first, so a crash part way leaves a
+/// shorter log, never a gap; `_last_checkpoint` too if it names such a version (`last_checkpoint`:
+/// the version it names, `None` if it is unreadable, then it goes as well: it is only a hint).
+pub(crate) fn entries_from(names: &[String], from: u64, last_checkpoint: Option<Option<u64>>) -> Vec<String> {
+    let mut doomed: Vec<(u64, &String)> =
+        names.iter().filter_map(|n| log_entry_version(n).filter(|&v| v >= from && !n.contains('#')).map(|v| (v, n))).collect();
+    doomed.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    let mut out: Vec<String> = Vec::new();
+    if matches!(last_checkpoint, Some(None)) || matches!(last_checkpoint, Some(Some(v)) if v >= from) {
+        out.push("_last_checkpoint".to_owned());
+    }
+    out.extend(doomed.into_iter().map(|(_, n)| n.clone()));
+    out
+}
+
 /// The log entries the store's retention lets go, once a checkpoint of version `boundary` (the
 /// oldest retained generation's version) exists: every commit, checksum and checkpoint of an
 /// older version. The boundary's own entries stay, so the table reads from its checkpoint.
@@ -97,12 +263,85 @@ pub(crate) fn checkpoint_due(version: u64) -> bool {
 mod tests {
     use super::*;
 
+    fn ours(generation: u64) -> Commit {
+        Commit::Ours { generation }
+    }
+
+    fn foreign() -> Commit {
+        Commit::Foreign { operation: Some("WRITE".into()), engine: None }
+    }
+
     #[test]
-    fn versions_follow_generations() {
-        assert_eq!(version_of(1), 0);
-        assert_eq!(generations_to_commit(None, 3).collect::<Vec<_>>(), [1, 2, 3]);
-        assert_eq!(generations_to_commit(Some(1), 3).collect::<Vec<_>>(), [3]);
-        assert!(generations_to_commit(Some(2), 3).is_empty());
+    fn generations_to_commit_follow_the_txn_not_the_version_count() {
+        let stored: BTreeSet<u64> = [1, 2, 3].into();
+        assert_eq!(generations_to_commit(None, false, &stored, 3), [1, 2, 3]);
+        assert_eq!(generations_to_commit(Some(1), true, &stored, 3), [2, 3]);
+        assert!(generations_to_commit(Some(3), true, &stored, 3).is_empty());
+        // A foreign commit on top: the current generation again, to restore it.
+        assert_eq!(generations_to_commit(Some(3), false, &stored, 3), [3]);
+        // Expired generations the table never saw are skipped, not committed empty.
+        assert_eq!(generations_to_commit(Some(1), true, &[4, 5].into(), 5), [4, 5]);
+        // A table ahead of the store (restored from an older copy): the current one again.
+        assert_eq!(generations_to_commit(Some(7), true, &stored, 3), [3]);
+    }
+
+    #[test]
+    fn the_log_maps_versions_to_generations_by_the_txn() {
+        let log: Log = [(0, ours(1)), (1, ours(2)), (2, foreign()), (3, ours(3)), (4, foreign()), (5, ours(3))].into();
+        assert_eq!(last_ours(&log), Some((5, 3)));
+        assert_eq!(version_of(&log, 3), Some(5));
+        assert_eq!(version_of(&log, 2), Some(1));
+        assert_eq!(version_of(&log, 9), None);
+        assert_eq!(foreign_versions(&log), [2, 4]);
+        assert_eq!(first_damaged(&log), None);
+        let damaged: Log = [(0, ours(1)), (1, Commit::Damaged { reason: "is empty".into() }), (2, ours(3))].into();
+        assert_eq!(first_damaged(&damaged), Some(1));
+    }
+
+    #[test]
+    fn commit_texts_are_read_as_ours_foreign_or_damaged() {
+        let ours_text = "{\"commitInfo\":{\"operation\":\"WRITE\",\"engineInfo\":\"manifestdb/0.1.0\"}}\n{\"txn\":{\"appId\":\"manifestdb\",\"version\":4}}\n{\"add\":{\"path\":\"a\"}}\n";
+        assert_eq!(read_commit(ours_text), ours(4));
+        let theirs = "{\"commitInfo\":{\"operation\":\"VACUUM START\",\"engineInfo\":\"delta-rs:1\"}}\n";
+        assert_eq!(read_commit(theirs), Commit::Foreign { operation: Some("VACUUM START".into()), engine: Some("delta-rs:1".into()) });
+        let other_app = "{\"txn\":{\"appId\":\"spark\",\"version\":4}}\n";
+        assert!(matches!(read_commit(other_app), Commit::Foreign { .. }));
+        assert!(matches!(read_commit(""), Commit::Damaged { .. }));
+        assert!(matches!(read_commit(&ours_text[..ours_text.len() - 10]), Commit::Damaged { .. }));
+        assert!(matches!(read_commit("{\"add\":{\"path\":\"a\"}}\n{\"add\":{\"pa\n"), Commit::Damaged { .. }));
+        assert!(matches!(read_commit("[1, 2]\n"), Commit::Damaged { .. }));
+    }
+
+    #[test]
+    fn log_names_are_classified_and_staged_uploads_are_never_versions() {
+        assert_eq!(log_name("00000000000000000003.json"), LogName::Commit(3));
+        assert_eq!(log_name("00000000000000000003.checkpoint.parquet"), LogName::Checkpoint(3));
+        assert_eq!(log_name("00000000000000000003.crc"), LogName::OfVersion(3));
+        assert_eq!(log_name("00000000000000000000.json#1"), LogName::Temporary);
+        assert_eq!(log_name(".00000000000000000004.json.tmp"), LogName::Temporary);
+        assert_eq!(log_name("_last_checkpoint"), LogName::LastCheckpoint);
+        assert_eq!(log_name("notes.txt"), LogName::Other);
+    }
+
+    #[test]
+    fn a_cut_back_log_loses_the_newest_entries_first() {
+        let names: Vec<String> = [
+            "00000000000000000000.json",
+            "00000000000000000001.json",
+            "00000000000000000002.json",
+            "00000000000000000002.checkpoint.parquet",
+            "00000000000000000001.json#1",
+            "_last_checkpoint",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            entries_from(&names, 1, Some(Some(2))),
+            ["_last_checkpoint", "00000000000000000002.checkpoint.parquet", "00000000000000000002.json", "00000000000000000001.json"]
+        );
+        assert_eq!(entries_from(&names, 2, Some(Some(0))), ["00000000000000000002.checkpoint.parquet", "00000000000000000002.json"]);
+        assert_eq!(entries_from(&names, 5, Some(None)), ["_last_checkpoint"]);
+        assert!(entries_from(&names, 5, None).is_empty());
     }
 
     #[test]

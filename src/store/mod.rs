@@ -659,7 +659,14 @@ impl Store {
         }
         self.sync_view_after_commit(dataset).map(|_| ()).map_err(|err| {
             tracing::error!(dataset, generation, error = %err, "generation committed, view not updated");
-            Error::ViewLagging { dataset: dataset.to_owned(), generation, source: Box::new(err) }
+            let current =
+                self.views.as_ref().and_then(|v| std::fs::read_link(v.root().join(dataset).join(crate::rules::views::CURRENT)).ok());
+            let lagging = if current.as_deref() == Some(std::path::Path::new(&crate::rules::views::view_name(generation))) {
+                "its view is current (`current` names it) while its Delta table still holds an older generation".to_owned()
+            } else {
+                "its view was not updated: `current` still names the previous complete view".to_owned()
+            };
+            Error::ViewLagging { dataset: dataset.to_owned(), generation, lagging, source: Box::new(err) }
         })
     }
 

@@ -213,18 +213,18 @@ impl Snapshot {
         let Some(manifest) = self.manifest(dataset, None)? else {
             return Err(no_table("the dataset has no generation".into()));
         };
-        let path = views.root.join(dataset);
-        #[cfg(feature = "delta")]
-        {
-            if let Some(reason) = crate::views::Views::not_a_table(self, dataset, &manifest)? {
-                return Err(Error::ViewRefused { dataset: dataset.to_owned(), path: path.display().to_string(), reason });
-            }
-            Ok(path)
+        let path = views.root.join(dataset).join(crate::rules::delta::TABLE_DIR);
+        if let Some(reason) = crate::views::Views::not_a_table(self, dataset, &manifest)? {
+            return Err(Error::ViewRefused { dataset: dataset.to_owned(), path: path.display().to_string(), reason });
         }
-        #[cfg(not(feature = "delta"))]
-        {
-            let _ = (manifest, path);
-            Err(no_table("this build of manifestdb has no Delta tables (the `delta` feature)".into()))
+        if cfg!(feature = "delta") {
+            Ok(path)
+        } else {
+            Err(no_table(
+                "this build of manifestdb has no Delta tables (the `delta` feature): the Parquet dataset's table lags until a build \
+                 with it (the CLI) opens the store for writing, publishes or runs `view sync`"
+                    .into(),
+            ))
         }
     }
 

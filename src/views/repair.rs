@@ -117,6 +117,8 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
             Err(rustix::io::Errno::NOENT) => findings.push((here(rule::CURRENT), "missing (run `manifestdb view sync`)".into())),
             Err(e) => findings.push((here(rule::CURRENT), format!("is not a readable symlink: {}", errno(e)))),
         }
+        #[cfg(feature = "delta")]
+        check_table(source, dataset, &base, ds.as_fd(), current, &stored, &mut findings, &mut notes);
         let names = match list_names(ds.as_fd()) {
             Ok(names) => names,
             Err(e) => {
@@ -130,11 +132,7 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
                 continue;
             }
             let Some(n) = rule::parse_view_name(&name) else {
-                if name != rule::MARKER
-                    && name != rule::CURRENT
-                    && name != crate::rules::delta::LOG_DIR
-                    && name != crate::rules::delta::DATA_DIR
-                {
+                if name != rule::MARKER && name != rule::CURRENT && name != crate::rules::delta::TABLE_DIR {
                     notes.push(format!("{}: not a view; left alone", here(&name)));
                 }
                 continue;
@@ -207,4 +205,122 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
         }
     }
     (findings, notes)
+}
+
+/// Verify's table check of a Parquet dataset's Delta table, read from its log: every commit
+/// readable, the latest version holding the store's current generation, each other writer's
+/// version a finding (reported, never absorbed), every data file a retained generation names
+/// present with its size (another writer's `vacuum` may have removed it).
+#[cfg(feature = "delta")]
+#[allow(clippy::too_many_arguments)] // reason: one dataset's handles and the report being made
+fn check_table(
+    source: &dyn Generations,
+    dataset: &str,
+    base: &Path,
+    ds: BorrowedFd<'_>,
+    current: u64,
+    stored: &BTreeSet<u64>,
+    findings: &mut Vec<(String, String)>,
+    notes: &mut Vec<String>,
+) {
+    use crate::rules::delta::{self as table_rule, Commit};
+    let Ok(Some(manifest)) = source.generation_manifest(dataset, None) else { return };
+    match Views::not_a_table(source, dataset, &manifest) {
+        Ok(None) => {}
+        _ => return,
+    }
+    let base = &base.join(table_rule::TABLE_DIR);
+    let log_path = base.join(table_rule::LOG_DIR);
+    let table_dir = match open_dir_at(ds, table_rule::TABLE_DIR) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            findings.push((
+                base.display().to_string(),
+                "missing: the Parquet dataset has no Delta table in this layout yet (run `manifestdb view sync`)".into(),
+            ));
+            return;
+        }
+        Err(e) => {
+            findings.push((base.display().to_string(), format!("cannot be opened: {e}")));
+            return;
+        }
+    };
+    let ds = table_dir.as_fd();
+    let read = match super::log::read_log(ds, super::log::Scope::All) {
+        Ok(Some(read)) => read,
+        Ok(None) => {
+            findings.push((
+                log_path.display().to_string(),
+                "missing: the Parquet dataset has no Delta table yet (run `manifestdb view sync`)".into(),
+            ));
+            return;
+        }
+        Err(e) => {
+            findings.push((log_path.display().to_string(), format!("cannot be read: {e}")));
+            return;
+        }
+    };
+    for name in read.temporaries() {
+        notes
+            .push(format!("{}: a writer's temporary file (left by a crash); the next view sync removes it", log_path.join(name).display()));
+    }
+    for (&v, commit) in &read.log {
+        let here = log_path.join(format!("{v:020}.json")).display().to_string();
+        match commit {
+            Commit::Damaged { reason } => {
+                findings.push((here, format!("version {v} {reason}; `manifestdb view sync` cuts the log back and commits again")));
+            }
+            Commit::Foreign { operation, engine } => findings.push((
+                here,
+                format!(
+                    "version {v} was committed by another writer ({}, {}); the store commits its generation's exact files on top",
+                    operation.as_deref().unwrap_or("no operation recorded"),
+                    engine.as_deref().unwrap_or("no engine recorded")
+                ),
+            )),
+            Commit::Ours { .. } => {}
+        }
+    }
+    let latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
+        Some(Commit::Ours { generation }) => Some(*generation),
+        _ => None,
+    });
+    if latest_generation != Some(current) {
+        findings.push((
+            log_path.display().to_string(),
+            format!(
+                "the latest version ({}) holds {}, not the store's current generation {current} (the table lags: run `manifestdb view sync`)",
+                read.latest.map_or("none".to_owned(), |v| v.to_string()),
+                latest_generation.map_or("no generation of the store".to_owned(), |g| format!("generation {g}"))
+            ),
+        ));
+    }
+    let data = match open_dir_at(ds, table_rule::DATA_DIR) {
+        Ok(fd) => fd,
+        Err(e) => {
+            findings.push((base.join(table_rule::DATA_DIR).display().to_string(), format!("cannot be opened: {e}")));
+            return;
+        }
+    };
+    for &n in stored {
+        let Ok(Some(m)) = source.generation_manifest(dataset, Some(n)) else { continue };
+        let Ok(plan) = rule::plan(&m) else { continue };
+        for file in &plan.files {
+            let (dir_rel, name) = split_parent(&file.rel);
+            let ok = open_dirs(data.as_fd(), dir_rel)
+                .ok()
+                .and_then(|dir| stat_kind(dir.as_fd(), name).ok())
+                .is_some_and(|(kind, st)| kind == FileType::RegularFile && u64::try_from(st.st_size).ok() == Some(file.size_bytes));
+            if !ok {
+                findings.push((
+                    base.join(table_rule::data_rel(&file.rel)).display().to_string(),
+                    format!(
+                        "named by generation {n} but missing or not of its {} bytes (another writer's vacuum?); `manifestdb view sync` \
+                         places it again from staging",
+                        file.size_bytes
+                    ),
+                ));
+            }
+        }
+    }
 }

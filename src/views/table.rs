@@ -17,29 +17,18 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use parking_lot::Mutex;
-use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::build::Syncer;
 use super::dirs::{dir_flags, errno, is_errno, list_entries, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
-use super::{Generations, Views};
+use super::log::{LogRead, Scope, first_holding, read_log};
+use super::{Check, Generations, TableSync, Views};
 use crate::delta::{DeltaEngine, DeltaFile};
 use crate::error::{Error, Result};
-use crate::grain::DataFormat;
 use crate::model::Manifest;
 use crate::rules::delta as table_rule;
 use crate::rules::views::{self as rule, ViewFile};
 use crate::views::ViewMode;
-
-/// What a sync did to the table.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct TableSync {
-    /// The table's version after the sync.
-    pub(crate) version: u64,
-    /// Versions committed by this sync.
-    pub(crate) committed: Vec<u64>,
-    /// Log entries and data files removed (the store's retention).
-    pub(crate) removed: usize,
-}
 
 impl Views {
     fn delta_engine(&self, dataset: &str) -> Result<&DeltaEngine> {
@@ -51,42 +40,21 @@ impl Views {
     }
 
     fn delta_err(&self, dataset: &str, what: &str) -> impl FnOnce(crate::delta::DeltaError) -> Error {
-        let path = self.dataset_path(dataset);
+        let path = self.table_path(dataset);
         let what = what.to_owned();
         move |e| Error::io(format!("{what} the Delta table {}", path.display()), io::Error::other(e))
     }
 
-    /// Why the dataset (as `manifest`, its current generation) gets no Delta table, if it does
-    /// not: a partition published by a run whose grain is not Parquet (Delta data files are
-    /// Parquet), or a partition key that is not hive `column=value` components.
-    pub(crate) fn not_a_table(source: &dyn Generations, dataset: &str, manifest: &Manifest) -> Result<Option<String>> {
-        let mut runs: BTreeSet<&str> = BTreeSet::new();
-        for p in &manifest.partitions {
-            runs.insert(&p.run);
-        }
-        for run in runs {
-            match source.run_format(dataset, run)? {
-                Some(DataFormat::Parquet) => {}
-                other => {
-                    let format = other.map_or("no declared grain".to_owned(), |f| format!("a {} grain", f.name().to_uppercase()));
-                    return Ok(Some(format!(
-                        "run {run:?} of generation {} has {format}; a Delta table's data files are Parquet, so the dataset keeps the \
-                         directory view only",
-                        manifest.generation.number
-                    )));
-                }
-            }
-        }
-        if let Err(reason) = table_rule::partition_columns(manifest.partitions.iter().map(|p| p.partition.as_str())) {
-            return Ok(Some(reason));
-        }
-        Ok(None)
-    }
-
-    /// Brings the dataset's Delta table up to date with the store: commits a version for every
-    /// generation after the table's latest (each naming exactly that generation's files), then
-    /// applies the store's retention to the log and the data files. `None` if the dataset gets
-    /// no table (see [`Views::not_a_table`]).
+    /// Brings the dataset's Delta table up to date with the store: removes writers' temporary
+    /// files; with `check`, cuts the log back before its first damaged version (empty, cut
+    /// short, unparseable; for a full check also a version of the store's whose files are not
+    /// exactly its generation's) and, for a full check, places again every data file a
+    /// retained generation names that is missing; then commits, on top of whatever version
+    /// the log holds, every held generation after the newest one the log holds (by its `txn`),
+    /// or the current generation again if another writer's commit is on top, each naming
+    /// exactly that generation's files; then applies the store's retention to the log and the
+    /// data files. `None` if the dataset gets no table (see [`Views::not_a_table`]).
+    #[allow(clippy::too_many_arguments)] // reason: one sync's handles, source and generation
     pub(crate) fn sync_table(
         &self,
         ds: BorrowedFd<'_>,
@@ -95,14 +63,19 @@ impl Views {
         staging_root: &Path,
         current: &Manifest,
         stored: &BTreeSet<u64>,
+        check: Check,
     ) -> Result<Option<TableSync>> {
         if let Some(reason) = Self::not_a_table(source, dataset, current)? {
-            if matches!(stat_kind(ds, table_rule::LOG_DIR), Ok((FileType::Directory, _))) {
-                return Err(self.refused(dataset, self.dataset_path(dataset).join(table_rule::LOG_DIR).display().to_string(), reason));
+            for rel in [table_rule::LOG_DIR.to_owned(), format!("{}/{}", table_rule::TABLE_DIR, table_rule::LOG_DIR)] {
+                if matches!(stat_kind(ds, &rel), Ok((FileType::Directory, _))) {
+                    return Err(self.refused(dataset, self.dataset_path(dataset).join(rel).display().to_string(), reason));
+                }
             }
             return Ok(None);
         }
-        let table = self.dataset_path(dataset);
+        let table_dir = self.open_table_dir(ds, dataset)?;
+        let ds = table_dir.as_fd();
+        let table = self.table_path(dataset);
         // The kernel reaches the log by path, following symlinks: a symlink (or a file) planted
         // in place of the log or the data directory is refused, not followed.
         for name in [table_rule::LOG_DIR, table_rule::DATA_DIR] {
@@ -120,68 +93,251 @@ impl Views {
             }
         }
         let engine = self.delta_engine(dataset)?;
-        // The log is read once here; the first commit below reuses that read.
-        let head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
-        let latest = head.version();
-        let mut out = TableSync { version: latest.unwrap_or(0), ..TableSync::default() };
         let columns = table_rule::partition_columns(current.partitions.iter().map(|p| p.partition.as_str()))
             .map_err(|reason| self.refused(dataset, table.display().to_string(), reason))?;
-        let mut schema: Option<arrow_schema::Schema> = None;
-        for generation in table_rule::generations_to_commit(latest, current.generation.number) {
-            let manifest = if generation == current.generation.number {
-                Some(current.clone())
-            } else {
-                source.generation_manifest(dataset, Some(generation))?
-            };
-            let files = match &manifest {
-                Some(m) => self.table_files(ds, dataset, staging_root, m, &mut schema)?,
-                None => Vec::new(),
-            };
-            if schema.is_none() {
-                // An empty first version (its generation expired before the table existed):
-                // the schema is the current generation's.
-                self.table_files(ds, dataset, staging_root, current, &mut schema)?;
+        let mut out = TableSync::default();
+        let scope = if check == Check::Full { Scope::All } else { Scope::Newest };
+        if let Some(read) = self.read_log(ds, dataset, scope)? {
+            self.remove_temporaries(ds, dataset, &read)?;
+            let mut cut = if check == Check::None { None } else { table_rule::first_damaged(&read.log) };
+            if check == Check::Full && cut.is_none() {
+                cut = self.first_unfaithful(engine, dataset, source, current, &read.log)?;
             }
-            let Some(file_schema) = &schema else {
-                return Err(self.refused(dataset, table.display().to_string(), "no Parquet file to read the table's schema from"));
+            if let Some(from) = cut {
+                tracing::warn!(dataset, version = from, "Delta log damaged from this version on; cutting it back and committing again");
+                out.repaired = self.cut_log(ds, dataset, &read, from)?;
+            }
+        }
+        if check == Check::Full {
+            for &n in stored {
+                let manifest =
+                    if n == current.generation.number { Some(current.clone()) } else { source.generation_manifest(dataset, Some(n))? };
+                if let Some(m) = manifest {
+                    let plan = rule::plan(&m).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+                    out.restored += self.place_files(ds, dataset, staging_root, &plan.files.iter().collect::<Vec<_>>())?;
+                }
+            }
+        }
+        let read = self.read_log(ds, dataset, Scope::Newest)?.unwrap_or_default();
+        let mut head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
+        let last = table_rule::last_ours(&read.log).map(|(_, g)| g);
+        let generations = table_rule::generations_to_commit(last, read.latest_is_ours(), stored, current.generation.number);
+        out.version = read.latest.unwrap_or(0);
+        for (i, &generation) in generations.iter().enumerate() {
+            let manifest = if generation == current.generation.number {
+                current.clone()
+            } else {
+                match source.generation_manifest(dataset, Some(generation))? {
+                    Some(m) => m,
+                    None => continue,
+                }
             };
-            let version = table_rule::version_of(generation);
-            engine
-                .commit(&head, &table, version, generation, file_schema, &columns, &files)
-                .map_err(self.delta_err(dataset, &format!("committing version {version} of")))?;
-            self.sync_log(ds, dataset, version, version == 0)?;
+            let plan = rule::plan(&manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+            let wanted: BTreeSet<String> = plan.files.iter().map(|f| table_rule::data_rel(&f.rel)).collect();
+            let prepared = engine.prepare(&head, generation, &wanted).map_err(self.delta_err(dataset, "reading"))?;
+            let missing: BTreeSet<&str> = prepared.missing.iter().map(String::as_str).collect();
+            let new_files: Vec<&ViewFile> = plan.files.iter().filter(|f| missing.contains(table_rule::data_rel(&f.rel).as_str())).collect();
+            // Every new data file durable on its own before the commit names it.
+            self.place_files(ds, dataset, staging_root, &new_files)?;
+            let (files, mut schema) = self.describe_files(dataset, &new_files, &manifest)?;
+            if schema.is_none() && head.version().is_none() {
+                // A new table whose first generation has no file: the schema is the current
+                // generation's.
+                let plan = rule::plan(current).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+                let all: Vec<&ViewFile> = plan.files.iter().collect();
+                self.place_files(ds, dataset, staging_root, &all)?;
+                schema = self.describe_files(dataset, &all[..all.len().min(1)], current)?.1;
+            }
+            let file_schema = match schema {
+                Some(s) => s,
+                None if head.version().is_some() => arrow_schema::Schema::empty(),
+                None => {
+                    return Err(self.refused(dataset, table.display().to_string(), "no Parquet file to read the table's schema from"));
+                }
+            };
+            let version = engine
+                .finish(prepared, &table, &file_schema, &columns, &files)
+                .map_err(self.delta_err(dataset, &format!("committing generation {generation} to")))?;
             out.committed.push(version);
             out.version = version;
+            if i + 1 < generations.len() {
+                head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
+            }
         }
         out.removed = self.retain_table(ds, dataset, source, stored, out.version)?;
+        if let Some(read) = self.read_log(ds, dataset, scope)? {
+            out.foreign = table_rule::foreign_versions(&read.log);
+        }
         Ok(Some(out))
     }
 
-    /// Every data file of generation `manifest` in the table's data directory (linked or
-    /// copied there if missing, each new file and every directory that got an entry synced),
-    /// with its row count and the schema read from its Parquet footer (all equal to `schema`,
-    /// set from the first file if `None`).
-    fn table_files(
-        &self,
-        ds: BorrowedFd<'_>,
-        dataset: &str,
-        staging_root: &Path,
-        manifest: &Manifest,
-        schema: &mut Option<arrow_schema::Schema>,
-    ) -> Result<Vec<DeltaFile>> {
-        let plan = rule::plan(manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+    /// The Delta table's directory (`<views>/<dataset>/table`), where the log and the data files
+    /// are.
+    pub(super) fn table_path(&self, dataset: &str) -> std::path::PathBuf {
+        self.dataset_path(dataset).join(table_rule::TABLE_DIR)
+    }
+
+    /// Opens the table's directory under the dataset's directory `ds`, creating it if missing,
+    /// after moving a table of the earlier layout (`_delta_log/` and `data/` right in the
+    /// dataset's directory, beside the views, where Delta's `vacuum` deleted the views) into
+    /// it: both are renamed into `.table-moving`, which is then renamed to `table`, each step
+    /// synced, so a crash part way leaves a state the next sync finishes (the log's paths are
+    /// relative to the table's root, so the moved table reads as before).
+    fn open_table_dir(&self, ds: BorrowedFd<'_>, dataset: &str) -> Result<OwnedFd> {
         let base = self.dataset_path(dataset);
+        let exists = |name: &str| -> Result<bool> {
+            match stat_kind(ds, name) {
+                Ok((FileType::Directory, _)) => Ok(true),
+                Ok(_) => Err(self.refused(
+                    dataset,
+                    base.join(name).display().to_string(),
+                    "is a symlink or not a directory; refusing to follow it",
+                )),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(Error::io(format!("inspecting {}", base.join(name).display()), e)),
+            }
+        };
+        let old: Vec<&str> = [table_rule::LOG_DIR, table_rule::DATA_DIR].into_iter().filter(|n| matches!(exists(n), Ok(true))).collect();
+        let moving = exists(table_rule::TABLE_MOVING)?;
+        if !old.is_empty() || moving {
+            if exists(table_rule::TABLE_DIR)? {
+                return Err(self.refused(
+                    dataset,
+                    base.display().to_string(),
+                    format!(
+                        "holds both {} and a Delta table of the earlier layout ({}); move one away",
+                        table_rule::TABLE_DIR,
+                        old.join(", ")
+                    ),
+                ));
+            }
+            tracing::info!(dataset, "moving the Delta table into {}", self.table_path(dataset).display());
+            let dest = self.open_or_make_dir(ds, table_rule::TABLE_MOVING, &base)?;
+            for name in &old {
+                self.op(&|| format!("moving {}", base.join(name).display()))?;
+                rustix::fs::renameat(ds, *name, &dest, *name).map_err(errno).map_err(self.io_err(format!(
+                    "moving {} into {}",
+                    base.join(name).display(),
+                    base.join(table_rule::TABLE_MOVING).display()
+                )))?;
+                rustix::fs::fsync(&dest)
+                    .map_err(errno)
+                    .map_err(self.io_err(format!("syncing {}", base.join(table_rule::TABLE_MOVING).display())))?;
+                rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))?;
+            }
+            self.op(&|| format!("renaming {}", base.join(table_rule::TABLE_MOVING).display()))?;
+            rustix::fs::renameat(ds, table_rule::TABLE_MOVING, ds, table_rule::TABLE_DIR).map_err(errno).map_err(self.io_err(format!(
+                "renaming {} to {}",
+                base.join(table_rule::TABLE_MOVING).display(),
+                self.table_path(dataset).display()
+            )))?;
+            rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))?;
+        }
+        if !exists(table_rule::TABLE_DIR)? {
+            return self.open_or_make_dir(ds, table_rule::TABLE_DIR, &base);
+        }
+        open_dir_at(ds, table_rule::TABLE_DIR).map_err(self.io_err(format!("opening {}", self.table_path(dataset).display())))
+    }
+
+    /// The log as on disk (`None`: no log yet).
+    fn read_log(&self, ds: BorrowedFd<'_>, dataset: &str, scope: Scope) -> Result<Option<LogRead>> {
+        read_log(ds, scope).map_err(self.io_err(format!("reading {}", self.table_path(dataset).join(table_rule::LOG_DIR).display())))
+    }
+
+    /// Removes writers' temporary files from the log (a staged upload a crash left).
+    fn remove_temporaries(&self, ds: BorrowedFd<'_>, dataset: &str, read: &LogRead) -> Result<()> {
+        let doomed: Vec<&String> = read.temporaries().collect();
+        if doomed.is_empty() {
+            return Ok(());
+        }
+        self.remove_log_entries(ds, dataset, doomed.into_iter().map(String::as_str))
+    }
+
+    fn remove_log_entries<'a>(&self, ds: BorrowedFd<'_>, dataset: &str, names: impl IntoIterator<Item = &'a str>) -> Result<()> {
+        let log_path = self.table_path(dataset).join(table_rule::LOG_DIR);
+        let log = open_dir_at(ds, table_rule::LOG_DIR).map_err(self.io_err(format!("opening {}", log_path.display())))?;
+        for name in names {
+            self.op(&|| format!("removing {}", log_path.join(name).display()))?;
+            match rustix::fs::unlinkat(log.as_fd(), name, AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => {}
+                Err(e) => return Err(Error::io(format!("removing {}", log_path.join(name).display()), errno(e))),
+            }
+            // Each removal durable before the next, so a crash leaves a shorter log, never a gap.
+            rustix::fs::fsync(&log).map_err(errno).map_err(self.io_err(format!("syncing {}", log_path.display())))?;
+        }
+        Ok(())
+    }
+
+    /// Cuts the log back to before version `from`, newest entry first; if what stays cannot
+    /// be read on its own (no version 0 and no checkpoint), the whole log goes and the table
+    /// is written again from the store. Returns the versions cut.
+    fn cut_log(&self, ds: BorrowedFd<'_>, dataset: &str, read: &LogRead, from: u64) -> Result<Vec<u64>> {
+        use table_rule::LogName;
+        let readable_start = read.names.iter().any(|n| match table_rule::log_name(n) {
+            LogName::Commit(0) => from > 0,
+            LogName::Checkpoint(v) => v < from,
+            _ => false,
+        });
+        let from = if readable_start { from } else { 0 };
+        let doomed = table_rule::entries_from(&read.names, from, read.last_checkpoint);
+        let cut: BTreeSet<u64> = doomed.iter().filter_map(|n| table_rule::log_entry_version(n)).collect();
+        self.remove_log_entries(ds, dataset, doomed.iter().map(String::as_str))?;
+        Ok(cut.into_iter().collect())
+    }
+
+    /// The first of the store's versions (of a generation it holds) whose files are not
+    /// exactly its generation's: a commit cut short at a line boundary, or edited.
+    fn first_unfaithful(
+        &self,
+        engine: &DeltaEngine,
+        dataset: &str,
+        source: &dyn Generations,
+        current: &Manifest,
+        log: &table_rule::Log,
+    ) -> Result<Option<u64>> {
+        let table = self.table_path(dataset);
+        for (&version, commit) in log {
+            let table_rule::Commit::Ours { generation } = commit else { continue };
+            let manifest = if *generation == current.generation.number {
+                Some(current.clone())
+            } else {
+                source.generation_manifest(dataset, Some(*generation))?
+            };
+            let Some(manifest) = manifest else { continue };
+            let plan = rule::plan(&manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+            let wanted: BTreeSet<String> = plan.files.iter().map(|f| table_rule::data_rel(&f.rel)).collect();
+            match engine.files_at(&table, version) {
+                Ok(found) if found == wanted => {}
+                Ok(_) => return Ok(Some(version)),
+                Err(e) => {
+                    tracing::warn!(dataset, version, error = %e, "a Delta version cannot be read");
+                    return Ok(Some(version));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Places `files` (of one generation) in the table's data directory where missing, each
+    /// new file (a copy) and every directory that got an entry synced. Returns how many were
+    /// placed.
+    fn place_files(&self, ds: BorrowedFd<'_>, dataset: &str, staging_root: &Path, files: &[&ViewFile]) -> Result<usize> {
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let base = self.table_path(dataset);
         let data_path = base.join(table_rule::DATA_DIR);
         let data = self.open_or_make_dir(ds, table_rule::DATA_DIR, &base)?;
         let staging = rustix::fs::openat(rustix::fs::CWD, staging_root, dir_flags(), Mode::empty())
             .map_err(errno)
             .map_err(self.io_err(format!("opening staging root {}", staging_root.display())))?;
         let failure = Mutex::new(None);
+        let mut placed = 0;
         std::thread::scope(|scope| {
-            let syncer = Syncer::new(scope, plan.files.len() * 2 + 1, &failure, data.as_fd());
+            let syncer = Syncer::new(scope, files.len() * 2 + 1, &failure, data.as_fd());
             let mut dirty_dirs: BTreeSet<String> = BTreeSet::new();
             let mut made = || -> Result<()> {
-                for file in &plan.files {
+                for file in files {
                     let (dir_rel, name) = split_parent(&file.rel);
                     let dir = self.make_dirs(data.as_fd(), dir_rel, &data_path, &mut dirty_dirs)?;
                     match stat_kind(dir.as_fd(), name) {
@@ -200,6 +356,7 @@ impl Views {
                     if let Some(fd) = self.place(staging.as_fd(), staging_root, dir.as_fd(), name, file, dataset, &data_path)? {
                         syncer.sync(fd, data_path.join(&file.rel))?;
                     }
+                    placed += 1;
                     dirty_dirs.insert(dir_rel.to_owned());
                 }
                 for rel in &dirty_dirs {
@@ -216,14 +373,27 @@ impl Views {
             let result = made();
             result.and(syncer.finish())
         })?;
-        let mut out = Vec::with_capacity(plan.files.len());
-        for file in &plan.files {
+        Ok(placed)
+    }
+
+    /// The `add` descriptions of `files` (placed in the data directory) of generation
+    /// `manifest`: row counts and the schema from each Parquet footer (all the same columns).
+    fn describe_files(
+        &self,
+        dataset: &str,
+        files: &[&ViewFile],
+        manifest: &Manifest,
+    ) -> Result<(Vec<DeltaFile>, Option<arrow_schema::Schema>)> {
+        let data_path = self.table_path(dataset).join(table_rule::DATA_DIR);
+        let mut schema: Option<arrow_schema::Schema> = None;
+        let mut out = Vec::with_capacity(files.len());
+        for file in files {
             let path = data_path.join(&file.rel);
             let (file_schema, rows) = parquet_footer(&path).map_err(|reason| {
                 self.refused(dataset, path.display().to_string(), format!("cannot be read as Parquet for the Delta table: {reason}"))
             })?;
-            match schema {
-                None => *schema = Some(file_schema),
+            match &schema {
+                None => schema = Some(file_schema),
                 Some(s) if same_columns(s, &file_schema) => {}
                 Some(s) => {
                     return Err(self.refused(
@@ -243,7 +413,7 @@ impl Views {
                 modified_ms: i64::try_from(manifest.generation.published_at_ms).unwrap_or(i64::MAX),
             });
         }
-        Ok(out)
+        Ok((out, schema))
     }
 
     /// Links (or copies) one accepted file into the data directory; returns a copy's handle, to
@@ -349,31 +519,8 @@ impl Views {
         Ok(fd)
     }
 
-    /// Syncs every log entry of `version` the kernel wrote (the commit, its checksum), and the
-    /// log directory; with `created`, the dataset directory too (the log directory is new).
-    fn sync_log(&self, ds: BorrowedFd<'_>, dataset: &str, version: u64, created: bool) -> Result<()> {
-        let log_path = self.dataset_path(dataset).join(table_rule::LOG_DIR);
-        let log = open_dir_at(ds, table_rule::LOG_DIR).map_err(self.io_err(format!("opening {}", log_path.display())))?;
-        for (name, kind) in list_entries(log.as_fd()).map_err(self.io_err(format!("listing {}", log_path.display())))? {
-            if kind == FileType::RegularFile && (table_rule::log_entry_version(&name) == Some(version) || name == "_last_checkpoint") {
-                self.op(&|| format!("syncing {}", log_path.join(&name).display()))?;
-                let fd = rustix::fs::openat(log.as_fd(), name.as_str(), OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
-                    .map_err(errno)
-                    .map_err(self.io_err(format!("opening {}", log_path.join(&name).display())))?;
-                rustix::fs::fsync(&fd).map_err(errno).map_err(self.io_err(format!("syncing {}", log_path.join(&name).display())))?;
-            }
-        }
-        self.op(&|| format!("syncing {}", log_path.display()))?;
-        rustix::fs::fsync(&log).map_err(errno).map_err(self.io_err(format!("syncing {}", log_path.display())))?;
-        if created {
-            let base = self.dataset_path(dataset);
-            rustix::fs::fsync(ds).map_err(errno).map_err(self.io_err(format!("syncing {}", base.display())))?;
-        }
-        Ok(())
-    }
-
-    /// The store's retention applied to the table: once the oldest retained generation's
-    /// version is past 0, a checkpoint of that version (so the table reads without the older
+    /// The store's retention applied to the table: once the oldest version holding a retained
+    /// generation is past 0, a checkpoint of that version (so the table reads without the older
     /// log), then the older log entries and every data file no retained generation names go.
     /// A checkpoint is also written every 10th version, as Delta writers do. Returns how many
     /// entries and files were removed.
@@ -385,15 +532,16 @@ impl Views {
         stored: &BTreeSet<u64>,
         latest: u64,
     ) -> Result<usize> {
-        let table = self.dataset_path(dataset);
+        let table = self.table_path(dataset);
         let log_path = table.join(table_rule::LOG_DIR);
         let engine = self.delta_engine(dataset)?;
         if table_rule::checkpoint_due(latest) && !self.has_checkpoint(ds, dataset, latest)? {
+            self.op(&|| format!("checkpointing {}", log_path.display()))?;
             engine.checkpoint(&table, latest).map_err(self.delta_err(dataset, "checkpointing"))?;
-            self.sync_log(ds, dataset, latest, false)?;
         }
-        let Some(&oldest) = stored.first() else { return Ok(0) };
-        let boundary = table_rule::version_of(oldest);
+        let Some(boundary) = first_holding(ds, stored).map_err(self.io_err(format!("reading {}", log_path.display())))? else {
+            return Ok(0);
+        };
         let log = open_dir_at(ds, table_rule::LOG_DIR).map_err(self.io_err(format!("opening {}", log_path.display())))?;
         let names: Vec<String> = list_entries(log.as_fd())
             .map_err(self.io_err(format!("listing {}", log_path.display())))?
@@ -405,8 +553,8 @@ impl Views {
             return Ok(0);
         }
         if !self.has_checkpoint(ds, dataset, boundary)? {
+            self.op(&|| format!("checkpointing {}", log_path.display()))?;
             engine.checkpoint(&table, boundary).map_err(self.delta_err(dataset, "checkpointing"))?;
-            self.sync_log(ds, dataset, boundary, false)?;
         }
         for name in &doomed {
             self.op(&|| format!("removing {}", log_path.join(name).display()))?;
@@ -454,7 +602,7 @@ impl Views {
     }
 
     fn has_checkpoint(&self, ds: BorrowedFd<'_>, dataset: &str, version: u64) -> Result<bool> {
-        let log_path = self.dataset_path(dataset).join(table_rule::LOG_DIR);
+        let log_path = self.table_path(dataset).join(table_rule::LOG_DIR);
         let log = open_dir_at(ds, table_rule::LOG_DIR).map_err(self.io_err(format!("opening {}", log_path.display())))?;
         Ok(list_entries(log.as_fd())
             .map_err(self.io_err(format!("listing {}", log_path.display())))?

@@ -101,7 +101,7 @@ fn store_says(store: &Store, generation: u64) -> Sums {
 }
 
 /// As [`store_says`], for any dataset whose partitions are `date=.../region=...`.
-fn store_says_of(store: &Store, dataset: &str, generation: u64) -> Vec<(String, String, i64)> {
+pub(crate) fn store_says_of(store: &Store, dataset: &str, generation: u64) -> Vec<(String, String, i64)> {
     let snapshot = store.snapshot().unwrap();
     let doc = manifestdb::documents::reads::show(&snapshot, dataset, Some(generation), None).expect("show's document");
     let mut out: Vec<(String, String, i64)> = doc["partitions"]
@@ -140,10 +140,19 @@ fn write_parquet(dir: &Path, units: &[i64]) -> FileEntry {
 /// Publishes run `run` over `partitions` (`(index, total)`), each with one valid attempt, and
 /// a second valid attempt (the lost acknowledgement) for those in `retried`.
 fn publish(store: &Store, run: &str, partitions: &[(usize, i64)], retried: &[usize]) -> u64 {
-    let snapshot = format!("sales@{run}");
+    publish_retried(store, DATASET, run, partitions, retried)
+}
+
+/// [`publish`] to `dataset`, no attempt retried.
+pub(crate) fn publish_to(store: &Store, dataset: &str, run: &str, partitions: &[(usize, i64)]) -> u64 {
+    publish_retried(store, dataset, run, partitions, &[])
+}
+
+fn publish_retried(store: &Store, dataset: &str, run: &str, partitions: &[(usize, i64)], retried: &[usize]) -> u64 {
+    let snapshot = format!("{dataset}@{run}");
     store
         .declare_run(&RunSpec {
-            dataset: DATASET.into(),
+            dataset: dataset.into(),
             run: run.into(),
             snapshot: snapshot.clone(),
             tasks: partitions
@@ -156,14 +165,14 @@ fn publish(store: &Store, run: &str, partitions: &[(usize, i64)], retried: &[usi
         .expect("declare");
     for (i, total) in partitions {
         for _ in 0..if retried.contains(i) { 2 } else { 1 } {
-            let ticket = store.begin_attempt(&TaskKey::new(DATASET, run, PARTITIONS[*i])).expect("begin");
+            let ticket = store.begin_attempt(&TaskKey::new(dataset, run, PARTITIONS[*i])).expect("begin");
             let file = write_parquet(&ticket.staging_dir, &[total - 1, 1]);
             let candidate = Candidate { snapshot: snapshot.clone(), rows: None, total: None, digest: None, files: vec![file] };
             store.finish_attempt(&ticket.key, &candidate).expect("finish");
             store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).expect("validate");
         }
     }
-    match store.publish(DATASET, run, &PublishOptions::default()).expect("publish") {
+    match store.publish(dataset, run, &PublishOptions::default()).expect("publish") {
         PublishOutcome::Published(g) => g.number,
         other => panic!("{other:?}"),
     }
@@ -218,7 +227,7 @@ except Exception as e:
 print(json.dumps(out))
 "#;
 
-fn deltalake_available() -> bool {
+pub(crate) fn deltalake_available() -> bool {
     let ok = Command::new("python3").args(["-c", "import deltalake, polars, duckdb"]).output().is_ok_and(|o| o.status.success());
     if !ok {
         assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "CI=true but Python lacks deltalake or polars (.ci/run installs them)");
@@ -234,7 +243,7 @@ fn deltalake_available() -> bool {
 fn check_delta(store: &Store) -> serde_json::Value {
     let snapshot = store.snapshot().unwrap();
     let history = snapshot.history(DATASET).unwrap();
-    let table = store.view_root().unwrap().join(DATASET);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
     let versions: Vec<u64> = history.iter().map(|g| g.number - 1).collect();
     let out = Command::new("python3")
         .args(["-c", DELTA_READERS])
@@ -301,7 +310,7 @@ fn readers_of_the_views_and_the_delta_table_sum_what_show_says_through_rollback_
     let store = dir
         .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
-    let table = store.view_root().unwrap().join(DATASET);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
     assert_eq!(delta_actions(&table, 0), (4, 0, true), "version 0 adds the four partitions");
     assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);
@@ -442,7 +451,7 @@ fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
     let status = store.sync_view("csv").unwrap().unwrap();
     assert_eq!(status.table_version, None);
     assert!(views.join("csv/current").exists());
-    assert!(!views.join("csv/_delta_log").exists());
+    assert!(!views.join("csv/_delta_log").exists() && !views.join("csv/table").exists());
     match store.delta_table("csv") {
         Err(Error::ViewRefused { reason, .. }) => assert!(reason.contains("Delta table's data files are Parquet"), "{reason}"),
         other => panic!("{other:?}"),
@@ -517,7 +526,7 @@ fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
         .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
-    let table = store.view_root().unwrap().join(DATASET);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
     assert!(table.join("_delta_log").is_dir(), "the first publish wrote the table");
     std::fs::remove_dir_all(table.join("_delta_log")).expect("remove the log");
     let elsewhere = dir.path().join("elsewhere");
@@ -570,7 +579,7 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
     let store = dir
         .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
-    let table = store.view_root().unwrap().join(DATASET);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
     // Generation g's partitions, as `store_says` gives them; index 0 is unused.
     let mut states: Vec<Vec<(String, String, i64)>> = vec![Vec::new()];
     assert_eq!(publish(&store, "r1", &[(0, 1000), (1, 1001), (2, 1002), (3, 1003)], &[]), 1);

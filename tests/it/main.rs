@@ -5,6 +5,7 @@ mod backend;
 mod batch;
 mod crash;
 mod damage;
+mod delta_log;
 mod duckdb;
 mod durability;
 mod effects;

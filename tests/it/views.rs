@@ -569,3 +569,41 @@ fn view_sync_rebuilds_a_copy_cut_short() {
     assert_eq!(read_rows(&file), (4, 100));
     assert!(env.view_findings().is_empty(), "{:?}", env.view_findings());
 }
+
+/// The reading patterns the reading chapter names, each checked in one deterministic sequence
+/// (list and read partition A, then a publish replacing every partition, then list and read
+/// partition B): a lazy lister that walks *through* `current` one directory at a time resolves
+/// `current` again at each step and sums two generations (the chapter says so: never read this
+/// way); the same walk over the directory `current` named when the reader began (resolved
+/// once: `realpath`, `view --json`'s `path`, `Store::view_path`) sums exactly its generation;
+/// a list-first reader through `current` that listed before the publish reads its own
+/// generation or fails with not-found, never a mix.
+#[test]
+fn a_lazy_lister_through_current_mixes_and_the_resolved_path_never_does() {
+    let env = Env::new();
+    let parts = [("date=1/region=eu", 2, 10), ("date=1/region=us", 2, 20)];
+    let first = published(publish(&env.store, "r1", &parts, &[]));
+    let current = env.dataset_dir().join("current");
+    let resolved = env.store.view_path(DATASET, None).expect("view path").path;
+    assert_eq!(std::fs::canonicalize(&current).unwrap(), resolved);
+    let sum = |dir: &Path| files_under(dir).values().map(|(_, t)| t).sum::<i64>();
+    // Step 1: partition A, through `current` and through the resolved path.
+    let (lazy_a, resolved_a) = (sum(&current.join(parts[0].0)), sum(&resolved.join(parts[0].0)));
+    // A list-first reader lists every file through `current` now.
+    let listed: Vec<PathBuf> = files_under(&current).keys().map(|rel| current.join(rel)).collect();
+    // A publish replaces both partitions.
+    let second = published(publish(&env.store, "r2", &[("date=1/region=eu", 2, 1000), ("date=1/region=us", 2, 2000)], &[]));
+    assert_eq!(second, first + 1);
+    // Step 2: partition B.
+    let (lazy_b, resolved_b) = (sum(&current.join(parts[1].0)), sum(&resolved.join(parts[1].0)));
+    assert_eq!(lazy_a + lazy_b, 10 + 2000, "the lazy walk through `current` mixed generations {first} and {second}");
+    assert_eq!(resolved_a + resolved_b, 10 + 20, "the walk over the resolved v{first} read exactly generation {first}");
+    // The list-first reader opens what it listed: every path is its own generation's bytes or
+    // gone (each file is named after the partition version holding it), never the new ones.
+    for path in &listed {
+        match std::fs::read_to_string(path) {
+            Ok(_) => assert!(path.to_string_lossy().contains(&format!("g{first}-")), "{} is generation {first}'s", path.display()),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{}", path.display()),
+        }
+    }
+}

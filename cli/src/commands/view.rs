@@ -61,7 +61,26 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
         if delta["path"].is_null() {
             writeln!(w, "no Delta table: {}", text(&delta["reason"]))?;
         } else {
-            writeln!(w, "Delta table {} at version {} (version = generation - 1)", text(&delta["path"]), text(&delta["version"]))?;
+            writeln!(
+                w,
+                "Delta table {}: version {} holds this generation; latest version {} holds generation {}",
+                text(&delta["path"]),
+                text(&delta["version"]),
+                text(&delta["latest_version"]),
+                text(&delta["latest_generation"])
+            )?;
+            if delta["lagging"] == true {
+                writeln!(w, "TABLE LAGGING: {}", text(&delta["reason"]))?;
+            }
+            for f in delta["foreign_versions"].as_array().into_iter().flatten() {
+                writeln!(
+                    w,
+                    "version {} was committed by another writer ({}, {}); the store's commits restore their generation on top",
+                    text(&f["version"]),
+                    text(&f["operation"]),
+                    text(&f["engine"])
+                )?;
+            }
         }
         let t = &manifest["totals"];
         writeln!(
@@ -75,6 +94,24 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
         )
     })?;
     Ok(Exit::Success)
+}
+
+/// A synced table in one cell: `v7`, with what the sync repaired, restored or found foreign.
+fn delta_summary(s: &Value, list: &dyn Fn(&str) -> String) -> String {
+    if s["table_version"].is_null() {
+        return "-".to_owned();
+    }
+    let mut out = format!("v{}", text(&s["table_version"]));
+    if s["table_repaired"].as_array().is_some_and(|a| !a.is_empty()) {
+        out.push_str(&format!(" repaired {}", list("table_repaired")));
+    }
+    if s["table_restored"].as_u64().is_some_and(|n| n > 0) {
+        out.push_str(&format!(" restored {} files", text(&s["table_restored"])));
+    }
+    if s["foreign_versions"].as_array().is_some_and(|a| !a.is_empty()) {
+        out.push_str(&format!(" foreign {}", list("foreign_versions")));
+    }
+    out
 }
 
 fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow::Result<Exit> {
@@ -94,7 +131,7 @@ fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow
         Ok(operator::views_synced(&synced))
     })?;
     out.emit(&doc, |w| {
-        let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REPAIRED", "REMOVED", "CURRENT"]);
+        let mut table = Table::new(vec!["DATASET", "GENERATION", "BUILT", "SWAPPED", "REPAIRED", "REMOVED", "DELTA TABLE", "CURRENT"]);
         for s in doc["synced"].as_array().into_iter().flatten() {
             let list = |key: &str| format!("{:?}", s[key].as_array().into_iter().flatten().filter_map(Value::as_u64).collect::<Vec<u64>>());
             table.row(vec![
@@ -104,6 +141,7 @@ fn sync(location: &LocationArgs, out: &mut Out, dataset: Option<&str>) -> anyhow
                 text(&s["swapped"]),
                 list("repaired"),
                 list("removed"),
+                delta_summary(s, &list),
                 text(&s["path"]),
             ]);
         }

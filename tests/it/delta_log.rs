@@ -1,0 +1,299 @@
+//! The Delta table among other writers and after damage (issue 37, items 3 and 4): the store
+//! finds which version holds which generation by its `txn` action, never by counting versions;
+//! a real delta-rs writer (PyPI `deltalake`) appending, overwriting, deleting, optimizing and
+//! vacuuming is reported (`view --json`, `verify`) and never absorbed (the store's next commit,
+//! or `view sync`, restores its generation's exact files on top); files a `vacuum` took are
+//! placed again from staging; an emptied, cut short or edited commit is cut from the log and
+//! committed again; a writer's staged upload left by a crash is never counted as a version.
+//! Every version a reader opens holds exactly its generation, read by deltalake.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use manifestdb::{FileCheck, Store, StoreOptions, VerifyOptions, ViewOptions};
+
+use crate::engines::{deltalake_available, publish_to, store_says_of};
+use crate::support::TestDir;
+
+const DATASET: &str = "sales";
+
+/// Reads the table with deltalake: `{"latest": N, "<version>": rows}` for every version in
+/// `versions`; `rows` are `[[date, region, sum(units)]]`, sorted.
+const READ_VERSIONS: &str = r#"
+import json, sys
+from deltalake import DeltaTable
+path, versions = sys.argv[1], json.loads(sys.argv[2])
+def rows(t):
+    t = t.group_by(["date", "region"]).aggregate([("units", "sum")])
+    return sorted([str(d), str(r), int(s)] for d, r, s in zip(t["date"].to_pylist(), t["region"].to_pylist(), t["units_sum"].to_pylist()))
+out = {"latest": DeltaTable(path).version()}
+for v in versions:
+    out[str(v)] = rows(DeltaTable(path, version=v).to_pyarrow_table())
+print(json.dumps(out))
+"#;
+
+/// One delta-rs operation on the table: `append`, `overwrite`, `delete`, `optimize`, `vacuum`.
+const FOREIGN: &str = r#"
+import sys
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+path, op = sys.argv[1], sys.argv[2]
+dt = DeltaTable(path)
+schema = dt.schema().to_arrow()
+def rows(units, region):
+    cols = {}
+    for f in schema:
+        name = f.name
+        if name == "units": cols[name] = pa.array(units, type=pa.int64())
+        elif name == "store": cols[name] = pa.array(list(range(len(units))), type=pa.int64())
+        elif name == "item": cols[name] = pa.array(["pear"] * len(units))
+        elif name == "date": cols[name] = pa.array(["2026-11-27"] * len(units))
+        elif name == "region": cols[name] = pa.array([region] * len(units))
+    return pa.table(cols)
+if op == "append":
+    write_deltalake(path, rows([1000, 7], "eu"), mode="append")
+elif op == "overwrite":
+    write_deltalake(path, rows([5], "us"), mode="overwrite")
+elif op == "delete":
+    dt.delete("region = 'eu'")
+elif op == "optimize":
+    # Two small files in one partition, then compaction: an append and an OPTIMIZE commit.
+    write_deltalake(path, rows([3], "eu"), mode="append")
+    DeltaTable(path).optimize.compact()
+elif op == "vacuum":
+    dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+else:
+    raise SystemExit("unknown op " + op)
+"#;
+
+fn python(script: &str, args: &[&str]) -> String {
+    let out = Command::new("python3").args(["-c", script]).args(args).output().expect("run python3");
+    assert!(out.status.success(), "python failed ({args:?}): {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The table's `view --json` document's `table` part.
+fn table_doc(store: &Store, generation: Option<u64>) -> serde_json::Value {
+    let snapshot = store.snapshot().unwrap();
+    let doc = manifestdb::documents::operator::view(&snapshot, DATASET, None, generation).expect("view document");
+    doc["table"].clone()
+}
+
+/// Every retained generation, read by deltalake at the version `view --generation N --json`
+/// names, holds exactly what the store says; the latest version holds the current one.
+fn check_every_version(store: &Store, table: &Path) {
+    let snapshot = store.snapshot().unwrap();
+    let current = snapshot.current(DATASET).unwrap().unwrap().number;
+    let mut versions: BTreeMap<u64, u64> = BTreeMap::new();
+    for generation in snapshot.history(DATASET).unwrap() {
+        let doc = table_doc(store, Some(generation.number));
+        let version = doc["version"].as_u64().unwrap_or_else(|| panic!("no version holds generation {}: {doc}", generation.number));
+        versions.insert(generation.number, version);
+    }
+    let list: Vec<u64> = versions.values().copied().collect();
+    let doc: serde_json::Value =
+        serde_json::from_str(&python(READ_VERSIONS, &[table.to_str().unwrap(), &serde_json::to_string(&list).unwrap()])).unwrap();
+    let latest_doc = table_doc(store, None);
+    assert_eq!(doc["latest"], latest_doc["latest_version"], "view --json reads the latest version from the log");
+    assert_eq!(latest_doc["latest_generation"], current, "the latest version holds the current generation");
+    assert_eq!(latest_doc["lagging"], false, "{latest_doc}");
+    for (generation, version) in versions {
+        let seen: Vec<(String, String, i64)> = doc[version.to_string()]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r[0].as_str().unwrap().to_owned(), r[1].as_str().unwrap().to_owned(), r[2].as_i64().unwrap()))
+            .collect();
+        assert_eq!(seen, store_says_of(store, DATASET, generation), "deltalake at version {version} (generation {generation})");
+    }
+}
+
+fn views_findings(store: &mut Store) -> Vec<String> {
+    let report = store
+        .verify(&VerifyOptions { integrity_check: false, files: Some(FileCheck::Size), staging_root: None, views: true })
+        .expect("verify");
+    report.findings.iter().filter(|f| f.table == "views").map(|f| format!("{}: {}", f.key, f.message)).collect()
+}
+
+fn open(dir: &TestDir) -> Store {
+    dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open")
+}
+
+/// Each delta-rs operation takes a version; the store's next publish commits on top of it and
+/// its version holds exactly its generation; `view --json` and `verify` name the foreign
+/// version; a foreign commit on top with no new generation is undone by `view sync` (the
+/// current generation committed again); files a full vacuum at retention 0 took from older
+/// retained versions are reported by `verify` and placed again by `view sync`.
+#[test]
+fn foreign_delta_writers_are_reported_and_never_bend_the_mapping() {
+    if !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let mut store = open(&dir);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
+    let t = table.to_str().unwrap().to_owned();
+    assert_eq!(publish_to(&store, DATASET, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)]), 1);
+    assert_eq!(publish_to(&store, DATASET, "r2", &[(1, 71)]), 2);
+    check_every_version(&store, &table);
+    assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
+
+    let mut foreign: Vec<u64> = Vec::new();
+    for (i, (op, operation)) in
+        [("append", "WRITE"), ("overwrite", "WRITE"), ("delete", "DELETE"), ("optimize", "OPTIMIZE")].into_iter().enumerate()
+    {
+        let before = table_doc(&store, None)["latest_version"].as_u64().unwrap();
+        python(FOREIGN, &[&t, op]);
+        let doc = table_doc(&store, None);
+        let version = doc["latest_version"].as_u64().unwrap();
+        assert!(version > before, "{op} committed a version");
+        foreign.extend(before + 1..=version);
+        assert_eq!(doc["lagging"], true, "after {op}: {doc}");
+        assert!(doc["latest_generation"].is_null(), "after {op}: {doc}");
+        let listed: Vec<u64> = doc["foreign_versions"].as_array().unwrap().iter().map(|f| f["version"].as_u64().unwrap()).collect();
+        assert_eq!(listed, foreign, "after {op}");
+        let last = doc["foreign_versions"].as_array().unwrap().last().cloned().unwrap();
+        assert_eq!(last["operation"], operation, "after {op}: {doc}");
+        let findings = views_findings(&mut store);
+        assert!(findings.iter().any(|f| f.contains(&format!("version {version} was committed by another writer"))), "{findings:?}");
+        // A publish commits its generation on top, with exactly its files.
+        let generation = publish_to(&store, DATASET, &format!("f{i}"), &[(i % 4, 200 + i as i64)]);
+        assert_eq!(table_doc(&store, Some(generation))["version"], version + 1, "after {op}");
+        check_every_version(&store, &table);
+    }
+
+    // A foreign commit on top and no new generation: `view sync` commits the current one again.
+    python(FOREIGN, &[&t, "append"]);
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    let latest = table_doc(&store, None);
+    assert_eq!(status.table_version, latest["latest_version"].as_u64());
+    assert!(status.foreign_versions.len() > foreign.len(), "{status:?}");
+    check_every_version(&store, &table);
+
+    // A full vacuum at retention 0 removes the files only older versions name: verify says
+    // so, view sync places them again, every retained version reads exactly.
+    python(FOREIGN, &[&t, "vacuum"]);
+    let findings = views_findings(&mut store);
+    assert!(findings.iter().any(|f| f.contains("missing or not of its")), "vacuum's removals are found: {findings:?}");
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert!(status.table_restored > 0, "{status:?}");
+    check_every_version(&store, &table);
+    let findings = views_findings(&mut store);
+    assert!(findings.iter().all(|f| f.contains("committed by another writer")), "only the foreign versions stay findings: {findings:?}");
+}
+
+/// An emptied newest commit (a power loss on a file system that drops unsynced data) is found
+/// by the next writable open, cut from the log and committed again; a commit cut short in the
+/// middle of the log, one cut at a line boundary (a valid but incomplete commit) and an emptied
+/// version 0 are found by `view sync`, which reports the versions it cut; a writer's staged
+/// upload (`...json#1`) is removed, never a version; after each, every version deltalake opens
+/// holds exactly its generation.
+#[test]
+fn a_damaged_delta_log_is_cut_back_and_committed_again() {
+    if !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let store = open(&dir);
+    let table = store.view_root().unwrap().join(DATASET).join("table");
+    let log = table.join("_delta_log");
+    let commit = |v: u64| log.join(format!("{v:020}.json"));
+    assert_eq!(publish_to(&store, DATASET, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)]), 1);
+    assert_eq!(publish_to(&store, DATASET, "r2", &[(1, 71), (2, 51)]), 2);
+    assert_eq!(publish_to(&store, DATASET, "r3", &[(3, 33)]), 3);
+    check_every_version(&store, &table);
+
+    // The newest commit emptied: the writable open repairs it.
+    drop(store);
+    std::fs::write(commit(2), b"").unwrap();
+    std::fs::write(log.join(format!("{:020}.json#1", 3)), b"{\"add\":").unwrap();
+    let mut store = open(&dir);
+    assert!(std::fs::metadata(commit(2)).unwrap().len() > 0, "the emptied commit was written again");
+    assert!(!log.join(format!("{:020}.json#1", 3)).exists(), "the staged upload is removed");
+    check_every_version(&store, &table);
+    assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
+
+    // A commit in the middle cut short (not at a line end): view sync cuts from it.
+    let text = std::fs::read(commit(1)).unwrap();
+    std::fs::write(commit(1), &text[..text.len() - 7]).unwrap();
+    let findings = views_findings(&mut store);
+    assert!(findings.iter().any(|f| f.contains("version 1 is cut short")), "{findings:?}");
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert_eq!(status.table_repaired, [1, 2], "{status:?}");
+    check_every_version(&store, &table);
+
+    // A commit cut at a line boundary: every line parses, but its files are not its
+    // generation's; the full check of view sync finds it.
+    let text = String::from_utf8(std::fs::read(commit(2)).unwrap()).unwrap();
+    let kept: String = text.lines().filter(|l| !l.starts_with("{\"add\"")).map(|l| format!("{l}\n")).collect();
+    assert_ne!(kept, text, "version 2 has an add to drop");
+    std::fs::write(commit(2), kept).unwrap();
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert_eq!(status.table_repaired, [2], "{status:?}");
+    check_every_version(&store, &table);
+
+    // Version 0 emptied: nothing before it to keep, the log is written again from the store.
+    std::fs::write(commit(0), b"").unwrap();
+    let status = store.sync_view(DATASET).expect("sync").expect("a view");
+    assert_eq!(status.table_repaired, [0, 1, 2], "{status:?}");
+    check_every_version(&store, &table);
+    assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
+}
+
+/// The table's directory holds only what a Delta table holds, beside the views: a full
+/// delta-rs `vacuum` at retention 0 leaves every view file in place (before the layout change
+/// it deleted every `v<N>/**` file and `_manifest.json`); a table of the earlier layout
+/// (`_delta_log/` and `data/` right in the dataset's directory) is moved into `table/` by the
+/// next writable open, also when a crash stopped an earlier move part way; after each step
+/// every version reads exactly and `verify` finds nothing.
+#[test]
+fn the_table_lives_beside_the_views_and_its_vacuum_never_touches_them() {
+    if !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let mut store = open(&dir);
+    let table = dir.path().join("views").join(DATASET).join("table");
+    assert_eq!(publish_to(&store, DATASET, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)]), 1);
+    assert_eq!(publish_to(&store, DATASET, "r2", &[(1, 71)]), 2);
+    let dataset_dir = dir.path().join("views").join(DATASET);
+    assert_eq!(store.delta_table(DATASET).unwrap(), dataset_dir.join("table"));
+    let mut names: Vec<String> =
+        std::fs::read_dir(&table).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    assert_eq!(names, ["_delta_log", "data"], "the table's directory holds only the log and the data files");
+
+    python(FOREIGN, &[table.to_str().unwrap(), "vacuum"]);
+    // Findings about the table (vacuum's commits, the files it took), none about a view.
+    let findings = views_findings(&mut store);
+    assert!(findings.iter().all(|f| f.contains("/table")), "{findings:?}");
+    for generation in [1, 2] {
+        let view = store.view_path(DATASET, Some(generation)).unwrap().path;
+        assert!(view.join("_manifest.json").is_file(), "vacuum left generation {generation}'s view alone");
+    }
+    store.sync_view(DATASET).unwrap();
+    check_every_version(&store, &table);
+
+    // The earlier layout, moved by the next writable open.
+    drop(store);
+    for name in ["_delta_log", "data"] {
+        std::fs::rename(table.join(name), dataset_dir.join(name)).unwrap();
+    }
+    std::fs::remove_dir(&table).unwrap();
+    let mut store = open(&dir);
+    assert!(table.join("_delta_log").is_dir() && !dataset_dir.join("_delta_log").exists(), "the open moved the table");
+    check_every_version(&store, &table);
+    assert!(views_findings(&mut store).iter().all(|f| f.contains("committed by another writer")), "{:?}", views_findings(&mut store));
+
+    // A move a crash stopped part way: the log already in `.table-moving`, the data not yet.
+    drop(store);
+    std::fs::create_dir(dataset_dir.join(".table-moving")).unwrap();
+    std::fs::rename(table.join("_delta_log"), dataset_dir.join(".table-moving/_delta_log")).unwrap();
+    std::fs::rename(table.join("data"), dataset_dir.join("data")).unwrap();
+    std::fs::remove_dir(&table).unwrap();
+    let store = open(&dir);
+    assert!(!dataset_dir.join(".table-moving").exists() && !dataset_dir.join("data").exists());
+    check_every_version(&store, &table);
+}
