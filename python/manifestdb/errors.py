@@ -107,7 +107,7 @@ class Unauthorized(Error):
     """A server refused the request: no or a wrong bearer token. Only the client raises it."""
 
     kind = "unauthorized"
-    exit_code = 1
+    exit_code = 10
 
 
 _BY_KIND: dict[str, type[Error]] = {

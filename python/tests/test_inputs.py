@@ -90,7 +90,7 @@ def test_use_after_fork_is_refused_in_the_child(store: m.Store) -> None:
 def test_errors_mirror_the_kinds_and_survive_pickling() -> None:
     for cls, kind, code in [
         (m.Fault, "fault", 1), (m.Usage, "usage", 2), (m.NotFound, "not_found", 4), (m.Conflict, "conflict", 5),
-        (m.Busy, "busy", 6), (m.Corrupt, "corrupt", 7), (m.Unauthorized, "unauthorized", 1),
+        (m.Busy, "busy", 6), (m.Corrupt, "corrupt", 7), (m.Unauthorized, "unauthorized", 10),
     ]:
         e = m.errors._error_of_kind(kind, "msg")
         assert type(e) is cls and e.kind == kind and e.exit_code == code and isinstance(e, m.Error)
