@@ -99,7 +99,7 @@ pub struct StoreOptions {
     /// the staging root and the view root. `false` (the default): the owner only (files 0600,
     /// directories 0700), whatever the umask, so no other local user reads the store through
     /// its files. `true`: the owner's group too (0660, 0770), matching a server's socket made
-    /// for the group ([`crate::server::ServerOptions::socket_group_access`]). Only what is
+    /// for the group (`ServerOptions::socket_group_access`, feature `server`). Only what is
     /// created is given a mode: an existing file or directory keeps its own (`chmod` it).
     pub group_access: bool,
     /// Whether processes other than the writer may open the store read-only ([`ReadOnlyStore`],
