@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{ArgAction, Args, Parser, Subcommand};
 use manifestdb::TaskSpec;
 
-use crate::location::LocationArgs;
+use crate::location::{GLOBAL, LocationArgs};
 use crate::logging::LogFormat;
 use crate::values::parse_duration;
 
@@ -39,10 +39,6 @@ cleanup plan proposes), -vvv trace, -q errors only, -qq nothing; without -v/-q, 
 per event (the default with --json: stderr then holds JSON lines only).
 
 ";
-
-/// The heading of the options every verb takes (the store's location, the output, the log), so
-/// that a verb's `--help` lists its own flags apart from them.
-pub const GLOBAL: &str = "Global options";
 
 /// The `manifestdb` command line.
 #[derive(Debug, Parser)]

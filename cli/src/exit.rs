@@ -91,6 +91,11 @@ Exit codes:
  10  unauthorized: the server refused the request's bearer token (give the server's token
      with --server-token-file)";
 
+/// What to do about a store file found damaged: what the tool adds to a damaged-store error
+/// and to verify's findings in the store's records.
+pub const STORE_DAMAGED: &str = "the store file is damaged: stop the processes that write it, keep a copy of it, and put back \
+     the last good copy (a backup or a file system snapshot); `manifestdb verify --json` lists every damaged record by table and key";
+
 /// An error the tool itself raises, with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {
@@ -167,7 +172,7 @@ pub fn message(err: &anyhow::Error) -> String {
             parts.push(library_message(lib));
             if lib.is_corruption() {
                 // What to do, not only what was found.
-                return format!("{}; {}", parts.join(": "), crate::commands::STORE_DAMAGED);
+                return format!("{}; {}", parts.join(": "), STORE_DAMAGED);
             }
             break;
         }

@@ -17,9 +17,13 @@ pub const STORE_FILE: &str = "store.redb";
 /// The staging root's name inside `--dir`.
 pub const STAGING_DIR: &str = "staging";
 
+/// The heading of the options every verb takes (the store's location, the output, the log), so
+/// that a verb's `--help` lists its own flags apart from them.
+pub const GLOBAL: &str = "Global options";
+
 /// The store-location flags, shared by every verb (listed under the global options' heading).
 #[derive(Debug, Clone, Args)]
-#[command(next_help_heading = crate::args::GLOBAL)]
+#[command(next_help_heading = GLOBAL)]
 pub struct LocationArgs {
     /// Directory holding the store file (store.redb) and the staging root (staging/).
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_DIR")]

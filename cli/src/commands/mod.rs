@@ -12,8 +12,6 @@ pub(crate) mod serve;
 mod verify;
 mod view;
 
-pub use verify::STORE_DAMAGED;
-
 use std::io::Read;
 use std::path::Path;
 

@@ -4,7 +4,7 @@ use manifestdb::{FileCheck, VerifyOptions};
 use serde_json::{Value, json};
 
 use crate::args::VerifyArgs;
-use crate::exit::Exit;
+use crate::exit::{Exit, STORE_DAMAGED};
 use crate::json::operator;
 use crate::location::LocationArgs;
 use crate::output::{Out, Words, text};
@@ -60,11 +60,6 @@ fn what_to_do(findings: &[Value]) -> Vec<String> {
     }
     advice
 }
-
-/// What to do about a store file found damaged: what the tool adds to a damaged-store error
-/// and to verify's findings in the store's records.
-pub const STORE_DAMAGED: &str = "the store file is damaged: stop the processes that write it, keep a copy of it, and put back \
-     the last good copy (a backup or a file system snapshot); `manifestdb verify --json` lists every damaged record by table and key";
 
 /// `verify`: exit 0 when clean, 7 when anything is found.
 pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyhow::Result<Exit> {
