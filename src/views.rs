@@ -165,7 +165,8 @@ pub struct ViewStatus {
     /// writer's `vacuum`) and were placed again from staging by this call.
     pub table_restored: usize,
     /// The table's versions committed by other writers, oldest first (each reported, never
-    /// absorbed: the store commits its generation's exact files on top of them).
+    /// absorbed: the store commits its generation's exact files on top of them). Listed by
+    /// [`crate::Store::sync_view`] (and the writable open's sync).
     pub foreign_versions: Vec<u64>,
 }
 
@@ -186,7 +187,8 @@ pub(crate) struct TableSync {
     /// were placed again from staging.
     pub(crate) restored: usize,
     /// Versions other writers committed, oldest first (reported, never absorbed: the store's
-    /// next commit restores its generation's exact files on top of them).
+    /// next commit restores its generation's exact files on top of them); listed by a checking
+    /// sync (an open, `view sync`), empty right after a commit.
     pub(crate) foreign: Vec<u64>,
 }
 

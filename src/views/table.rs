@@ -173,7 +173,11 @@ impl Views {
             }
         }
         out.removed = self.retain_table(ds, dataset, source, stored, out.version)?;
-        if let Some(read) = self.read_log(ds, dataset, scope)? {
+        // Right after a commit nothing is reported (the sync's caller drops the status), so the
+        // log is not read again on the publish path; a checking sync lists every foreign version.
+        if check != Check::None
+            && let Some(read) = self.read_log(ds, dataset, scope)?
+        {
             out.foreign = table_rule::foreign_versions(&read.log);
         }
         Ok(Some(out))
