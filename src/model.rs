@@ -584,7 +584,18 @@ pub struct AttemptInfo {
     pub reconciliation: Option<Reconciliation>,
 }
 
-/// Options of a publish.
+/// Options of a publish. The default publishes only what reproduces the digests published
+/// earlier for the same input snapshot; `accept_nondeterminism` publishes a differing one on
+/// purpose, with the reason recorded in the history:
+///
+/// ```
+/// use manifestdb::PublishOptions;
+///
+/// let usual = PublishOptions::default();
+/// assert_eq!(usual.accept_nondeterminism, None);
+/// let on_purpose = PublishOptions { accept_nondeterminism: Some("upstream fixed a rounding bug; same snapshot".into()) };
+/// assert!(on_purpose.accept_nondeterminism.is_some());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PublishOptions {
     /// Publish even if a partition's digest differs from the one published earlier for the same

@@ -111,6 +111,16 @@ impl ViewMode {
 }
 
 /// Where a store publishes its views, and how.
+///
+/// ```
+/// use manifestdb::{ViewMode, ViewOptions};
+///
+/// // Hard links (no copy; the view root on the staging root's file system) ...
+/// assert_eq!(ViewOptions::hard_links("data/views").mode, ViewMode::HardLink);
+/// // ... or copies, each checked against its recorded CRC32 (any file system).
+/// let copies = ViewOptions::copies("/mnt/lake/views");
+/// assert_eq!((copies.mode, copies.mode.name()), (ViewMode::Copy, "copy"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewOptions {
     /// The view root: `<root>/<dataset>/current` is the dataset's current view. Created if

@@ -55,6 +55,26 @@ use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
 use meta_redb::RedbMeta;
 
 /// How a store is opened.
+///
+/// Start from the defaults and change what you need:
+///
+/// ```
+/// use manifestdb::{Store, StoreOptions, ViewOptions};
+///
+/// # fn main() -> Result<(), manifestdb::Error> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// let options = StoreOptions {
+///     // Publish views (and a Delta table per Parquet dataset) under `views/`.
+///     views: Some(ViewOptions::hard_links(dir.path().join("views"))),
+///     // Files and directories the open creates readable by the owner's group too.
+///     group_access: true,
+///     ..StoreOptions::default()
+/// };
+/// let store = Store::open_with_options(dir.path().join("store.redb"), dir.path().join("staging"), &options)?;
+/// assert_eq!(store.view_root(), Some(std::fs::canonicalize(dir.path().join("views")).unwrap().as_path()));
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreOptions {
     /// Memory redb may use to cache pages, in bytes. redb's own default is 1 GiB per database,
