@@ -104,16 +104,7 @@ pub(super) fn list_entries(dir: BorrowedFd<'_>) -> io::Result<Vec<(String, FileT
 /// lossily (views only ever create UTF-8 names; anything else is reported, never deleted by
 /// name).
 pub(super) fn list_names(dir: BorrowedFd<'_>) -> io::Result<Vec<String>> {
-    let mut out = Vec::new();
-    for entry in Dir::read_from(dir).map_err(errno)? {
-        let entry = entry.map_err(errno)?;
-        let name = entry.file_name().to_bytes();
-        if name == b"." || name == b".." {
-            continue;
-        }
-        out.push(OsStr::from_bytes(name).to_string_lossy().into_owned());
-    }
-    Ok(out)
+    Ok(list_entries(dir)?.into_iter().map(|(name, _)| name).collect())
 }
 
 /// Walks a view directory without following symlinks: every path (relative) and what it is.

@@ -97,12 +97,13 @@ impl Views {
             .map_err(|reason| self.refused(dataset, table.display().to_string(), reason))?;
         let mut out = TableSync::default();
         let scope = if check == Check::Full { Scope::All } else { Scope::Newest };
-        if let Some(read) = self.read_log(ds, dataset, scope)? {
-            self.remove_temporaries(ds, dataset, &read)?;
+        let first = self.read_log(ds, dataset, scope)?;
+        if let Some(read) = &first {
+            self.remove_temporaries(ds, dataset, read)?;
             let mut cut = if check == Check::None { None } else { table_rule::first_damaged(&read.log) };
             if check != Check::None {
                 // A checkpoint a reader cannot read (empty, cut short): cut from its version.
-                let bad = self.first_unreadable_checkpoint(dataset, &read, check == Check::Full);
+                let bad = self.first_unreadable_checkpoint(dataset, read, check == Check::Full);
                 cut = match (cut, bad) {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
@@ -113,7 +114,7 @@ impl Views {
             }
             if let Some(from) = cut {
                 tracing::warn!(dataset, version = from, "Delta log damaged from this version on; cutting it back and committing again");
-                out.repaired = self.cut_log(ds, dataset, &read, from)?;
+                out.repaired = self.cut_log(ds, dataset, read, from)?;
             }
         }
         if check == Check::Full {
@@ -126,7 +127,11 @@ impl Views {
                 }
             }
         }
-        let read = self.read_log(ds, dataset, Scope::Newest)?.unwrap_or_default();
+        // The log as read above serves unless this sync cut it (temporaries never count).
+        let read = match first {
+            Some(read) if out.repaired.is_empty() => read,
+            _ => self.read_log(ds, dataset, Scope::Newest)?.unwrap_or_default(),
+        };
         let mut head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
         let last = table_rule::last_ours(&read.log).map(|(_, g)| g);
         let generations = table_rule::generations_to_commit(last, read.latest_is_ours(), stored, current.generation.number);
