@@ -970,7 +970,10 @@ fn md_prepare_some_with_files(store: &Store, dataset: &str, run: &str, partition
 /// 40 expiring views holds 1,000 files in 1,000 partition directories; then one
 /// `expire_generations` keeping the last, timed, views and all.
 fn view_expiry_figure(dir: &Path, report: &mut Report) -> Res<()> {
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views-expiry"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views-expiry")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let store = Store::open_with_options(dir.join("views-expiry.redb"), dir.join("staging-views-expiry"), &options)?;
     let dataset = "view-expiry";
     md_prepare_with_files(&store, dataset, "r0", 1000)?;
@@ -1085,7 +1088,10 @@ print(json.dumps({"median_ms": samples[len(samples) // 2]}))
 /// `deltalake.write_deltalake(..., mode="overwrite", predicate=...)` replacing one partition
 /// of the same data (delta-rs from PyPI; skipped, saying so, where Python lacks it).
 fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views-delta"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views-delta")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let store = Store::open_with_options(dir.join("views-delta.redb"), dir.join("staging-views-delta"), &options)?;
     let all: Vec<usize> = (0..100).collect();
     for (dataset, grain) in [("delta-on", true), ("delta-off", false)] {
@@ -1140,8 +1146,10 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
 /// 100, 1,000 and 10,000 full).
 fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize) -> Res<()> {
     for &n in sizes {
-        let options =
-            StoreOptions { views: Some(ViewOptions::hard_links(dir.join(format!("scaling-views-{n}")))), ..StoreOptions::default() };
+        let options = StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.join(format!("scaling-views-{n}"))).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        };
         let with =
             Store::open_with_options(dir.join(format!("scaling-with-{n}.redb")), dir.join(format!("scaling-staging-with-{n}")), &options)?;
         let without = Store::open(dir.join(format!("scaling-without-{n}.redb")), dir.join(format!("scaling-staging-without-{n}")))?;
@@ -1183,7 +1191,10 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
 /// view), per 1,000 files.
 fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
     let off = Store::open(dir.join("views-off.redb"), dir.join("staging-views-off"))?;
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let on = Store::open_with_options(dir.join("views-on.redb"), dir.join("staging-views-on"), &options)?;
     for partitions in [1usize, 1000] {
         let dataset = format!("view-{partitions}p");
@@ -1196,7 +1207,7 @@ fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
             t_on.push(md_publish(&on, &dataset, &run)?);
             // Drop the view just built (untimed) and time its rebuild alone.
             let status = on.sync_view(&dataset)?.ok_or("no view status")?;
-            std::fs::remove_dir_all(&status.path)?;
+            std::fs::remove_dir_all(status.path.as_ref().ok_or("the dataset has no directory tree")?)?;
             let start = Instant::now();
             let rebuilt = on.sync_view(&dataset)?.ok_or("no view status")?;
             builds.push(start.elapsed());

@@ -137,8 +137,9 @@ pub enum Command {
     /// The published view of a dataset: `view DATASET` prints the directory of its current
     /// view (`<views>/<dataset>/v<N>`, what `current` names now: give an engine this path,
     /// never `current/**`, which can move to the next generation while the engine lists and
-    /// reads) and its manifest; `--generation N` a retained generation's (exit 4 when expired,
-    /// naming the oldest retained). Read-only. `view sync [DATASET]` checks the views against
+    /// reads; `-` for a dataset without directory trees) and its manifest and Delta table;
+    /// `--files` the generation's exact files instead; `--generation N` a retained
+    /// generation's (exit 4 when expired, naming the oldest retained). Read-only. `view sync [DATASET]` checks the views against
     /// the store, rebuilds a damaged one and brings `current` up to date (after a crash between
     /// a publish and its view swap). The view root is the one recorded in the store (set by the
     /// first `--views DIR`).
@@ -204,6 +205,10 @@ pub struct ViewArgs {
     /// A retained generation's view instead of the current one.
     #[arg(long, short = 'g', value_name = "N", allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub generation: Option<u64>,
+    /// Print the generation's exact files, one absolute path per line (the accepted attempts'
+    /// files; with or without directory trees), for engines that take a list of files.
+    #[arg(long)]
+    pub files: bool,
 }
 
 /// `view` sub-verbs.

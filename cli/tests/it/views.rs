@@ -15,7 +15,7 @@ fn views_flag_publishes_a_view_that_view_prints() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
     // The first --views records the view root in the store; later calls need not repeat it.
-    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
     env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
     // The lost acknowledgement: two valid attempts of EU.
     env.attempt("r1", "s1", EU, 2, 700).code(0);
@@ -97,7 +97,7 @@ fn show_json_gives_absolute_paths_with_a_relative_dir() {
 fn view_generation_prints_a_retained_generations_path_and_exit_4_when_expired() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     for (i, total) in [10, 20, 30].iter().enumerate() {
         env.publish_run(&format!("r{i}"), &format!("s{i}"), &[(EU, 1, *total)]);
     }
@@ -125,7 +125,7 @@ fn view_generation_prints_a_retained_generations_path_and_exit_4_when_expired() 
 fn a_damaged_view_manifest_is_exit_7_and_view_sync_repairs_it() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
     let v1 = views.join("daily/v1");
     std::fs::File::create(v1.join("_manifest.json")).unwrap();
@@ -159,7 +159,7 @@ fn strace_available() -> bool {
 /// A store with views whose run `r2` (replacing `parts` of generation 1's) is declared and
 /// validated, ready to publish.
 fn ready_to_publish_second(env: &Env, views: &Path, parts: usize) -> Vec<String> {
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     let partitions: Vec<String> = (0..parts).map(|i| format!("date=2026-11-{:02}/region=eu", i % 28 + 1) + &format!("/shop={i}")).collect();
     let first: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 10)).collect();
     env.publish_run("r1", "s1", &first);
@@ -352,7 +352,7 @@ fn every_delta_log_object_is_synced_before_it_is_linked_into_place() {
     }
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
     parquet_run(&env, "r1", &[300, 400]);
     let trace = env.tmp.path().join("trace");
     let mut cmd = Command::new("strace");
@@ -406,7 +406,7 @@ fn a_parquet_publish_killed_at_each_sync_leaves_every_delta_version_exact() {
     for k in 1.. {
         let env = Env::new();
         let views = env.tmp.path().join("views");
-        env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+        env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
         parquet_run(&env, "r1", &[300, 400]);
         env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
         parquet_run(&env, "r2", &[500, 600]);
