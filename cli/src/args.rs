@@ -825,11 +825,17 @@ REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"
        each with \"message\": why the task refused it, in words";
 
 const VIEW_JSON: &str = "\
-JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
-                        \"path\": PATH (the v<N> directory current names, or generation N's: read this),
+JSON of `view DATASET [-g N] [--files]`: {\"dataset\", \"view_root\": PATH,
+                        \"trees\": BOOL (the dataset has directory trees: --view-trees),
+                        \"current\": PATH|null (<root>/<dataset>/current; null without trees),
+                        \"path\": PATH|null (the v<N> directory current names, or generation N's: read this;
+                                 null without trees),
                         \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL (the view or the table lags),
-                        \"view_lagging\": BOOL, \"table\": TABLE, \"manifest\": VIEW_MANIFEST|null}
+                        \"view_lagging\": BOOL, \"table\": TABLE,
+                        \"files\": [PATH]|null (the generation's exact files: the accepted attempts' files in
+                                 staging; null if the staging root is unknown),
+                        \"manifest\": VIEW_MANIFEST|null (without trees: the one a tree would hold)}
 TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its log: {\"path\": PATH|null,
        \"version\": N|null (the version holding the generation shown), \"latest_version\", \"latest_generation\",
        \"lagging\": BOOL, \"foreign_versions\": [{\"version\", \"operation\", \"engine\"}] (other writers' commits),
@@ -837,7 +843,7 @@ TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its l
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
                docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
-JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
+JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"trees\", \"current\", \"path\", \"built\", \"swapped\",
                                   \"repaired\": [N], \"removed\": [N], \"table_version\": N|null,
                                   \"table_repaired\": [VERSION], \"table_restored\": N, \"foreign_versions\": [VERSION]}]}
 Exit 4 if the store has no view root, the dataset no view, or generation N expired (the message names the

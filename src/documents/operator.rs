@@ -185,7 +185,7 @@ pub fn cleanup_applied(report: &ApplyReport) -> Value {
 /// "removed", "table_version", "table_repaired", "table_restored", "foreign_versions"}`.
 pub fn view_status(s: &ViewStatus) -> Value {
     json!({
-        "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
+        "dataset": s.dataset, "generation": s.generation, "trees": s.trees, "current": s.current, "path": s.path,
         "built": s.built, "swapped": s.swapped, "repaired": s.repaired, "removed": s.removed,
         "table_version": s.table_version, "table_repaired": s.table_repaired, "table_restored": s.table_restored,
         "foreign_versions": s.foreign_versions,

@@ -677,7 +677,11 @@ fn trees_turned_off_remove_current_and_every_tree_and_turned_on_for_one_dataset_
     let store = dir.open_with(&StoreOptions { views: Some(off), ..StoreOptions::default() }).expect("open with trees off");
     store.wait_for_view_removals();
     let entries = dataset_entries(&views.join(DATASET));
-    assert!(!entries.contains("current") && !entries.iter().any(|n| n.starts_with('v') || n.starts_with(".expired") || n.starts_with(".building")), "{entries:?}");
+    assert!(
+        !entries.contains("current")
+            && !entries.iter().any(|n| n.starts_with('v') || n.starts_with(".expired") || n.starts_with(".building")),
+        "{entries:?}"
+    );
     drop(store);
     // A plain open keeps the recorded choice.
     let store = dir.open().expect("reopen");

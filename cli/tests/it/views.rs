@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{BIN, Env, command, finish, read_rows};
+use serde_json::json;
 
 const EU: &str = "date=2026-11-29/region=eu";
 const US: &str = "date=2026-11-29/region=us";
@@ -451,4 +452,49 @@ fn a_parquet_publish_killed_at_each_sync_leaves_every_delta_version_exact() {
     }
     assert!(killed >= 5, "a Parquet publish with a view and a table makes at least 5 syncs: {killed}");
     println!("Parquet publish syncs killed at: {killed}, every Delta version exact after each");
+}
+
+/// A new view root keeps no directory trees: `view` says so, `view --files` lists each
+/// generation's exact files, and DuckDB (PyPI) reading a list taken before later publishes
+/// sums exactly its generation, the retried partition once.
+#[test]
+fn a_file_list_read_by_duckdb_is_its_generation_after_later_publishes() {
+    let env = Env::new();
+    let views = env.tmp.path().join("views");
+    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.attempt("r1", "s1", US, 1, 5).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    assert!(std::fs::symlink_metadata(views.join("daily/current")).is_err(), "no tree for a new view root");
+    let doc = env.json(&["view", "daily"]).code(0).json();
+    assert_eq!((doc["trees"].clone(), doc["path"].clone(), doc["lagging"].clone()), (json!(false), json!(null), json!(false)));
+    assert_eq!(doc["manifest"]["totals"]["total"], 705);
+    let text = env.run(&["view", "daily"]).code(0).stdout.clone();
+    assert!(text.starts_with("-\n") && text.contains("no directory trees"), "{text}");
+    let first = env.run(&["view", "daily", "--files"]).code(0).stdout.clone();
+    assert_eq!(first.lines().count(), 2, "one file per partition: {first}");
+    assert_eq!(doc["files"].as_array().map(Vec::len), Some(2));
+    // Two more generations replace EU; the first list still reads generation 1.
+    for (run, units) in [("r2", 11), ("r3", 13)] {
+        env.declare(run, run, &[(EU, 1, units)]);
+        env.attempt(run, run, EU, 1, units).code(0);
+        env.run(&["publish", "-d", "daily", "-r", run]).code(0);
+    }
+    let third = env.run(&["view", "daily", "--files"]).code(0).stdout.clone();
+    let again = env.run(&["view", "daily", "--files", "--generation", "1"]).code(0).stdout.clone();
+    assert_eq!(again, first);
+    if !python_has("duckdb") {
+        return;
+    }
+    const SUM: &str = "import duckdb, sys; files = sys.argv[1].split(); \
+                       print(duckdb.sql(f'SELECT sum(units) FROM read_csv({files})').fetchall()[0][0])";
+    let sum = |list: &str| -> i64 {
+        let out = Command::new("python3").args(["-c", SUM, list]).output().expect("run python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("a sum")
+    };
+    assert_eq!(sum(&first), 705);
+    assert_eq!(sum(&third), 13 + 5);
 }
