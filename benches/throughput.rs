@@ -1251,6 +1251,21 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
             after.as_secs_f64() * 1e3,
             "ms (the publish after it, which removes the expired log entries and data files)",
         );
+        // A writable open (what every CLI command pays first): the default store, whose open
+        // checks each dataset's view and table, against the store without views.
+        drop((default, trees, without));
+        let (mut opens, mut opens_without) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let start = Instant::now();
+            drop(open("default", Some(manifestdb::ViewTrees::Off))?);
+            opens.push(start.elapsed());
+            let start = Instant::now();
+            drop(open("without", None)?);
+            opens_without.push(start.elapsed());
+        }
+        report.put(&format!("table_open_ms_{n}p"), median_ms(opens), "ms (median: a writable open, default views)");
+        report.put(&format!("table_open_ms_{n}p_without_views"), median_ms(opens_without), "ms (median: a writable open, no views)");
+        report.ratio(&format!("table_open_ratio_{n}p"), &format!("table_open_ms_{n}p"), &format!("table_open_ms_{n}p_without_views"));
     }
     Ok(())
 }
@@ -1627,9 +1642,17 @@ fn main() -> Res<()> {
         return Ok(());
     }
     if args.iter().any(|a| a == "--table-scaling") {
-        let sizes_n: &[usize] = if sizes.quick { &[100, 1000] } else { &[100, 1000, 10_000, 100_000] };
+        // `--n 100000` measures one size alone (the full set takes long at 100,000).
+        let only: Option<usize> = args.iter().position(|a| a == "--n").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
+        let only_n = only.map(|n| [n]);
+        let sizes_n: &[usize] = match &only_n {
+            Some(n) => n,
+            None if sizes.quick => &[100, 1000],
+            None => &[100, 1000, 10_000, 100_000],
+        };
         table_scaling(dir, &mut report, sizes_n, if sizes.quick { 5 } else { 9 })?;
-        report.finish(&args, "table-scaling", sizes.quick)?;
+        let name = only.map_or("table-scaling".to_owned(), |n| format!("table-scaling-{n}p"));
+        report.finish(&args, &name, sizes.quick)?;
         return Ok(());
     }
     if args.iter().any(|a| a == "--views-only") {

@@ -84,6 +84,10 @@ pub(crate) trait Generations {
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>>;
     /// The dataset's current generation (its record, not its partitions).
     fn current_generation(&self, dataset: &str) -> Result<Option<crate::model::Generation>>;
+    /// The partitions run `run` declared, in partition order (`None`: no such run).
+    fn run_partitions(&self, dataset: &str, run: &str) -> Result<Option<Vec<String>>>;
+    /// One partition as generation `number` holds it (`None`: it holds no such partition).
+    fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>>;
 }
 
 /// How a view holds its files.
@@ -610,10 +614,14 @@ impl Views {
     /// and swapped in whole. `None` if nothing is published.
     pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
         let _one_build = self.lock.lock();
-        if !self.trees.includes(dataset)
-            && let Some(status) = self.sync_list_only(source, dataset)?
-        {
-            return Ok(Some(status));
+        if !self.trees.includes(dataset) {
+            if let Some(status) = self.sync_list_only(source, dataset)? {
+                return Ok(Some(status));
+            }
+            #[cfg(feature = "delta")]
+            if let Some(status) = self.sync_table_change(source, staging_root, dataset, check)? {
+                return Ok(Some(status));
+            }
         }
         let Some(manifest) = source.generation_manifest(dataset, None)? else {
             return Ok(None);

@@ -519,6 +519,14 @@ impl crate::views::Generations for Snapshot {
     fn current_generation(&self, dataset: &str) -> Result<Option<crate::model::Generation>> {
         self.current(dataset)
     }
+
+    fn run_partitions(&self, dataset: &str, run: &str) -> Result<Option<Vec<String>>> {
+        Ok(self.run(dataset, run)?.map(|r| r.tasks.into_iter().map(|t| t.partition).collect()))
+    }
+
+    fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>> {
+        self.partition(dataset, partition, Some(number))
+    }
 }
 
 /// Whether each run of a dataset declares a grain, read once per run: a partition's figures
