@@ -1112,8 +1112,16 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
     if status.table_version != Some(rounds as u64) {
         return Err(format!("the Delta table is at version {:?}, expected {rounds}", status.table_version).into());
     }
-    report.put("delta_publish_ms_1_of_100p", median_ms(on), "ms (median: publish and Delta commit, one Parquet partition replaced, default views)");
-    report.put("delta_publish_ms_1_of_100p_without_table", median_ms(off), "ms (median: the same publish, no Delta table: a file list only)");
+    report.put(
+        "delta_publish_ms_1_of_100p",
+        median_ms(on),
+        "ms (median: publish and Delta commit, one Parquet partition replaced, default views)",
+    );
+    report.put(
+        "delta_publish_ms_1_of_100p_without_table",
+        median_ms(off),
+        "ms (median: the same publish, no Delta table: a file list only)",
+    );
     let share = report.figures.get("delta_publish_ms_1_of_100p").and_then(Value::as_f64).unwrap_or(0.0)
         - report.figures.get("delta_publish_ms_1_of_100p_without_table").and_then(Value::as_f64).unwrap_or(0.0);
     report.put("delta_commit_share_ms", share, "ms (the Delta commit's share of that publish: the difference)");
@@ -1643,16 +1651,25 @@ fn main() -> Res<()> {
         return Ok(());
     }
     if args.iter().any(|a| a == "--table-scaling") {
-        // `--n 100000` measures one size alone (the full set takes long at 100,000).
-        let only: Option<usize> = args.iter().position(|a| a == "--n").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
-        let only_n = only.map(|n| [n]);
-        let sizes_n: &[usize] = match &only_n {
+        // `--n 100000` (or `--n 100,1000`) measures those sizes alone, recorded under their own
+        // name when it is one size (the full set takes long at 100,000).
+        let only: Option<Vec<usize>> = args
+            .iter()
+            .position(|a| a == "--n")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.split(',').map(str::parse).collect::<Result<Vec<usize>, _>>())
+            .transpose()
+            .map_err(|e| format!("--n takes sizes such as 100,1000: {e}"))?;
+        let sizes_n: &[usize] = match &only {
             Some(n) => n,
             None if sizes.quick => &[100, 1000],
             None => &[100, 1000, 10_000, 100_000],
         };
         table_scaling(dir, &mut report, sizes_n, if sizes.quick { 5 } else { 9 })?;
-        let name = only.map_or("table-scaling".to_owned(), |n| format!("table-scaling-{n}p"));
+        let name = match only.as_deref() {
+            Some([n]) => format!("table-scaling-{n}p"),
+            _ => "table-scaling".to_owned(),
+        };
         report.finish(&args, &name, sizes.quick)?;
         return Ok(());
     }
