@@ -76,7 +76,7 @@ impl Store {
             // Walk first, read the state second: every reference made before a file was seen is
             // then visible to the decision.
             let root = self.checked_staging_root()?;
-            let walked = walk::walk(root.as_fd(), &self.staging_root)?;
+            let walked = walk::walk(root.as_fd(), self.staging.path())?;
             let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
             let now = now_ms();
             let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
@@ -221,7 +221,7 @@ impl Store {
                     self.durable_dirs.clear();
                     applier.forget();
                     // The removals are made durable before the batch records them as done.
-                    files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
+                    files::sync_after_removal(self.staging.path(), batch.deleted.iter().map(String::as_str))?;
                     self.record_batch(id, next_batch, &batch)?;
                     next_batch = next_batch.saturating_add(1);
                     tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
@@ -271,7 +271,7 @@ impl Store {
             }
             doomed.push(fact.key.clone());
         }
-        files::sync_after_removal(&self.staging_root, removed_dirs)?;
+        files::sync_after_removal(self.staging.path(), removed_dirs)?;
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }

@@ -19,6 +19,7 @@ mod lazy;
 mod meta_redb;
 mod read;
 mod retention;
+mod staging_root;
 mod tables;
 mod undo;
 mod walk;
@@ -38,7 +39,9 @@ pub(crate) use contain::{ENGINE, Poison};
 /// For the view root's creation.
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
-pub use files::{describe_file, file_crc32};
+pub use files::{describe_file, file_crc32, list_staged_files};
+#[cfg(feature = "s3")]
+pub(crate) use handles::crc32_of as crc32_of_reader;
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
 use undo::{UndoFile, UndoLog};
@@ -53,6 +56,8 @@ use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
 use meta_redb::RedbMeta;
+pub(crate) use staging_root::StagingRoot;
+use staging_root::RootSeen;
 
 /// How a store is opened.
 ///
@@ -193,7 +198,8 @@ pub struct Store {
     /// The storage layer: the engine's database and its transactions (see `layer.rs`).
     layer: Layer,
     db_path: Option<PathBuf>,
-    staging_root: PathBuf,
+    /// The staging root, local or on object storage (`staging_root.rs`).
+    staging: StagingRoot,
     /// Set by the first storage failure on a write path or panic inside redb; see
     /// [`Error::Poisoned`] and `contain.rs`.
     poison: Poison,
@@ -218,7 +224,7 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+        f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging.path()).finish()
     }
 }
 
@@ -296,21 +302,6 @@ fn lifetime_ms(options: &StoreOptions) -> Result<Option<u64>> {
     Ok(Some(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX)))
 }
 
-/// What was found in the staging root before the store was opened.
-struct RootSeen {
-    /// The root's canonical path.
-    path: PathBuf,
-    marker: MarkerSeen,
-    /// Nothing in the root besides the marker.
-    empty_but_marker: bool,
-}
-
-fn look_at_root(path: PathBuf) -> Result<RootSeen> {
-    let fd = handles::open_root(&path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
-    let (marker, empty_but_marker) = inspect_root(&fd, &path)?;
-    Ok(RootSeen { path, marker, empty_but_marker })
-}
-
 fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
     let marker = match handles::read_marker(fd.as_fd()) {
         Ok(handles::Marker::Absent) => MarkerSeen::Absent,
@@ -323,7 +314,7 @@ fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
 }
 
 fn root_refused(root: &RootSeen, detail: String) -> Error {
-    Error::StagingRootMismatch { path: root.path.clone(), detail }
+    Error::StagingRootMismatch { path: root.root.path().to_path_buf(), detail }
 }
 
 /// The staging identity a new store takes for `root`, or why the root is refused.
@@ -446,7 +437,7 @@ impl Store {
         #[cfg(not(feature = "postgres"))]
         refuse_postgres_url(db_path)?;
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
+        let root = StagingRoot::open(staging_root.as_ref(), options.group_access)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store", || Store::open_postgres(url, root, lease_ms, options));
@@ -478,7 +469,7 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
+        let root = StagingRoot::open(staging_root.as_ref(), options.group_access)?;
         let poison = Poison::default();
         poison.contain("opening the store", || {
             let (builder, repaired) = writable_builder(options);
@@ -507,7 +498,7 @@ impl Store {
             let txn = layer.db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
             let init = initialize(&txn, lease_ms, &root, None)?;
             let settled = lazy::settle_after_open(&txn, repaired)?;
-            let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
+            let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.root)?;
             // Only a store that needed a change pays a commit: reopening one costs no sync.
             if init.wrote || configured || settled {
                 txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
@@ -538,7 +529,7 @@ impl Store {
         let pg = crate::pg::PgLayer::open(url, true)?;
         let (init, views) = pg.write("checking the store format", |meta, _| {
             let init = initialize_records(meta, lease_ms, &root, None)?;
-            let (views, configured) = configure_views(meta, options, &root.path)?;
+            let (views, configured) = configure_views(meta, options, &root.root)?;
             Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
         })?;
         Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options, Poison::default())
@@ -560,15 +551,13 @@ impl Store {
         if init.write_marker {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
-            let fd = handles::open_root(&root.path).map_err(|e| Error::io(format!("opening staging root {}", root.path.display()), e))?;
-            handles::write_marker(fd.as_fd(), &init.staging_identity)
-                .map_err(|e| Error::io(format!("writing the staging-root marker in {}", root.path.display()), e))?;
+            root.root.write_marker(&init.staging_identity)?;
         }
         let requested = lease_ms.unwrap_or(0);
         let store = Store {
             layer,
             db_path,
-            staging_root: root.path,
+            staging: root.root,
             poison,
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
@@ -638,7 +627,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::Full)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, Check::Full)
     }
 
     /// The view of the generation just committed: built and swapped in, without checking the
@@ -647,7 +636,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::None)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, Check::None)
     }
 
     /// [`Store::sync_view`] for every dataset with a generation, in name order. Stops at the
@@ -666,7 +655,7 @@ impl Store {
         let snapshot = self.snapshot()?;
         let mut out = Vec::new();
         for dataset in snapshot.datasets()? {
-            out.extend(views.sync(&snapshot, &self.staging_root, &dataset, check)?);
+            out.extend(views.sync(&snapshot, self.staging.path(), &dataset, check)?);
         }
         Ok(out)
     }
@@ -748,12 +737,45 @@ impl Store {
     /// [`Error::StagingRootMismatch`] if the root's marker is missing, damaged or another
     /// store's; I/O errors.
     pub(crate) fn checked_staging_root(&self) -> Result<OwnedFd> {
-        let path = &self.staging_root;
+        let Some(path) = self.staging.local() else {
+            return Err(Error::invalid(
+                "staging root",
+                &self.staging.path().display().to_string(),
+                "is on object storage; this operation needs a local staging root",
+            ));
+        };
         let fd = handles::open_root(path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
         let marker =
             handles::read_marker(fd.as_fd()).map_err(|e| Error::io(format!("reading the staging-root marker in {}", path.display()), e))?;
+        self.check_marker(marker).map(|()| fd)
+    }
+
+    /// Checks the staging root's marker, local or on object storage: it must name this store's
+    /// staging identity. Every operation that deletes under the root calls it first.
+    ///
+    /// # Errors
+    /// As [`Store::checked_staging_root`].
+    pub(crate) fn check_staging_marker(&self) -> Result<()> {
+        match &self.staging {
+            StagingRoot::Local(_) => self.checked_staging_root().map(drop),
+            #[cfg(feature = "s3")]
+            StagingRoot::Object { root, .. } => {
+                let read = root
+                    .read_small(handles::MARKER_NAME, handles::MARKER_BYTES_MAX)
+                    .map_err(|e| Error::io(format!("reading the staging-root marker in {}", root.url()), e))?;
+                let marker = match read {
+                    None => handles::Marker::Absent,
+                    Some(bytes) => handles::parse_marker(&String::from_utf8_lossy(&bytes)),
+                };
+                self.check_marker(marker)
+            }
+        }
+    }
+
+    fn check_marker(&self, marker: handles::Marker) -> Result<()> {
+        let path = self.staging.path().to_path_buf();
         match marker {
-            handles::Marker::Present(found) if found == self.staging_identity => Ok(fd),
+            handles::Marker::Present(found) if found == self.staging_identity => Ok(()),
             handles::Marker::Present(found) => Err(Error::StagingRootMismatch {
                 path: path.clone(),
                 detail: format!("its marker names staging identity {found}, but this store's is {}", self.staging_identity),
@@ -819,9 +841,20 @@ impl Store {
         }
     }
 
-    /// The staging root (canonical path).
+    /// The staging root: a local root's canonical path, or an object root's URL
+    /// (`s3://bucket/prefix`, feature `s3`) as a path, so that joining an attempt's
+    /// `staging_rel` to it gives the attempt's URL.
     pub fn staging_root(&self) -> &Path {
-        &self.staging_root
+        self.staging.path()
+    }
+
+    /// The staging root on object storage, if it is one (`s3://bucket/prefix`).
+    pub fn staging_url(&self) -> Option<&str> {
+        match &self.staging {
+            StagingRoot::Local(_) => None,
+            #[cfg(feature = "s3")]
+            StagingRoot::Object { root, .. } => Some(root.url()),
+        }
     }
 
     /// The store's identity: 32 hex digits made from what the store recorded once, when it was
@@ -847,7 +880,7 @@ impl Store {
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.poison.check()?;
         self.poison.contain("beginning a read", || {
-            Ok(Snapshot::new(self.layer.begin_read()?, Some(self.staging_root.clone()), self.poison.clone()))
+            Ok(Snapshot::new(self.layer.begin_read()?, Some(self.staging.path().to_path_buf()), self.poison.clone()))
         })
     }
 
@@ -972,7 +1005,7 @@ impl Store {
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
 /// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
 /// whether the record had to be written.
-fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
+fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging: &StagingRoot) -> Result<(Option<Views>, bool)> {
     let recorded = meta.views_config()?;
     let wanted = match (&options.views, &recorded) {
         (Some(asked), _) => asked.clone(),
@@ -980,6 +1013,15 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
             ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
         }
         (None, None) => return Ok((None, false)),
+    };
+    let Some(staging_root) = staging.local() else {
+        // A view is a tree of hard links (or copies) of staging files: object storage has no
+        // directories to link into, so a store staging on it publishes no views.
+        return Err(Error::invalid(
+            "view root",
+            &wanted.root.display().to_string(),
+            format!("cannot be used with a staging root on object storage ({}): views need a local staging root", staging.path().display()),
+        ));
     };
     let dir_mode = created_dir_mode(options.group_access);
     let views = Views::open(&wanted, staging_root, &|dir: &Path| files::create_dir_all_durable(dir, dir_mode))?;
@@ -996,13 +1038,6 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
         return Ok((Some(views), true));
     }
     Ok((Some(views), false))
-}
-
-/// Creates the staging root if missing (every directory it creates synced into its parent) and
-/// resolves it.
-fn prepare_staging_root(root: &Path, group_access: bool) -> Result<PathBuf> {
-    files::create_dir_all_durable(root, created_dir_mode(group_access))?;
-    fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
 /// Builds a new, empty store under a temporary name and links it into place, so that a crash
@@ -1140,7 +1175,7 @@ pub struct ReadOnlyStore {
     layer: ReadLayer,
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
-    staging_root: Option<PathBuf>,
+    staging: Option<StagingRoot>,
     /// The directories this handle's prepared validations made durable.
     durable_dirs: files::DurableDirs,
 }
@@ -1180,7 +1215,7 @@ impl ReadOnlyStore {
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
                 let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
-                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None, durable_dirs: Default::default() };
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging: None, durable_dirs: Default::default() };
                 // A snapshot whose connection is lost cannot be read again: a new one is taken.
                 crate::pg::retry_lost_connection("reading the store format", || store.snapshot()?.check_format())?;
                 Ok(store)
@@ -1204,7 +1239,7 @@ impl ReadOnlyStore {
             let store = ReadOnlyStore {
                 layer: ReadLayer::Redb(DropContained::new(db)),
                 poison: Poison::default(),
-                staging_root: None,
+                staging: None,
                 durable_dirs: Default::default(),
             };
             store.snapshot()?.check_format()?;
@@ -1224,7 +1259,7 @@ impl ReadOnlyStore {
             let store = ReadOnlyStore {
                 layer: ReadLayer::Redb(DropContained::new(db)),
                 poison: Poison::default(),
-                staging_root: None,
+                staging: None,
                 durable_dirs: Default::default(),
             };
             store.snapshot()?.check_format()?;
@@ -1238,7 +1273,7 @@ impl ReadOnlyStore {
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.poison
-            .contain("beginning a read", || Ok(Snapshot::new(self.layer.begin_read()?, self.staging_root.clone(), self.poison.clone())))
+            .contain("beginning a read", || Ok(Snapshot::new(self.layer.begin_read()?, self.staging.as_ref().map(|s| s.path().to_path_buf()), self.poison.clone())))
     }
 
     /// Tells the handle where the staging root is, so that its snapshots give absolute file
@@ -1248,12 +1283,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// [`Error::Io`] if the current directory cannot be read to make a relative path absolute.
     pub fn with_staging_root(mut self, staging_root: impl AsRef<Path>) -> Result<ReadOnlyStore> {
-        let root = staging_root.as_ref();
-        let absolute = match fs::canonicalize(root) {
-            Ok(path) => path,
-            Err(_) => std::path::absolute(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))?,
-        };
-        self.staging_root = Some(absolute);
+        self.staging = Some(StagingRoot::resolve(staging_root.as_ref())?);
         Ok(self)
     }
 
@@ -1281,7 +1311,7 @@ impl ReadOnlyStore {
         check: crate::FileCheck,
         progress: &dyn Fn(crate::Progress),
     ) -> Result<PreparedValidation> {
-        let Some(root) = &self.staging_root else {
+        let Some(root) = &self.staging else {
             return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
         };
         self.poison.contain("preparing a validation", || {
@@ -1291,7 +1321,7 @@ impl ReadOnlyStore {
                 record_bytes_max: defaults.csv_record_bytes_max,
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
-            let work = write::FileWork { staging_root: root, limits, durable: &self.durable_dirs };
+            let work = write::FileWork { root, limits, durable: &self.durable_dirs };
             write::prepare_validation(&snapshot, &work, attempt, check, progress)
         })
     }

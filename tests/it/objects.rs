@@ -1,0 +1,270 @@
+//! A staging root on S3-compatible object storage (feature `s3`), against a real server: the
+//! `s3s-fs` process `scripts/s3-server start` runs on loopback (no in-process mock). Every test
+//! needs `MANIFESTDB_TEST_S3` (the bucket URL the script prints, with the `AWS_*` environment
+//! beside it); without it each says loudly that it was skipped, and with `CI=true` it fails.
+//!
+//! Each test works under a prefix of its own in the bucket, so tests run in parallel.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use manifestdb::{
+    Candidate, DataFormat, FileCheck, GateFailure, Grain, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec,
+    Verdict, VerifyOptions, describe_file, list_staged_files,
+};
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+/// The bucket URL of the test server.
+const S3_ENV: &str = "MANIFESTDB_TEST_S3";
+
+/// A fresh prefix in the test bucket, with a client for playing the worker; `None` (said
+/// loudly) without a server, a failure under `CI=true`.
+#[track_caller]
+fn s3_prefix() -> Option<S3Prefix> {
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let bucket_url = match std::env::var(S3_ENV) {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: CI=true but {S3_ENV} is not set: object-storage tests must run in CI (.ci/run starts a server)");
+            }
+            eprintln!(
+                "\n*** SKIPPED {test}: no S3-compatible server ({S3_ENV} is not set). Start one with \
+                 `scripts/s3-server install && eval \"$(scripts/s3-server start)\"` ***\n"
+            );
+            return None;
+        }
+    };
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000_000;
+    let prefix = format!("t{}-{}-{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+    let bucket = bucket_url.strip_prefix("s3://").expect("MANIFESTDB_TEST_S3 is s3://BUCKET").trim_end_matches('/').to_owned();
+    let store = AmazonS3Builder::from_env().with_bucket_name(&bucket).build().expect("an S3 client from the environment");
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+    Some(S3Prefix { url: format!("s3://{bucket}/{prefix}"), prefix, store: Arc::new(store), runtime })
+}
+
+/// A prefix of the test bucket and a client on it.
+struct S3Prefix {
+    /// `s3://bucket/prefix`: the staging root the store is given.
+    url: String,
+    prefix: String,
+    store: Arc<dyn ObjectStore>,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl S3Prefix {
+    fn key(&self, rel: &str) -> ObjectPath {
+        ObjectPath::parse(format!("{}/{rel}", self.prefix)).expect("an object key")
+    }
+
+    /// Writes an object below the root, as a worker does (`rel` relative to the root).
+    fn put(&self, rel: &str, bytes: &[u8]) {
+        self.runtime.block_on(self.store.put(&self.key(rel), PutPayload::from(bytes.to_vec()))).expect("PUT");
+    }
+
+    /// The attempt's path relative to the root, from its staging URL.
+    fn rel_of(&self, staging_dir: &std::path::Path) -> String {
+        let text = staging_dir.to_str().expect("a URL");
+        text.strip_prefix(&format!("{}/", self.url)).unwrap_or_else(|| panic!("{text} is not below {}", self.url)).to_owned()
+    }
+}
+
+fn csv(rows: &[(u32, u32, i64)]) -> Vec<u8> {
+    let mut out = String::from("store,item,units\n");
+    for (store, item, units) in rows {
+        out.push_str(&format!("{store},{item},{units}\n"));
+    }
+    out.into_bytes()
+}
+
+fn csv_run(dataset: &str, tasks: &[(&str, u64, i64)]) -> RunSpec {
+    let mut spec = RunSpec::new(dataset, "r1", "snap@1").with_grain(Grain::new(DataFormat::Csv, &["store", "item"], "units"));
+    for (partition, rows, total) in tasks {
+        spec = spec.with_task(TaskSpec::new(*partition, *rows).with_total(*total));
+    }
+    spec
+}
+
+/// A candidate of every object the attempt wrote, as `attempt finish --scan` makes it.
+fn scanned(staging_dir: &std::path::Path) -> Candidate {
+    let mut candidate = Candidate::new("snap@1");
+    for path in list_staged_files(staging_dir).expect("listing the attempt's prefix") {
+        candidate = candidate.with_file(describe_file(staging_dir, &path).expect("describing an object"));
+    }
+    candidate
+}
+
+#[test]
+fn a_run_staged_on_s3_with_a_retried_attempt_publishes_each_partition_exactly_once() {
+    let Some(s3) = s3_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store.redb"), &s3.url).expect("a store staging on S3");
+    assert_eq!(store.staging_url(), Some(s3.url.as_str()));
+    store.declare_run(&csv_run("daily", &[("region=eu", 2, 700), ("region=us", 1, 50)])).unwrap();
+
+    // region=eu: attempt 1 writes and finishes, its acknowledgement is lost, the scheduler
+    // retries: attempt 2 writes the same rows into a prefix of its own.
+    let eu = TaskKey::new("daily", "r1", "region=eu");
+    let first = store.begin_attempt(&eu).unwrap();
+    let second = store.begin_attempt(&eu).unwrap();
+    assert_ne!(first.staging_dir, second.staging_dir, "two attempts never share a prefix");
+    for ticket in [&first, &second] {
+        assert!(ticket.staging_dir.to_str().unwrap().starts_with(&format!("{}/", s3.url)), "{:?}", ticket.staging_dir);
+        s3.put(&format!("{}/part-0.csv", s3.rel_of(&ticket.staging_dir)), &csv(&[(1, 7, 300)]));
+        s3.put(&format!("{}/sub/part-1.csv", s3.rel_of(&ticket.staging_dir)), &csv(&[(2, 7, 400)]));
+    }
+    let us = TaskKey::new("daily", "r1", "region=us");
+    let only = store.begin_attempt(&us).unwrap();
+    s3.put(&format!("{}/part.csv", s3.rel_of(&only.staging_dir)), &csv(&[(5, 1, 50)]));
+    // Nothing was made on the local disk for staging: only the store file is there.
+    let local: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(local, vec![std::ffi::OsString::from("store.redb")]);
+
+    for ticket in [&second, &first, &only] {
+        let candidate = scanned(&ticket.staging_dir);
+        assert!(!candidate.files.is_empty());
+        let verdict = store.finish_and_validate(&ticket.key, &candidate, FileCheck::SizeAndChecksum).unwrap();
+        assert!(verdict.is_valid(), "{:?}: {verdict:?}", ticket.key);
+    }
+    match store.publish("daily", "r1", &PublishOptions::default()).unwrap() {
+        PublishOutcome::Published(generation) => assert_eq!(generation.number, 1),
+        other => panic!("not published: {other:?}"),
+    }
+    let manifest = store.snapshot().unwrap().manifest("daily", None).unwrap().expect("published");
+    let summary: Vec<(String, u32, u64, Option<i64>)> =
+        manifest.partitions.iter().map(|p| (p.partition.clone(), p.attempt, p.rows, p.total)).collect();
+    // The lowest valid attempt of each task, once; the input's totals.
+    assert_eq!(summary, vec![("region=eu".into(), 1, 2, Some(700)), ("region=us".into(), 1, 1, Some(50))]);
+    let eu_entry = &manifest.partitions[0];
+    assert_eq!(eu_entry.staging_dir.as_deref(), Some(first.staging_dir.as_path()), "the manifest points at the attempt's prefix");
+    assert_eq!(eu_entry.files.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), vec!["part-0.csv", "sub/part-1.csv"]);
+
+    // A second publish of the same run changes nothing.
+    assert!(!matches!(store.publish("daily", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(g) if g.number != 1));
+    store.close().unwrap();
+    // Reopened over the same root (its marker names the store), and refused over another
+    // store's root.
+    let again = Store::open(dir.path().join("store.redb"), &s3.url).expect("reopened");
+    again.close().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    match Store::open(other.path().join("store.redb"), &s3.url) {
+        Err(manifestdb::Error::StagingRootMismatch { .. }) => {}
+        other => panic!("another store adopted a root in use: {other:?}"),
+    }
+}
+
+#[test]
+fn a_truncated_a_replaced_and_a_missing_object_are_refused_with_their_reasons() {
+    let Some(s3) = s3_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("store.redb"), &s3.url).unwrap();
+    store.declare_run(&csv_run("d", &[("p=1", 2, 30)])).unwrap();
+    let task = TaskKey::new("d", "r1", "p=1");
+    let body = csv(&[(1, 1, 10), (2, 2, 20)]);
+    let mut verdicts = Vec::new();
+    for damage in ["truncated", "replaced", "missing"] {
+        let ticket = store.begin_attempt(&task).unwrap();
+        let rel = format!("{}/part.csv", s3.rel_of(&ticket.staging_dir));
+        s3.put(&rel, &body);
+        let candidate = scanned(&ticket.staging_dir);
+        store.finish_attempt(&ticket.key, &candidate).unwrap();
+        match damage {
+            "truncated" => s3.put(&rel, &body[..body.len() - 4]),
+            // Same size, other content: only the checksum tells.
+            "replaced" => s3.put(&rel, &csv(&[(1, 1, 10), (2, 2, 90)])),
+            _ => s3.runtime.block_on(s3.store.delete(&s3.key(&rel))).unwrap(),
+        }
+        verdicts.push(store.validate_attempt(&ticket.key, FileCheck::SizeAndChecksum).unwrap());
+    }
+    let reasons: Vec<&Vec<GateFailure>> = verdicts
+        .iter()
+        .map(|v| match v {
+            Verdict::Invalid(failures) => failures,
+            Verdict::Valid => panic!("a damaged object was accepted: {verdicts:?}"),
+        })
+        .collect();
+    // Each names the object and what happened to it (beside what reading it at the grain found).
+    assert!(reasons[0].iter().any(|r| matches!(r, GateFailure::FileSizeMismatch { path, .. } if path == "part.csv")), "{:?}", reasons[0]);
+    assert!(
+        reasons[1].iter().any(|r| matches!(r, GateFailure::FileChecksumMismatch { path, .. } if path == "part.csv")),
+        "{:?}",
+        reasons[1]
+    );
+    assert!(reasons[2].iter().any(|r| matches!(r, GateFailure::FileMissing { path } if path == "part.csv")), "{:?}", reasons[2]);
+    // Nothing valid: the run cannot publish.
+    assert!(matches!(store.publish("d", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Refused(_)));
+}
+
+#[test]
+fn verify_with_checksums_rereads_objects_and_catches_one_replaced_after_publish() {
+    let Some(s3) = s3_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("store.redb"), &s3.url).unwrap();
+    store.declare_run(&csv_run("d", &[("p=1", 2, 30)])).unwrap();
+    let ticket = store.begin_attempt(&TaskKey::new("d", "r1", "p=1")).unwrap();
+    let rel = format!("{}/part.csv", s3.rel_of(&ticket.staging_dir));
+    s3.put(&rel, &csv(&[(1, 1, 10), (2, 2, 20)]));
+    assert!(store.finish_and_validate(&ticket.key, &scanned(&ticket.staging_dir), FileCheck::Size).unwrap().is_valid());
+    assert!(matches!(store.publish("d", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+
+    let checks = VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..VerifyOptions::default() };
+    let clean = store.verify(&checks).unwrap();
+    assert_eq!(clean.files_checked, 1);
+    assert!(clean.findings.is_empty(), "{:?}", clean.findings);
+
+    // The published object replaced by one of the same size: only a re-read sees it.
+    s3.put(&rel, &csv(&[(1, 1, 10), (2, 2, 90)]));
+    let by_size = store.verify(&VerifyOptions { files: Some(FileCheck::Size), ..VerifyOptions::default() }).unwrap();
+    assert!(by_size.findings.is_empty(), "sizes alone cannot tell: {:?}", by_size.findings);
+    let report = store.verify(&checks).unwrap();
+    let found: Vec<(&str, String)> = report.findings.iter().map(|f| (f.table, f.message.clone())).collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].0, "files");
+    assert!(found[0].1.contains("crc32"), "{found:?}");
+    assert!(report.findings[0].key.ends_with("/part.csv"), "{:?}", report.findings[0].key);
+}
+
+#[test]
+fn parquet_objects_validate_with_the_digest_of_the_same_file_on_a_local_root() {
+    let Some(s3) = s3_prefix() else { return };
+    let bytes = parquet_bytes(&[(1, 10), (2, 20), (3, 30)]);
+    let grain = Grain::new(DataFormat::Parquet, &["id"], "units");
+    let spec = RunSpec::new("pq", "r1", "snap@1").with_task(TaskSpec::new("p=1", 3).with_total(60)).with_grain(grain);
+    let task = TaskKey::new("pq", "r1", "p=1");
+    let mut digests = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    for root in [s3.url.clone(), dir.path().join("staging").display().to_string()] {
+        let db = dir.path().join(format!("store-{}.redb", digests.len()));
+        let store = Store::open(&db, PathBuf::from(&root)).unwrap();
+        store.declare_run(&spec).unwrap();
+        let ticket = store.begin_attempt(&task).unwrap();
+        if root.starts_with("s3://") {
+            s3.put(&format!("{}/part.parquet", s3.rel_of(&ticket.staging_dir)), &bytes);
+        } else {
+            std::fs::write(ticket.staging_dir.join("part.parquet"), &bytes).unwrap();
+        }
+        let verdict = store.finish_and_validate(&ticket.key, &scanned(&ticket.staging_dir), FileCheck::SizeAndChecksum).unwrap();
+        assert!(verdict.is_valid(), "{root}: {verdict:?}");
+        let info = store.snapshot().unwrap().attempt(&ticket.key).unwrap().expect("the attempt");
+        let figures = info.reconciliation.expect("figures computed at the grain");
+        digests.push((figures.computed_rows, figures.computed_total, figures.computed_digest));
+    }
+    assert_eq!(digests[0], digests[1], "object and local file give the same figures and digest");
+    assert_eq!(digests[0].0, Some(3));
+}
+
+fn parquet_bytes(rows: &[(i64, i64)]) -> Vec<u8> {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    let ids: ArrayRef = Arc::new(Int64Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>()));
+    let units: ArrayRef = Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()));
+    let batch = RecordBatch::try_from_iter([("id", ids), ("units", units)]).unwrap();
+    let mut out = Vec::new();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    out
+}
