@@ -116,9 +116,9 @@ impl ObjectRoot {
                 builder = builder.with_config(key, value);
             }
         }
-        let store = builder
-            .build()
-            .map_err(|e| Error::invalid("staging root URL", url, format!("cannot configure an S3 client for it: {}", scrub(&e.to_string()))))?;
+        let store = builder.build().map_err(|e| {
+            Error::invalid("staging root URL", url, format!("cannot configure an S3 client for it: {}", scrub(&e.to_string())))
+        })?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("manifestdb-s3")
@@ -187,7 +187,16 @@ impl ObjectRoot {
             return Ok(Some((head.size_bytes, None)));
         }
         let Some(mut file) = self.open_seen(head) else { return Ok(None) };
-        let crc = crate::store::crc32_of_reader(&mut file)?;
+        let mut hasher = crc32fast::Hasher::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+        }
+        let crc = hasher.finalize();
         Ok(Some((file.len(), Some(crc))))
     }
 
@@ -243,7 +252,9 @@ impl ObjectRoot {
     /// back after the retries: the object may or may not be there.
     pub(crate) fn put(&self, rel: &str, bytes: Vec<u8>) -> Result<()> {
         let key = self.key(rel).map_err(|e| Error::io(format!("writing {}", self.url_of(rel)), e))?;
-        self.block_on(self.store.put(&key, PutPayload::from(bytes))).map(drop).map_err(|e| write_error("writing an object", &self.url_of(rel), e))
+        self.block_on(self.store.put(&key, PutPayload::from(bytes)))
+            .map(drop)
+            .map_err(|e| write_error("writing an object", &self.url_of(rel), e))
     }
 
     /// Deletes the object `rel` (deleting a missing one succeeds).
@@ -270,12 +281,16 @@ impl ObjectRoot {
     }
 }
 
+/// What a listing or a HEAD says of an object, in one form: the last-modified time in whole
+/// seconds (a HEAD's `Last-Modified` has no finer resolution, a listing may), the entity tag
+/// without its quotes (servers quote it in one answer and not in the other), so both describe an
+/// unchanged object alike.
 fn seen(rel: String, meta: &object_store::ObjectMeta) -> ObjectSeen {
     ObjectSeen {
         rel,
         size_bytes: meta.size,
-        last_modified_ms: u64::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
-        e_tag: meta.e_tag.clone(),
+        last_modified_ms: u64::try_from(meta.last_modified.timestamp()).unwrap_or(0).saturating_mul(1000),
+        e_tag: meta.e_tag.as_deref().map(|tag| tag.trim_matches('"').to_owned()),
     }
 }
 
@@ -399,7 +414,11 @@ impl ObjectFile {
         if start >= end {
             return Ok(Bytes::new());
         }
-        let options = GetOptions { if_match: self.e_tag.clone(), range: Some(GetRange::Bounded(start..end)), ..GetOptions::default() };
+        let options = GetOptions {
+            if_match: self.e_tag.as_ref().map(|tag| format!("\"{tag}\"")),
+            range: Some(GetRange::Bounded(start..end)),
+            ..GetOptions::default()
+        };
         let fetched = self.root.block_on(async {
             let got = self.root.store.get_opts(&self.key, options).await?;
             got.bytes().await
@@ -453,7 +472,10 @@ impl parquet::file::reader::ChunkReader for ObjectFile {
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
         let bytes = self.range(start, length as u64).map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
         if bytes.len() != length {
-            return Err(parquet::errors::ParquetError::EOF(format!("expected {length} bytes at {start}, the object holds {}", bytes.len())));
+            return Err(parquet::errors::ParquetError::EOF(format!(
+                "expected {length} bytes at {start}, the object holds {}",
+                bytes.len()
+            )));
         }
         Ok(bytes)
     }

@@ -195,7 +195,13 @@ pub(super) fn read(source: Source, rel: &str, grain: &Grain, dataset_columns: Op
     }
 }
 
-fn read_chunks(file: impl ChunkReader + 'static, rel: &str, grain: &Grain, dataset_columns: Option<&[String]>, sink: &mut Sink) -> Result<()> {
+fn read_chunks(
+    file: impl ChunkReader + 'static,
+    rel: &str,
+    grain: &Grain,
+    dataset_columns: Option<&[String]>,
+    sink: &mut Sink,
+) -> Result<()> {
     let malformed = |message: String| GateFailure::MalformedFile { path: rel.to_owned(), message };
     let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
         Ok(builder) => builder,

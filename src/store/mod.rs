@@ -40,8 +40,6 @@ pub(crate) use contain::{ENGINE, Poison};
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
 pub use files::{describe_file, file_crc32, list_staged_files};
-#[cfg(feature = "s3")]
-pub(crate) use handles::crc32_of as crc32_of_reader;
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
 use undo::{UndoFile, UndoLog};
@@ -56,8 +54,8 @@ use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
 use meta_redb::RedbMeta;
-pub(crate) use staging_root::StagingRoot;
 use staging_root::RootSeen;
+pub(crate) use staging_root::StagingRoot;
 
 /// How a store is opened.
 ///
@@ -755,6 +753,7 @@ impl Store {
     ///
     /// # Errors
     /// As [`Store::checked_staging_root`].
+    #[cfg(feature = "s3")]
     pub(crate) fn check_staging_marker(&self) -> Result<()> {
         match &self.staging {
             StagingRoot::Local(_) => self.checked_staging_root().map(drop),
@@ -1272,8 +1271,9 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        self.poison
-            .contain("beginning a read", || Ok(Snapshot::new(self.layer.begin_read()?, self.staging.as_ref().map(|s| s.path().to_path_buf()), self.poison.clone())))
+        self.poison.contain("beginning a read", || {
+            Ok(Snapshot::new(self.layer.begin_read()?, self.staging.as_ref().map(|s| s.path().to_path_buf()), self.poison.clone()))
+        })
     }
 
     /// Tells the handle where the staging root is, so that its snapshots give absolute file

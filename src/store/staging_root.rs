@@ -189,7 +189,9 @@ impl StagingRoot {
     /// As [`StagingRoot::observe_file`].
     pub(crate) fn open_file(&self, staging_rel: &str, file_path: &str) -> io::Result<Option<(Source, u64)>> {
         match self {
-            StagingRoot::Local(path) => Ok(handles::open_regular_file(path, staging_rel, file_path)?.map(|(f, size)| (Source::File(f), size))),
+            StagingRoot::Local(path) => {
+                Ok(handles::open_regular_file(path, staging_rel, file_path)?.map(|(f, size)| (Source::File(f), size)))
+            }
             #[cfg(feature = "s3")]
             StagingRoot::Object { root, .. } => Ok(root.open(&join_rel(staging_rel, file_path))?.map(|o| {
                 let size = o.len();
@@ -218,6 +220,7 @@ impl StagingRoot {
         staging_rel: &str,
         candidate_files: &[FileEntry],
         durable: &files::DurableDirs,
+        #[cfg_attr(not(feature = "s3"), allow(unused_mut, reason = "only the object root's arm calls it by reference"))]
         mut file_synced: impl FnMut(&FileEntry),
     ) -> Result<Vec<NotDurable>> {
         match self {

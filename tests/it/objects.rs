@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use manifestdb::{
-    Candidate, DataFormat, FileCheck, GateFailure, Grain, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec,
-    Verdict, VerifyOptions, describe_file, list_staged_files,
+    Candidate, DataFormat, FileCheck, GateFailure, Grain, PublishOptions, PublishOutcome, RunSpec, Store, TaskKey, TaskSpec, Verdict,
+    VerifyOptions, describe_file, list_staged_files,
 };
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
@@ -267,4 +267,76 @@ fn parquet_bytes(rows: &[(i64, i64)]) -> Vec<u8> {
     writer.write(&batch).unwrap();
     writer.close().unwrap();
     out
+}
+
+impl S3Prefix {
+    /// Whether an object is at `rel` (relative to the root).
+    fn exists(&self, rel: &str) -> bool {
+        match self.runtime.block_on(self.store.head(&self.key(rel))) {
+            Ok(_) => true,
+            Err(object_store::Error::NotFound { .. }) => false,
+            Err(e) => panic!("HEAD {rel}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn cleanup_of_an_object_root_deletes_dead_attempts_objects_never_a_live_or_published_ones() {
+    use manifestdb::{ApplyOptions, CleanupOptions, CleanupReason, RunMode, SkipReason, StoreOptions};
+    let Some(s3) = s3_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions { attempt_lifetime_max: Some(std::time::Duration::from_secs(1)), ..StoreOptions::default() };
+    let store = Store::open_with_options(dir.path().join("store.redb"), &s3.url, &options).unwrap();
+    // r1 is published; r2 has a live attempt (never abandoned: it may still be writing) and an
+    // abandoned one.
+    store.declare_run(&csv_run("d", &[("p=done", 1, 5)]).clone()).unwrap();
+    let r2 = RunSpec::new("d", "r2", "snap@1")
+        .with_grain(Grain::new(DataFormat::Csv, &["store", "item"], "units"))
+        .with_task(TaskSpec::new("p=live", 1).with_total(5))
+        .with_task(TaskSpec::new("p=dead", 1).with_total(5));
+    store.declare_run(&r2).unwrap();
+    let body = csv(&[(1, 1, 5)]);
+    let done = store.begin_attempt(&TaskKey::new("d", "r1", "p=done")).unwrap();
+    let done_rel = format!("{}/part.csv", s3.rel_of(&done.staging_dir));
+    s3.put(&done_rel, &body);
+    assert!(store.finish_and_validate(&done.key, &scanned(&done.staging_dir), FileCheck::SizeAndChecksum).unwrap().is_valid());
+    assert!(matches!(store.publish("d", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+    let live = store.begin_attempt(&TaskKey::new("d", "r2", "p=live")).unwrap();
+    let live_rel = format!("{}/part.csv", s3.rel_of(&live.staging_dir));
+    s3.put(&live_rel, &body);
+    let dead = store.begin_attempt(&TaskKey::new("d", "r2", "p=dead")).unwrap();
+    let dead_rel = s3.rel_of(&dead.staging_dir);
+    s3.put(&format!("{dead_rel}/a.csv"), &body);
+    s3.put(&format!("{dead_rel}/b.csv"), &body);
+    store.abandon_attempt(&dead.key).unwrap();
+    s3.put("stray/file.csv", &body);
+
+    // Older than the threshold (S3's last-modified has a resolution of a second).
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    let plan =
+        store.plan_cleanup(&CleanupOptions { age_threshold: std::time::Duration::from_secs(2), ..CleanupOptions::default() }).unwrap();
+    let mut candidates: Vec<&str> = plan.candidates.iter().map(|p| p.path.as_str()).collect();
+    candidates.sort();
+    assert_eq!(candidates, vec![format!("{dead_rel}/a.csv"), format!("{dead_rel}/b.csv")]);
+    assert!(plan.candidates.iter().all(|p| p.reason != CleanupReason::Unknown));
+    assert_eq!(plan.unknown.iter().map(|p| p.path.as_str()).collect::<Vec<_>>(), vec!["stray/file.csv"]);
+
+    // Re-checked before each delete: an object written again since the plan is skipped.
+    s3.put(&format!("{dead_rel}/b.csv"), &csv(&[(9, 9, 5)]));
+    let applied =
+        store.apply_cleanup(plan.id, &ApplyOptions { mode: RunMode::Execute, delete_unknown: true, ..ApplyOptions::default() }).unwrap();
+    let mut deleted = applied.deleted.clone();
+    deleted.sort();
+    assert_eq!(deleted, vec![format!("{dead_rel}/a.csv"), "stray/file.csv".to_owned()]);
+    assert_eq!(applied.skipped.len(), 1, "{:?}", applied.skipped);
+    assert_eq!(applied.skipped[0].reason, SkipReason::Changed);
+    assert!(!s3.exists(&format!("{dead_rel}/a.csv")) && !s3.exists("stray/file.csv"));
+    assert!(s3.exists(&live_rel), "a live attempt's object was deleted");
+    assert!(s3.exists(&done_rel), "a published object was deleted");
+    assert!(s3.exists(manifestdb::STAGING_ROOT_MARKER), "the root's marker was deleted");
+    // The live worker finishes after the cleanup: its attempt validates.
+    assert!(store.finish_and_validate(&live.key, &scanned(&live.staging_dir), FileCheck::SizeAndChecksum).unwrap().is_valid());
+    let mut store = store;
+    let report = store.verify(&VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..VerifyOptions::default() }).unwrap();
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
 }

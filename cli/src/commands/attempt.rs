@@ -35,7 +35,9 @@ pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow
         // `! :` fails (status 1) without ending a `set -e` shell by itself: evaluated last, the
         // eval fails; followed by a later try's assignments (a wrapper that collected every
         // try's output), it is harmless and those assignments stand.
-        out.raw(&format!("unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR MANIFESTDB_STAGING_URL; ! :  # manifestdb attempt begin failed (exit {code})\n"))?;
+        out.raw(&format!(
+            "unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR MANIFESTDB_STAGING_URL; ! :  # manifestdb attempt begin failed (exit {code})\n"
+        ))?;
     }
     result
 }
