@@ -4,9 +4,9 @@
 //! The store is built with `AmazonS3Builder::from_env` (credentials, region and endpoint the
 //! way the AWS tools take them: `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT_URL` for an S3-compatible server, `AWS_ALLOW_HTTP` for a plain-HTTP one), with
-//! a bounded retry of time-outs, 5xx, throttling and resets ([`RETRY`]). Every call blocks on a
-//! small runtime of the root's own, so the store's synchronous operations use it as they use
-//! the file system.
+//! a bounded retry of time-outs, 5xx, throttling and resets ([`retry_config`]). Every call blocks
+//! on one small runtime of the process's, so the store's synchronous operations use object
+//! storage as they use the file system.
 //!
 //! An object's key is `<prefix>/<staging_rel>/<file>`: the same relative paths as under a local
 //! root (sanitised by `rules::ids`), so every rule that names a staging path holds unchanged.
@@ -70,7 +70,25 @@ pub(crate) struct ObjectRoot {
     /// The prefix inside the bucket ("" for the bucket's root).
     prefix: String,
     store: Arc<dyn ObjectStore>,
-    runtime: tokio::runtime::Runtime,
+    runtime: &'static tokio::runtime::Runtime,
+}
+
+/// The runtime every object root's calls block on: one per process, as the PostgreSQL layer's,
+/// so that no root owns a runtime it would have to drop (which tokio forbids inside another
+/// runtime, as in the server) and a root costs no threads of its own.
+fn runtime() -> Result<&'static tokio::runtime::Runtime> {
+    static RUNTIME: std::sync::OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = std::sync::OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("manifestdb-s3")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| Error::io("starting the object-storage runtime", io::Error::other(e.clone())))
 }
 
 impl std::fmt::Debug for ObjectRoot {
@@ -119,12 +137,7 @@ impl ObjectRoot {
         let store = builder.build().map_err(|e| {
             Error::invalid("staging root URL", url, format!("cannot configure an S3 client for it: {}", scrub(&e.to_string())))
         })?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("manifestdb-s3")
-            .enable_all()
-            .build()
-            .map_err(|e| Error::io("starting the object-storage runtime", e))?;
+        let runtime = runtime()?;
         let url = if prefix.is_empty() { format!("{S3_SCHEME}{bucket}") } else { format!("{S3_SCHEME}{bucket}/{prefix}") };
         Ok(ObjectRoot { url, prefix, store: Arc::new(store), runtime })
     }
@@ -243,6 +256,26 @@ impl ObjectRoot {
         })?;
         out.sort_by(|a, b| a.rel.cmp(&b.rel));
         Ok(out)
+    }
+
+    /// Whether the root holds any object but `except` (its marker): stops at the first one, so
+    /// a store's open costs one listing page, not a listing of every attempt's objects.
+    ///
+    /// # Errors
+    /// An I/O error once the retries are spent.
+    pub(crate) fn holds_other_than(&self, except: &str) -> io::Result<bool> {
+        let prefix = if self.prefix.is_empty() { None } else { Some(self.key("")?) };
+        let url = self.url.clone();
+        self.block_on(async {
+            let mut stream = self.store.list(prefix.as_ref());
+            while let Some(item) = stream.next().await {
+                let meta = item.map_err(|e| read_error(&url, e))?;
+                if self.rel_of(&meta.location).is_some_and(|rel| rel != except) {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })
     }
 
     /// Writes `bytes` as the object `rel`; durable once acknowledged.

@@ -414,7 +414,10 @@ fn initialize_records(
 impl Store {
     /// Opens the store at `db_path`, creating it if it does not exist, with `staging_root` as
     /// the directory under which every attempt gets its private staging directory (created if
-    /// missing).
+    /// missing). With the `s3` feature, `staging_root` may be `s3://bucket/prefix`: a staging
+    /// root on S3-compatible object storage, the client configured from the `AWS_*`
+    /// environment (see the book's chapter on object storage); each attempt's staging directory
+    /// is then its prefix's URL.
     ///
     /// Creation is crash-safe: the file is built under a temporary name, synced, linked into
     /// place and the directory synced, so a crash leaves either no store or a complete one.

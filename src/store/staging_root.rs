@@ -120,8 +120,10 @@ impl StagingRoot {
                         handles::Marker::Absent => MarkerSeen::Absent,
                     },
                 };
-                let listed = root.list("").map_err(|e| Error::io(format!("listing staging root {}", root.url()), e))?;
-                (marker, listed.iter().all(|o| o.rel == handles::MARKER_NAME))
+                let others = root
+                    .holds_other_than(handles::MARKER_NAME)
+                    .map_err(|e| Error::io(format!("listing staging root {}", root.url()), e))?;
+                (marker, !others)
             }
         };
         Ok(RootSeen { root: self, marker, empty_but_marker })

@@ -340,3 +340,68 @@ fn cleanup_of_an_object_root_deletes_dead_attempts_objects_never_a_live_or_publi
     let report = store.verify(&VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..VerifyOptions::default() }).unwrap();
     assert!(report.findings.is_empty(), "{:?}", report.findings);
 }
+
+/// Figures, printed (nothing is asserted about speed): the attempt cycle (begin, write 1 MiB,
+/// finish with a scan, validate with checksums) with staging on the S3 server against a local
+/// root, and validation throughput of one CSV partition read from each. Quick by default (8
+/// cycles, a 16 MiB partition); `MANIFESTDB_S3_FIGURES_CYCLES` and `MANIFESTDB_S3_FIGURES_MB`
+/// make it longer. Run it alone: `cargo test --workspace --test it -- --nocapture
+/// objects::figures`.
+#[test]
+fn figures_attempt_cycle_and_validation_throughput_on_s3_beside_a_local_root() {
+    let Some(s3) = s3_prefix() else { return };
+    let number = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let cycles = number("MANIFESTDB_S3_FIGURES_CYCLES", 8);
+    let partition_mb = number("MANIFESTDB_S3_FIGURES_MB", 16);
+    // 1 MiB of rows (about 18 bytes a row), and the partition of `partition_mb` MiB.
+    let rows_of = |bytes: usize| {
+        let mut out = String::from("store,item,units\n");
+        let mut n = 0u64;
+        while out.len() < bytes {
+            out.push_str(&format!("{},{},{}\n", n / 1000, n % 1000, n % 7));
+            n += 1;
+        }
+        (out.into_bytes(), n, (0..n).map(|i| (i % 7) as i64).sum::<i64>())
+    };
+    let (cycle_body, cycle_rows, cycle_total) = rows_of(1 << 20);
+    let (big_body, big_rows, big_total) = rows_of(partition_mb << 20);
+    let dir = tempfile::tempdir().unwrap();
+    let mut lines = Vec::new();
+    for (name, root) in [("s3", s3.url.clone()), ("local", dir.path().join("staging").display().to_string())] {
+        let store = Store::open(dir.path().join(format!("{name}.redb")), PathBuf::from(&root)).unwrap();
+        let mut spec = RunSpec::new("cycle", "r1", "snap@1").with_grain(Grain::new(DataFormat::Csv, &["store", "item"], "units"));
+        for i in 0..cycles {
+            spec = spec.with_task(TaskSpec::new(format!("p={i}"), cycle_rows).with_total(cycle_total));
+        }
+        spec = spec.with_task(TaskSpec::new("p=big", big_rows).with_total(big_total));
+        store.declare_run(&spec).unwrap();
+        let write = |ticket: &manifestdb::AttemptTicket, body: &[u8]| {
+            if name == "s3" {
+                s3.put(&format!("{}/part.csv", s3.rel_of(&ticket.staging_dir)), body);
+            } else {
+                std::fs::write(ticket.staging_dir.join("part.csv"), body).unwrap();
+            }
+        };
+        let started = std::time::Instant::now();
+        for i in 0..cycles {
+            let ticket = store.begin_attempt(&TaskKey::new("cycle", "r1", format!("p={i}"))).unwrap();
+            write(&ticket, &cycle_body);
+            let verdict = store.finish_and_validate(&ticket.key, &scanned(&ticket.staging_dir), FileCheck::SizeAndChecksum).unwrap();
+            assert!(verdict.is_valid(), "{verdict:?}");
+        }
+        let cycle_ms = started.elapsed().as_secs_f64() * 1000.0 / cycles as f64;
+        let ticket = store.begin_attempt(&TaskKey::new("cycle", "r1", "p=big")).unwrap();
+        write(&ticket, &big_body);
+        let candidate = scanned(&ticket.staging_dir);
+        store.finish_attempt(&ticket.key, &candidate).unwrap();
+        let started = std::time::Instant::now();
+        assert!(store.validate_attempt(&ticket.key, FileCheck::Size).unwrap().is_valid());
+        let mb_per_s = big_body.len() as f64 / (1 << 20) as f64 / started.elapsed().as_secs_f64();
+        lines.push(format!(
+            "{name:>5}: attempt cycle (begin, write 1 MiB, finish --scan, validate with checksums) {cycle_ms:.1} ms; \
+             validation at the grain of a {partition_mb} MiB CSV partition {mb_per_s:.0} MB/s"
+        ));
+        store.close().unwrap();
+    }
+    println!("staging on S3 (s3s-fs on loopback) beside a local root, {cycles} cycles:\n{}", lines.join("\n"));
+}

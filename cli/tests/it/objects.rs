@@ -59,11 +59,52 @@ fn manifestdb(store: &Path, staging: &str, args: &[&str]) -> Run {
 
 #[test]
 fn the_protocol_from_a_shell_with_staging_on_s3_publishes_one_attempt_and_verify_rereads_it() {
+    the_protocol_with_staging_on_s3(false);
+}
+
+#[test]
+fn the_protocol_through_a_server_whose_staging_root_is_on_s3() {
+    the_protocol_with_staging_on_s3(true);
+}
+
+/// `manifestdb serve` over the store, started and stopped by this test.
+struct Served(std::process::Child);
+
+impl Served {
+    fn start(store: &Path, staging: &str) -> Served {
+        use std::io::BufRead;
+        let mut child = command()
+            .arg("--store")
+            .arg(store)
+            .arg("--staging")
+            .arg(staging)
+            .args(["--json", "serve"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start manifestdb serve");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("the listening line");
+        assert!(line.contains("listening"), "serve printed {line:?}");
+        Served(child)
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.0.id().to_string()).status();
+        let _ = self.0.wait();
+    }
+}
+
+fn the_protocol_with_staging_on_s3(served: bool) {
     let Some(root) = s3_root() else { return };
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store.redb");
     let run = |args: &[&str]| manifestdb(&store, &root, args);
     run(&["init"]).code(0);
+    // Every verb below finds the server by the socket beside the store file.
+    let server = served.then(|| Served::start(&store, &root));
     run(&[
         "run",
         "declare",
@@ -109,6 +150,7 @@ fn the_protocol_from_a_shell_with_staging_on_s3_publishes_one_attempt_and_verify
     assert_eq!(partitions[0]["rows"], 2);
     assert_eq!(partitions[0]["total"], 700);
     assert_eq!(partitions[0]["staging_dir"].as_str(), Some(urls[0].as_str()));
+    drop(server);
     run(&["verify", "--checksums"]).code(0);
     // The published object replaced behind the store's back: verify re-reads it and says so.
     put(&format!("{}/part.csv", urls[0]), "store,item,units\n1,7,300\n2,7,900\n");
@@ -120,4 +162,72 @@ fn the_protocol_from_a_shell_with_staging_on_s3_publishes_one_attempt_and_verify
     for out in [&damaged.stdout, &damaged.stderr, &shown.stdout, &shown.stderr] {
         assert!(!out.contains(&secret), "the secret key was printed");
     }
+}
+
+/// A loopback proxy in front of the S3 server that forwards every request but resets the
+/// connection on any `PUT` (the request may or may not have reached the server: the client
+/// cannot tell). Returns its endpoint URL; it runs until the test process ends.
+fn proxy_resetting_puts(upstream: &str) -> String {
+    use std::io::{Read, Write};
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let upstream = upstream.strip_prefix("http://").expect("an http:// endpoint").to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(&upstream) else { continue };
+            let (mut from_client, mut to_server) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut from_server, mut to_client) = (server, client);
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match from_client.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) if buf[..n].starts_with(b"PUT ") => {
+                            let _ = from_client.shutdown(Shutdown::Both);
+                            let _ = to_server.shutdown(Shutdown::Both);
+                            break;
+                        }
+                        Ok(n) => {
+                            if to_server.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = to_server.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut from_server, &mut to_client);
+                let _ = to_client.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn a_write_to_object_storage_whose_answer_never_comes_is_outcome_unknown_and_the_same_call_settles_it() {
+    let Some(root) = s3_root() else { return };
+    let endpoint = std::env::var("AWS_ENDPOINT_URL").expect("AWS_ENDPOINT_URL beside MANIFESTDB_TEST_S3");
+    let proxy = proxy_resetting_puts(&endpoint);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store.redb");
+    // A new store writes its root's marker: every PUT is cut off, the retries run out, and
+    // whether the marker landed is unknown.
+    let cut =
+        finish(command().env("AWS_ENDPOINT_URL", &proxy).arg("--store").arg(&store).arg("--staging").arg(&root).args(["--json", "init"]));
+    cut.code(8);
+    let error = cut.error_json();
+    assert_eq!(error["error"]["kind"], "outcome_unknown", "{error}");
+    let secret = std::env::var("AWS_SECRET_ACCESS_KEY").unwrap();
+    assert!(!cut.stderr.contains(&secret) && !cut.stdout.contains(&secret), "the secret key was printed");
+    // The same call again, with the server reachable, settles it.
+    manifestdb(&store, &root, &["init"]).code(0);
+    manifestdb(
+        &store,
+        &root,
+        &["run", "declare", "--dataset", "d", "--run", "r1", "--snapshot", "s", "--task", "p=1:1:5", "--grain", "k", "--measure", "v"],
+    )
+    .code(0);
 }
