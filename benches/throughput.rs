@@ -1209,6 +1209,8 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
         report.put(&key("_without_views"), next(), "ms (median: the same publish, a store without views)");
         report.ratio(&format!("table_publish_ratio_{n}p"), &key(""), &key("_without_views"));
         report.ratio(&format!("table_publish_file_list_ratio_{n}p"), &key("_file_list"), &key("_without_views"));
+        // The Delta commit's share: the table dataset's publish less the list-only one's.
+        report.difference(&format!("table_delta_share_ms_{n}p"), &key(""), &key("_file_list"));
         report.put(
             &format!("table_bytes_per_generation_{n}p"),
             per_generation(0),
