@@ -649,7 +649,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, check)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, check)
     }
 
     /// The view of the generation just committed: built and swapped in, without checking the
