@@ -17,6 +17,8 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
+use crate::support::{PgDatabase, new_location, postgres_admin};
+
 /// The bucket URL of the test server.
 const S3_ENV: &str = "MANIFESTDB_TEST_S3";
 
@@ -98,11 +100,34 @@ fn scanned(staging_dir: &std::path::Path) -> Candidate {
     candidate
 }
 
+/// On the suite's layer (a redb file, or a fresh PostgreSQL database under
+/// `MANIFESTDB_TEST_LAYER=postgres`).
 #[test]
 fn a_run_staged_on_s3_with_a_retried_attempt_publishes_each_partition_exactly_once() {
     let Some(s3) = s3_prefix() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("store.redb"), &s3.url).expect("a store staging on S3");
+    let other = tempfile::tempdir().unwrap();
+    let (location, _db) = new_location(dir.path());
+    let (other_location, _other_db) = new_location(other.path());
+    protocol_with_a_retried_attempt(&s3, dir.path(), &location, &other_location);
+}
+
+/// The metadata on PostgreSQL whatever the suite's layer (with `MANIFESTDB_TEST_POSTGRES`; the
+/// test says it skipped without one, and fails under `CI=true`), staging on S3: coordinators on
+/// many hosts, workers on many hosts, nothing shared but the database and the bucket.
+#[test]
+fn a_run_with_its_metadata_on_postgres_and_staging_on_s3_publishes_each_partition_exactly_once() {
+    let Some(s3) = s3_prefix() else { return };
+    let Some(admin) = postgres_admin() else { return };
+    let (db, other_db) = (PgDatabase::create(&admin), PgDatabase::create(&admin));
+    let dir = tempfile::tempdir().unwrap();
+    protocol_with_a_retried_attempt(&s3, dir.path(), &PathBuf::from(db.url()), &PathBuf::from(other_db.url()));
+}
+
+/// The protocol with staging on `s3`, the store at `location` (`dir` the local directory beside
+/// it; `other` another store's location, which must not adopt the same root).
+fn protocol_with_a_retried_attempt(s3: &S3Prefix, dir: &std::path::Path, location: &std::path::Path, other: &std::path::Path) {
+    let store = Store::open(location, &s3.url).expect("a store staging on S3");
     assert_eq!(store.staging_url(), Some(s3.url.as_str()));
     store.declare_run(&csv_run("daily", &[("region=eu", 2, 700), ("region=us", 1, 50)])).unwrap();
 
@@ -120,9 +145,9 @@ fn a_run_staged_on_s3_with_a_retried_attempt_publishes_each_partition_exactly_on
     let us = TaskKey::new("daily", "r1", "region=us");
     let only = store.begin_attempt(&us).unwrap();
     s3.put(&format!("{}/part.csv", s3.rel_of(&only.staging_dir)), &csv(&[(5, 1, 50)]));
-    // Nothing was made on the local disk for staging: only the store file is there.
-    let local: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(local, vec![std::ffi::OsString::from("store.redb")]);
+    // Nothing was made on the local disk for staging: at most the store file is there.
+    let local: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).filter(|name| name != "store.redb").collect();
+    assert!(local.is_empty(), "{local:?}");
 
     for ticket in [&second, &first, &only] {
         let candidate = scanned(&ticket.staging_dir);
@@ -148,10 +173,9 @@ fn a_run_staged_on_s3_with_a_retried_attempt_publishes_each_partition_exactly_on
     store.close().unwrap();
     // Reopened over the same root (its marker names the store), and refused over another
     // store's root.
-    let again = Store::open(dir.path().join("store.redb"), &s3.url).expect("reopened");
+    let again = Store::open(location, &s3.url).expect("reopened");
     again.close().unwrap();
-    let other = tempfile::tempdir().unwrap();
-    match Store::open(other.path().join("store.redb"), &s3.url) {
+    match Store::open(other, &s3.url) {
         Err(manifestdb::Error::StagingRootMismatch { .. }) => {}
         other => panic!("another store adopted a root in use: {other:?}"),
     }
@@ -161,7 +185,8 @@ fn a_run_staged_on_s3_with_a_retried_attempt_publishes_each_partition_exactly_on
 fn a_truncated_a_replaced_and_a_missing_object_are_refused_with_their_reasons() {
     let Some(s3) = s3_prefix() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(dir.path().join("store.redb"), &s3.url).unwrap();
+    let (location, _db) = new_location(dir.path());
+    let store = Store::open(&location, &s3.url).unwrap();
     store.declare_run(&csv_run("d", &[("p=1", 2, 30)])).unwrap();
     let task = TaskKey::new("d", "r1", "p=1");
     let body = csv(&[(1, 1, 10), (2, 2, 20)]);
@@ -203,7 +228,8 @@ fn a_truncated_a_replaced_and_a_missing_object_are_refused_with_their_reasons() 
 fn verify_with_checksums_rereads_objects_and_catches_one_replaced_after_publish() {
     let Some(s3) = s3_prefix() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("store.redb"), &s3.url).unwrap();
+    let (location, _db) = new_location(dir.path());
+    let mut store = Store::open(&location, &s3.url).unwrap();
     store.declare_run(&csv_run("d", &[("p=1", 2, 30)])).unwrap();
     let ticket = store.begin_attempt(&TaskKey::new("d", "r1", "p=1")).unwrap();
     let rel = format!("{}/part.csv", s3.rel_of(&ticket.staging_dir));
@@ -286,7 +312,8 @@ fn cleanup_of_an_object_root_deletes_dead_attempts_objects_never_a_live_or_publi
     let Some(s3) = s3_prefix() else { return };
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions { attempt_lifetime_max: Some(std::time::Duration::from_secs(1)), ..StoreOptions::default() };
-    let store = Store::open_with_options(dir.path().join("store.redb"), &s3.url, &options).unwrap();
+    let (location, _db) = new_location(dir.path());
+    let store = Store::open_with_options(&location, &s3.url, &options).unwrap();
     // r1 is published; r2 has a live attempt (never abandoned: it may still be writing) and an
     // abandoned one.
     store.declare_run(&csv_run("d", &[("p=done", 1, 5)]).clone()).unwrap();
@@ -337,6 +364,141 @@ fn cleanup_of_an_object_root_deletes_dead_attempts_objects_never_a_live_or_publi
     // The live worker finishes after the cleanup: its attempt validates.
     assert!(store.finish_and_validate(&live.key, &scanned(&live.staging_dir), FileCheck::SizeAndChecksum).unwrap().is_valid());
     let mut store = store;
+    let report = store.verify(&VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..VerifyOptions::default() }).unwrap();
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+}
+
+impl S3Prefix {
+    /// Another client on the same prefix, with a runtime of its own: for a worker in a thread
+    /// of its own (a client's connections belong to the runtime that opened them).
+    fn worker(&self) -> S3Prefix {
+        let bucket = self.url.strip_prefix("s3://").and_then(|rest| rest.split('/').next()).expect("s3://BUCKET/PREFIX").to_owned();
+        let store = AmazonS3Builder::from_env().with_bucket_name(&bucket).build().expect("an S3 client from the environment");
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
+        S3Prefix { url: self.url.clone(), prefix: self.prefix.clone(), store: Arc::new(store), runtime }
+    }
+
+    /// Every object below `rel`, relative to the root.
+    fn list(&self, rel: &str) -> Vec<String> {
+        use futures_util::StreamExt;
+        let prefix = self.key(rel);
+        let metas: Vec<_> = self.runtime.block_on(self.store.list(Some(&prefix)).collect());
+        let mut out: Vec<String> = metas
+            .into_iter()
+            .map(|m| m.expect("LIST").location.as_ref().strip_prefix(&format!("{}/", self.prefix)).expect("below the root").to_owned())
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// A worker that keeps writing into its prefix after its attempt was abandoned (a zombie: the
+/// scheduler gave up on it, it did not hear), while the task's retry writes and cleanup runs
+/// again and again: the zombie can neither finish nor validate, nothing it wrote reaches a
+/// generation, cleanup never deletes an object of the live attempt whatever it plans while
+/// that attempt writes, and once the zombie stops, cleanup leaves nothing of it.
+#[test]
+fn a_zombie_writing_after_its_attempt_was_abandoned_never_publishes_and_cleanup_racing_a_live_attempt_spares_it() {
+    use manifestdb::{ApplyOptions, CleanupOptions, RunMode, StoreOptions};
+    use std::sync::atomic::AtomicBool;
+    let Some(s3) = s3_prefix() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (location, _db) = new_location(dir.path());
+    let options = StoreOptions { attempt_lifetime_max: Some(std::time::Duration::from_secs(1)), ..StoreOptions::default() };
+    let mut store = Store::open_with_options(&location, &s3.url, &options).unwrap();
+    store.declare_run(&csv_run("d", &[("p=1", 1, 5)])).unwrap();
+    let task = TaskKey::new("d", "r1", "p=1");
+    let zombie = store.begin_attempt(&task).unwrap();
+    let zombie_rel = s3.rel_of(&zombie.staging_dir);
+    s3.put(&format!("{zombie_rel}/part.csv"), &csv(&[(1, 1, 5)]));
+    store.abandon_attempt(&zombie.key).unwrap();
+    let live = store.begin_attempt(&task).unwrap();
+    let live_rel = s3.rel_of(&live.staging_dir);
+
+    let stop = AtomicBool::new(false);
+    let header_only = csv(&[]);
+    let live_written = std::thread::scope(|scope| {
+        // The zombie: new objects, and its first one written again, until told to stop.
+        let zombie_worker = s3.worker();
+        let zombie_rel = &zombie_rel;
+        let (stop, header_only) = (&stop, &header_only);
+        scope.spawn(move || {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                zombie_worker.put(&format!("{zombie_rel}/late-{i}.csv"), &csv(&[(9, 9, 99)]));
+                zombie_worker.put(&format!("{zombie_rel}/part.csv"), &csv(&[(9, 9, 99)]));
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+        });
+        // The retry, writing for as long as cleanup runs: files without rows, then its rows.
+        let live_worker = s3.worker();
+        let live_rel = &live_rel;
+        let writer = scope.spawn(move || {
+            let mut written = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let rel = format!("{live_rel}/empty-{i}.csv");
+                live_worker.put(&rel, header_only);
+                written.push(rel);
+                i += 1;
+                std::thread::sleep(std::time::Duration::from_millis(30));
+            }
+            live_worker.put(&format!("{live_rel}/part.csv"), &csv(&[(1, 1, 5)]));
+            written.push(format!("{live_rel}/part.csv"));
+            written
+        });
+        // The zombie can neither finish nor validate.
+        match store.finish_attempt(&zombie.key, &scanned(&zombie.staging_dir)) {
+            Err(manifestdb::Error::AttemptAbandoned { .. }) => {}
+            other => panic!("an abandoned attempt finished: {other:?}"),
+        }
+        match store.validate_attempt(&zombie.key, FileCheck::SizeAndChecksum) {
+            Err(manifestdb::Error::AttemptAbandoned { .. }) | Err(manifestdb::Error::AttemptState { .. }) => {}
+            other => panic!("an abandoned attempt validated: {other:?}"),
+        }
+        // Cleanup, again and again while both write (the age threshold above the lifetime;
+        // S3's last-modified times are whole seconds).
+        let threshold = std::time::Duration::from_secs(2);
+        let mut deleted = 0;
+        for _ in 0..4 {
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+            let plan = store.plan_cleanup(&CleanupOptions { age_threshold: threshold, ..CleanupOptions::default() }).unwrap();
+            for planned in plan.candidates.iter().chain(&plan.unknown) {
+                assert!(planned.path.starts_with(&format!("{zombie_rel}/")), "planned outside the zombie's prefix: {}", planned.path);
+            }
+            let applied = store.apply_cleanup(plan.id, &ApplyOptions { mode: RunMode::Execute, ..ApplyOptions::default() }).unwrap();
+            assert!(applied.deleted.iter().all(|p| p.starts_with(&format!("{zombie_rel}/"))), "{:?}", applied.deleted);
+            deleted += applied.deleted.len();
+        }
+        assert!(deleted > 0, "cleanup deleted none of the zombie's aged objects");
+        stop.store(true, Ordering::SeqCst);
+        writer.join().expect("the live worker")
+    });
+    // Every object the live attempt wrote is there; it validates and publishes, the zombie's
+    // objects nowhere in the generation.
+    assert_eq!(s3.list(&live_rel), {
+        let mut w = live_written.clone();
+        w.sort();
+        w
+    });
+    assert!(store.finish_and_validate(&live.key, &scanned(&live.staging_dir), FileCheck::SizeAndChecksum).unwrap().is_valid());
+    assert!(matches!(store.publish("d", "r1", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+    let manifest = store.snapshot().unwrap().manifest("d", None).unwrap().expect("published");
+    assert_eq!(manifest.partitions[0].attempt, live.key.attempt);
+    assert_eq!(manifest.partitions[0].staging_dir.as_deref(), Some(live.staging_dir.as_path()));
+    // The zombie stopped: once its last objects are old enough, cleanup leaves nothing of it.
+    std::thread::sleep(std::time::Duration::from_millis(3200));
+    // (Were the zombie's prefix ever empty between two of its writes, cleanup would have
+    // removed its attempt's record, and what it wrote after would be objects no attempt owns:
+    // listed as unknown, deleted when asked.)
+    let plan =
+        store.plan_cleanup(&CleanupOptions { age_threshold: std::time::Duration::from_secs(2), ..CleanupOptions::default() }).unwrap();
+    assert!(plan.unknown.iter().chain(&plan.candidates).all(|p| p.path.starts_with(&format!("{zombie_rel}/"))), "{plan:?}");
+    let everything = ApplyOptions { mode: RunMode::Execute, delete_unknown: true, ..ApplyOptions::default() };
+    store.apply_cleanup(plan.id, &everything).unwrap();
+    assert_eq!(s3.list(&zombie_rel), Vec::<String>::new(), "the zombie's objects outlived cleanup");
+    assert_eq!(s3.list(&live_rel).len(), live_written.len(), "a published object was deleted");
     let report = store.verify(&VerifyOptions { files: Some(FileCheck::SizeAndChecksum), ..VerifyOptions::default() }).unwrap();
     assert!(report.findings.is_empty(), "{:?}", report.findings);
 }
