@@ -32,8 +32,14 @@ use crate::error::{Error, Result};
 /// The URL scheme of a staging root on S3-compatible object storage.
 pub(crate) const S3_SCHEME: &str = "s3://";
 
-/// How many bytes one ranged GET of a streamed read asks for: the memory one open object holds.
+/// How many bytes one ranged GET of a streamed read asks for (a window).
 const READ_CHUNK_BYTES: u64 = 8 * 1024 * 1024;
+
+/// How many windows an open object and the readers cloned from it keep, most recent first: a
+/// Parquet reader reads each column chunk's pages in order, several column chunks in turn, and
+/// asks for each page's header and body apart; served from the windows, a page costs no request
+/// of its own. The memory an open object holds is at most this many windows.
+const WINDOWS_KEPT: usize = 4;
 
 /// The retries of every request: up to 5, backing off from 100 ms to 5 s, at most 60 s in all
 /// (then the operation fails: a read with an I/O error, a write with an unknown outcome).
@@ -231,6 +237,7 @@ impl ObjectRoot {
             e_tag: head.e_tag,
             pos: 0,
             chunk: Bytes::new(),
+            windows: Windows::default(),
             fault: FaultCell::default(),
         })
     }
@@ -384,7 +391,8 @@ fn write_error(context: &'static str, url: &str, e: object_store::Error) -> Erro
 }
 
 /// One object opened for a streamed read: ranged GETs of [`READ_CHUNK_BYTES`] with the ETag
-/// seen at the open pinned (`If-Match`), so what is read is one version of the object.
+/// seen at the open pinned (`If-Match`), so what is read is one version of the object. The last
+/// [`WINDOWS_KEPT`] windows are kept and serve the reads that fall inside them.
 ///
 /// For Parquet it is also a `ChunkReader`: the parquet crate turns a failed read into its own
 /// error, so every failure is kept in its [`FaultCell`] too, and the caller reports it as an
@@ -397,7 +405,40 @@ pub(crate) struct ObjectFile {
     e_tag: Option<String>,
     pos: u64,
     chunk: Bytes,
+    windows: Windows,
     fault: FaultCell,
+}
+
+/// The windows of an object fetched last (`(start, bytes)`, most recent first), shared by an
+/// [`ObjectFile`] and the readers cloned from it; each was read with the object's ETag pinned.
+#[derive(Debug, Clone, Default)]
+struct Windows(Arc<Mutex<Vec<(u64, Bytes)>>>);
+
+impl Windows {
+    /// Bytes `start..end` if one window holds them all.
+    fn get(&self, start: u64, end: u64) -> Option<Bytes> {
+        let windows = self.0.lock().ok()?;
+        windows.iter().find_map(|(at, bytes)| {
+            let window_end = at + bytes.len() as u64;
+            (*at <= start && end <= window_end).then(|| bytes.slice((start - at) as usize..(end - at) as usize))
+        })
+    }
+
+    /// Bytes from `start` to the end of the window that holds `start`, if one does.
+    fn rest_from(&self, start: u64) -> Option<Bytes> {
+        let windows = self.0.lock().ok()?;
+        windows.iter().find_map(|(at, bytes)| {
+            let window_end = at + bytes.len() as u64;
+            (*at <= start && start < window_end).then(|| bytes.slice((start - at) as usize..))
+        })
+    }
+
+    fn keep(&self, start: u64, bytes: Bytes) {
+        if let Ok(mut windows) = self.0.lock() {
+            windows.insert(0, (start, bytes));
+            windows.truncate(WINDOWS_KEPT);
+        }
+    }
 }
 
 /// The first read failure of an [`ObjectFile`] and of the readers cloned from it.
@@ -437,6 +478,7 @@ impl ObjectFile {
             e_tag: self.e_tag.clone(),
             pos,
             chunk: Bytes::new(),
+            windows: self.windows.clone(),
             fault: self.fault.clone(),
         }
     }
@@ -471,13 +513,47 @@ impl ObjectFile {
     }
 }
 
+impl ObjectFile {
+    /// Bytes from `start` on, at least one: the rest of a window already fetched, or a new
+    /// window of [`READ_CHUNK_BYTES`] (kept for the next reads).
+    fn window_from(&self, start: u64) -> io::Result<Bytes> {
+        if let Some(bytes) = self.windows.rest_from(start) {
+            return Ok(bytes);
+        }
+        let bytes = self.range(start, READ_CHUNK_BYTES)?;
+        if !bytes.is_empty() {
+            self.windows.keep(start, bytes.clone());
+        }
+        Ok(bytes)
+    }
+
+    /// Bytes `start..start + len`: from a window if one holds them; through a new window if they
+    /// fit in one; else read exactly (a large column chunk, not kept).
+    fn bytes_at(&self, start: u64, len: u64) -> io::Result<Bytes> {
+        let end = start.saturating_add(len).min(self.size);
+        if let Some(bytes) = self.windows.get(start, end) {
+            return Ok(bytes);
+        }
+        if len <= READ_CHUNK_BYTES {
+            // A new window from `start` (a kept one that holds `start` ends too soon).
+            let window = self.range(start, READ_CHUNK_BYTES)?;
+            if !window.is_empty() {
+                self.windows.keep(start, window.clone());
+            }
+            let wanted = usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX).min(window.len());
+            return Ok(window.slice(..wanted));
+        }
+        self.range(start, len)
+    }
+}
+
 impl Read for ObjectFile {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         if self.chunk.is_empty() {
             if self.pos >= self.size {
                 return Ok(0);
             }
-            self.chunk = self.range(self.pos, READ_CHUNK_BYTES)?;
+            self.chunk = self.window_from(self.pos)?;
             self.pos += self.chunk.len() as u64;
         }
         let n = buf.len().min(self.chunk.len());
@@ -503,7 +579,7 @@ impl parquet::file::reader::ChunkReader for ObjectFile {
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        let bytes = self.range(start, length as u64).map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
+        let bytes = self.bytes_at(start, length as u64).map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
         if bytes.len() != length {
             return Err(parquet::errors::ParquetError::EOF(format!(
                 "expected {length} bytes at {start}, the object holds {}",
