@@ -61,49 +61,51 @@ impl Store {
     /// lifetime and is not forced; I/O errors listing the staging root; storage errors.
     pub fn plan_cleanup(&self, options: &CleanupOptions) -> Result<CleanupPlan> {
         self.poison.contain("plan cleanup", || {
-            let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
-            let lifetime_ms = self.attempt_lifetime_max_ms;
-            if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
-                return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-            }
-            // Views of generations the store no longer holds (an expiry by an older build, a crash
-            // inside one) go before the plan, so no view links a file the plan may list.
-            if self.views().is_some()
-                && let Err(err) = self.sync_views_with(crate::views::Check::None)
-            {
-                tracing::warn!(error = %err, "views not synced before planning cleanup");
-            }
-            // Walk first, read the state second: every reference made before a file was seen is
-            // then visible to the decision.
-            let root = self.checked_staging_root()?;
-            let walked = walk::walk(root.as_fd(), &self.staging_root)?;
-            let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
-            let now = now_ms();
-            let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
-            let record = CleanupPlanRecord {
-                created_at_ms: now,
-                age_threshold_ms,
-                attempt_lifetime_max_ms: lifetime_ms,
-                forced: options.force_short_threshold,
-                candidates: draft.candidates,
-                unknown: draft.unknown,
-                kept: draft.kept,
-                unconsidered: walked.unconsidered,
-            };
-            let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
-            for path in record.candidates.iter().chain(&record.unknown) {
-                tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
-            }
-            tracing::info!(
-                plan = id,
-                candidates = record.candidates.len(),
-                unknown = record.unknown.len(),
-                kept = ?record.kept,
-                unconsidered = record.unconsidered.len(),
-                age_threshold_ms,
-                "cleanup planned"
-            );
-            Ok(plan_from(id, record))
+            self.whole_call(|| {
+                let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
+                let lifetime_ms = self.attempt_lifetime_max_ms;
+                if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
+                    return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+                }
+                // Views of generations the store no longer holds (an expiry by an older build, a crash
+                // inside one) go before the plan, so no view links a file the plan may list.
+                if self.views().is_some()
+                    && let Err(err) = self.sync_views_with(crate::views::Check::None)
+                {
+                    tracing::warn!(error = %err, "views not synced before planning cleanup");
+                }
+                // Walk first, read the state second: every reference made before a file was seen is
+                // then visible to the decision.
+                let root = self.checked_staging_root()?;
+                let walked = walk::walk(root.as_fd(), &self.staging_root)?;
+                let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
+                let now = now_ms();
+                let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
+                let record = CleanupPlanRecord {
+                    created_at_ms: now,
+                    age_threshold_ms,
+                    attempt_lifetime_max_ms: lifetime_ms,
+                    forced: options.force_short_threshold,
+                    candidates: draft.candidates,
+                    unknown: draft.unknown,
+                    kept: draft.kept,
+                    unconsidered: walked.unconsidered,
+                };
+                let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
+                for path in record.candidates.iter().chain(&record.unknown) {
+                    tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
+                }
+                tracing::info!(
+                    plan = id,
+                    candidates = record.candidates.len(),
+                    unknown = record.unknown.len(),
+                    kept = ?record.kept,
+                    unconsidered = record.unconsidered.len(),
+                    age_threshold_ms,
+                    "cleanup planned"
+                );
+                Ok(plan_from(id, record))
+            })
         })
     }
 
@@ -150,90 +152,92 @@ impl Store {
     /// As [`Store::apply_cleanup`].
     pub fn apply_cleanup_with_progress(&self, id: u64, options: &ApplyOptions, progress: &dyn Fn(Progress)) -> Result<ApplyReport> {
         self.poison.contain("apply cleanup", || {
-            let plan = self
-                .snapshot()?
-                .read("reading a cleanup plan", |meta| meta.cleanup_plan(id))?
-                .ok_or(Error::UnknownCleanupPlan { plan: id })?;
-            let lifetime_ms = self.attempt_lifetime_max_ms;
-            if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
-                return Err(Error::CleanupThresholdTooShort {
-                    age_threshold_ms: plan.age_threshold_ms,
-                    attempt_lifetime_max_ms: lifetime_ms,
-                });
-            }
-            let execute = options.mode == RunMode::Execute;
-            // Every path is reached through this one handle of the root, checked to be this store's.
-            let root = self.checked_staging_root()?;
-            let mut applier = walk::Applier::new(root.as_fd());
-            let mut report = ApplyReport {
-                plan: id,
-                mode: options.mode,
-                deleted: Vec::new(),
-                bytes_deleted: 0,
-                skipped: Vec::new(),
-                directories_removed: 0,
-                attempt_records_removed: Vec::new(),
-            };
-            let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
-            for path in &plan.unknown {
-                if options.delete_unknown {
-                    todo.push(path);
-                } else {
-                    report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+            self.whole_call(|| {
+                let plan = self
+                    .snapshot()?
+                    .read("reading a cleanup plan", |meta| meta.cleanup_plan(id))?
+                    .ok_or(Error::UnknownCleanupPlan { plan: id })?;
+                let lifetime_ms = self.attempt_lifetime_max_ms;
+                if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
+                    return Err(Error::CleanupThresholdTooShort {
+                        age_threshold_ms: plan.age_threshold_ms,
+                        attempt_lifetime_max_ms: lifetime_ms,
+                    });
                 }
-            }
-            let mut next_batch = self.next_batch_number(id)?;
-            let mut deleting = Tracker::start(progress, ProgressStage::DeletingFiles, todo.iter().map(|p| p.size_bytes));
-            for chunk in todo.chunks(options.batch_size.max(1)) {
-                // Re-read by key, for this batch's paths only, from a fresh snapshot.
-                let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, chunk))?;
-                let now = now_ms();
-                let mut batch = CleanupBatchRecord {
-                    applied_at_ms: now,
+                let execute = options.mode == RunMode::Execute;
+                // Every path is reached through this one handle of the root, checked to be this store's.
+                let root = self.checked_staging_root()?;
+                let mut applier = walk::Applier::new(root.as_fd());
+                let mut report = ApplyReport {
+                    plan: id,
+                    mode: options.mode,
                     deleted: Vec::new(),
                     bytes_deleted: 0,
                     skipped: Vec::new(),
+                    directories_removed: 0,
                     attempt_records_removed: Vec::new(),
                 };
-                for planned in chunk {
-                    match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
-                        Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
-                        Ok(()) if !execute => {
-                            batch.deleted.push(planned.path.clone());
-                            batch.bytes_deleted += planned.size_bytes;
-                        }
-                        Ok(()) => match applier.delete(&planned.path) {
-                            Ok(()) => {
-                                tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+                let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
+                for path in &plan.unknown {
+                    if options.delete_unknown {
+                        todo.push(path);
+                    } else {
+                        report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
+                    }
+                }
+                let mut next_batch = self.next_batch_number(id)?;
+                let mut deleting = Tracker::start(progress, ProgressStage::DeletingFiles, todo.iter().map(|p| p.size_bytes));
+                for chunk in todo.chunks(options.batch_size.max(1)) {
+                    // Re-read by key, for this batch's paths only, from a fresh snapshot.
+                    let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, chunk))?;
+                    let now = now_ms();
+                    let mut batch = CleanupBatchRecord {
+                        applied_at_ms: now,
+                        deleted: Vec::new(),
+                        bytes_deleted: 0,
+                        skipped: Vec::new(),
+                        attempt_records_removed: Vec::new(),
+                    };
+                    for planned in chunk {
+                        match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
+                            Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
+                            Ok(()) if !execute => {
                                 batch.deleted.push(planned.path.clone());
                                 batch.bytes_deleted += planned.size_bytes;
                             }
-                            Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
-                        },
+                            Ok(()) => match applier.delete(&planned.path) {
+                                Ok(()) => {
+                                    tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
+                                    batch.deleted.push(planned.path.clone());
+                                    batch.bytes_deleted += planned.size_bytes;
+                                }
+                                Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
+                            },
+                        }
+                        deleting.file_done(planned.size_bytes);
                     }
-                    deleting.file_done(planned.size_bytes);
-                }
-                if execute {
-                    for path in &batch.deleted {
-                        report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
+                    if execute {
+                        for path in &batch.deleted {
+                            report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
+                        }
+                        // A directory removed and made again later is a new one to sync.
+                        self.durable_dirs.clear();
+                        applier.forget();
+                        // The removals are made durable before the batch records them as done.
+                        files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
+                        self.record_batch(id, next_batch, &batch)?;
+                        next_batch = next_batch.saturating_add(1);
+                        tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
                     }
-                    // A directory removed and made again later is a new one to sync.
-                    self.durable_dirs.clear();
-                    applier.forget();
-                    // The removals are made durable before the batch records them as done.
-                    files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
-                    self.record_batch(id, next_batch, &batch)?;
-                    next_batch = next_batch.saturating_add(1);
-                    tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
+                    report.deleted.extend(batch.deleted);
+                    report.bytes_deleted += batch.bytes_deleted;
+                    report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
                 }
-                report.deleted.extend(batch.deleted);
-                report.bytes_deleted += batch.bytes_deleted;
-                report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
-            }
-            let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
-            report.attempt_records_removed = removed;
-            report.directories_removed += dirs;
-            Ok(report)
+                let (removed, dirs) = self.prune_attempt_records(root.as_fd(), id, next_batch, execute)?;
+                report.attempt_records_removed = removed;
+                report.directories_removed += dirs;
+                Ok(report)
+            })
         })
     }
 

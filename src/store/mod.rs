@@ -856,6 +856,13 @@ impl Store {
         &self.poison
     }
 
+    /// Runs one write call that reads snapshots before it writes: on PostgreSQL, again from its
+    /// start if such a read lost its connection before anything of the call committed, within
+    /// the same 60 s as its transactions' reconnecting (see `Layer::whole_call`); on redb, once.
+    pub(super) fn whole_call<T>(&self, call: impl FnMut() -> Result<T>) -> Result<T> {
+        self.layer.whole_call(call)
+    }
+
     /// Runs `body` in one write transaction of its own and commits it if `body` says so. A
     /// storage failure anywhere in it poisons the handle. A layer may run `body` more than once
     /// (see `layer.rs`).
