@@ -970,7 +970,10 @@ fn md_prepare_some_with_files(store: &Store, dataset: &str, run: &str, partition
 /// 40 expiring views holds 1,000 files in 1,000 partition directories; then one
 /// `expire_generations` keeping the last, timed, views and all.
 fn view_expiry_figure(dir: &Path, report: &mut Report) -> Res<()> {
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views-expiry"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views-expiry")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let store = Store::open_with_options(dir.join("views-expiry.redb"), dir.join("staging-views-expiry"), &options)?;
     let dataset = "view-expiry";
     md_prepare_with_files(&store, dataset, "r0", 1000)?;
@@ -1085,7 +1088,10 @@ print(json.dumps({"median_ms": samples[len(samples) // 2]}))
 /// `deltalake.write_deltalake(..., mode="overwrite", predicate=...)` replacing one partition
 /// of the same data (delta-rs from PyPI; skipped, saying so, where Python lacks it).
 fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views-delta"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views-delta")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let store = Store::open_with_options(dir.join("views-delta.redb"), dir.join("staging-views-delta"), &options)?;
     let all: Vec<usize> = (0..100).collect();
     for (dataset, grain) in [("delta-on", true), ("delta-off", false)] {
@@ -1133,48 +1139,140 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
 }
 
 /// The published table's cost as the dataset grows (issue 37, "a publish costs what it
-/// changes"): a Parquet dataset of N partitions (views and Delta table) and the same dataset on
-/// a store without views; each round publishes a new run replacing ONE partition in each,
-/// interleaved; the median ms per publish of each and their ratio, per N. Opt-in:
-/// `cargo bench --workspace --bench throughput -- --table-scaling [--quick]` (N = 100 and 1,000 quick;
-/// 100, 1,000 and 10,000 full).
+/// changes"). Per N, four stores, each publish a new run replacing ONE partition, interleaved:
+/// the default view configuration (no directory trees: a Parquet dataset's Delta table, and a
+/// dataset without a table read through its file list), the same with directory trees for every
+/// dataset (the table and trees; trees alone), and a store without views. Prints the median ms
+/// per publish of each, their ratios to the store without views, the bytes each generation adds
+/// under the view root (directories and files of their own: the data files are links to
+/// staging), and the time of one expiry of 40 generations in the default configuration.
+/// Trees are measured up to N = 10,000 (their cost is linear in N; at 100,000 the setup alone
+/// would take an hour). Opt-in: `cargo bench --workspace --bench throughput -- --table-scaling
+/// [--quick]` (N = 100 and 1,000 quick; 100, 1,000, 10,000 and 100,000 full).
 fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize) -> Res<()> {
     for &n in sizes {
-        let options =
-            StoreOptions { views: Some(ViewOptions::hard_links(dir.join(format!("scaling-views-{n}")))), ..StoreOptions::default() };
-        let with =
-            Store::open_with_options(dir.join(format!("scaling-with-{n}.redb")), dir.join(format!("scaling-staging-with-{n}")), &options)?;
-        let without = Store::open(dir.join(format!("scaling-without-{n}.redb")), dir.join(format!("scaling-staging-without-{n}")))?;
+        let trees_too = n <= 10_000;
+        let open = |name: &str, views: Option<manifestdb::ViewTrees>| -> Res<Store> {
+            let options = StoreOptions {
+                views: views.map(|t| ViewOptions::hard_links(dir.join(format!("scaling-views-{name}-{n}"))).with_trees(t)),
+                ..StoreOptions::default()
+            };
+            Ok(Store::open_with_options(
+                dir.join(format!("scaling-{name}-{n}.redb")),
+                dir.join(format!("scaling-staging-{name}-{n}")),
+                &options,
+            )?)
+        };
+        let default = open("default", Some(manifestdb::ViewTrees::Off))?;
+        let trees = if trees_too { Some(open("trees", Some(manifestdb::ViewTrees::All))?) } else { None };
+        let without = open("without", None)?;
         let all: Vec<usize> = (0..n).collect();
-        // "scaling": views and the Delta table; "trees": the same files without a declared grain
-        // (figures reported), so the directory views alone; and a store without views.
-        md_prepare_parquet(&with, "scaling", "r0", &all, true)?;
-        md_publish(&with, "scaling", "r0")?;
-        md_prepare_parquet(&with, "trees", "r0", &all, false)?;
-        md_publish(&with, "trees", "r0")?;
-        md_prepare_parquet(&without, "scaling", "r0", &all, true)?;
-        md_publish(&without, "scaling", "r0")?;
-        let (mut table, mut trees, mut off) = (Vec::new(), Vec::new(), Vec::new());
+        // "scaling" has a Parquet grain (a Delta table); "list" has none (figures reported), so
+        // no table: in the default configuration it is read through its file list only.
+        let mut cases: Vec<(&Store, &str, bool)> = vec![(&default, "scaling", true), (&default, "list", false)];
+        if let Some(t) = &trees {
+            cases.push((t, "scaling", true));
+            cases.push((t, "trees", false));
+        }
+        cases.push((&without, "scaling", true));
+        for &(store, dataset, grain) in &cases {
+            md_prepare_parquet(store, dataset, "r0", &all, grain)?;
+            md_publish(store, dataset, "r0")?;
+        }
+        let bytes_before: Vec<u64> =
+            [Some(&default), trees.as_ref()].iter().map(|s| s.map_or(Ok(0), view_root_bytes)).collect::<Res<_>>()?;
+        let mut samples: Vec<Vec<Duration>> = vec![Vec::new(); cases.len()];
         for r in 1..=rounds {
             let run = format!("r{r}");
             let replaced = [(r * 7919) % n];
-            md_prepare_parquet(&with, "scaling", &run, &replaced, true)?;
-            md_prepare_parquet(&with, "trees", &run, &replaced, false)?;
-            md_prepare_parquet(&without, "scaling", &run, &replaced, true)?;
-            table.push(md_publish(&with, "scaling", &run)?);
-            trees.push(md_publish(&with, "trees", &run)?);
-            off.push(md_publish(&without, "scaling", &run)?);
+            for &(store, dataset, grain) in &cases {
+                md_prepare_parquet(store, dataset, &run, &replaced, grain)?;
+            }
+            for (i, &(store, dataset, _)) in cases.iter().enumerate() {
+                samples[i].push(md_publish(store, dataset, &run)?);
+            }
         }
-        let with_key = format!("table_publish_ms_1_of_{n}p");
-        let trees_key = format!("table_publish_ms_1_of_{n}p_views_only");
-        let without_key = format!("table_publish_ms_1_of_{n}p_without_views");
-        report.put(&with_key, median_ms(table), "ms (median: one partition replaced; views and Delta table)");
-        report.put(&trees_key, median_ms(trees), "ms (median: the same, directory views only, no table)");
-        report.put(&without_key, median_ms(off), "ms (median: the same publish, a store without views)");
-        report.ratio(&format!("table_publish_ratio_{n}p"), &with_key, &without_key);
-        report.ratio(&format!("table_publish_views_only_ratio_{n}p"), &trees_key, &without_key);
+        let bytes_after: Vec<u64> =
+            [Some(&default), trees.as_ref()].iter().map(|s| s.map_or(Ok(0), view_root_bytes)).collect::<Res<_>>()?;
+        // The default store's bytes are the table dataset's (a dataset without a table adds
+        // nothing there); the trees store's are shared by its two datasets' generations.
+        let per_generation = |i: usize| bytes_after[i].saturating_sub(bytes_before[i]) as f64 / ((i + 1) * rounds) as f64;
+        let key = |suffix: &str| format!("table_publish_ms_1_of_{n}p{suffix}");
+        let mut samples = samples.into_iter();
+        let mut next = || samples.next().map(median_ms).unwrap_or(f64::NAN);
+        report.put(&key(""), next(), "ms (median: one partition replaced; default views: the Delta table, no directory trees)");
+        report.put(&key("_file_list"), next(), "ms (median: the same, a dataset without a table: its file list only)");
+        if trees_too {
+            report.put(&key("_with_trees"), next(), "ms (median: the same, with directory trees and the table)");
+            report.put(&key("_views_only"), next(), "ms (median: the same, directory trees only, no table)");
+        }
+        report.put(&key("_without_views"), next(), "ms (median: the same publish, a store without views)");
+        report.ratio(&format!("table_publish_ratio_{n}p"), &key(""), &key("_without_views"));
+        report.ratio(&format!("table_publish_file_list_ratio_{n}p"), &key("_file_list"), &key("_without_views"));
+        report.put(
+            &format!("table_bytes_per_generation_{n}p"),
+            per_generation(0),
+            "bytes (new under the view root per generation, default views)",
+        );
+        if trees_too {
+            report.ratio(&format!("table_publish_with_trees_ratio_{n}p"), &key("_with_trees"), &key("_without_views"));
+            report.ratio(&format!("table_publish_views_only_ratio_{n}p"), &key("_views_only"), &key("_without_views"));
+            report.put(
+                &format!("table_bytes_per_generation_{n}p_with_trees"),
+                per_generation(1),
+                "bytes (new under the view root per generation, trees and table)",
+            );
+        }
+        // Expiry of 40 generations in the default configuration: publish up to 41, keep 1.
+        for g in rounds + 1..=40 {
+            let run = format!("r{g}");
+            md_prepare_parquet(&default, "scaling", &run, &[(g * 7919) % n], true)?;
+            md_publish(&default, "scaling", &run)?;
+        }
+        let policy = RetentionPolicy { keep_last: 1, rollback_window: Duration::ZERO };
+        let start = Instant::now();
+        let expired = default.expire_generations("scaling", &policy, RunMode::Execute)?;
+        let elapsed = start.elapsed();
+        if expired.expired.len() != 40 {
+            return Err(format!("expected 40 generations expired, got {}", expired.expired.len()).into());
+        }
+        // The next publish applies the table's retention (checkpoint, old log entries and data files).
+        md_prepare_parquet(&default, "scaling", "after-expiry", &[1 % n], true)?;
+        let after = md_publish(&default, "scaling", "after-expiry")?;
+        report.put(
+            &format!("table_expiry_ms_40_generations_{n}p"),
+            elapsed.as_secs_f64() * 1e3,
+            "ms (one expiry of 40 generations, default views)",
+        );
+        report.put(
+            &format!("table_publish_after_expiry_ms_{n}p"),
+            after.as_secs_f64() * 1e3,
+            "ms (the publish after it, which removes the expired log entries and data files)",
+        );
     }
     Ok(())
+}
+
+/// Bytes on disk under a store's view root that are its own: directories and files with one
+/// link (the data files are links to the staging files, counted there).
+fn view_root_bytes(store: &Store) -> Res<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(root) = store.view_root() else { return Ok(0) };
+    let mut total = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d)? {
+            let entry = entry?;
+            let meta = fs::symlink_metadata(entry.path())?;
+            if meta.is_dir() {
+                total += meta.blocks() * 512;
+                stack.push(entry.path());
+            } else if meta.nlink() == 1 {
+                total += meta.blocks() * 512;
+            }
+        }
+    }
+    Ok(total)
 }
 
 /// The cost of a view: publishes of 1 and 1,000 partitions (each publish replaces them all, so
@@ -1183,7 +1281,10 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
 /// view), per 1,000 files.
 fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
     let off = Store::open(dir.join("views-off.redb"), dir.join("staging-views-off"))?;
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views"))), ..StoreOptions::default() };
+    let options = StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.join("views")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    };
     let on = Store::open_with_options(dir.join("views-on.redb"), dir.join("staging-views-on"), &options)?;
     for partitions in [1usize, 1000] {
         let dataset = format!("view-{partitions}p");
@@ -1196,7 +1297,7 @@ fn view_figures(dir: &Path, report: &mut Report, publishes: usize) -> Res<()> {
             t_on.push(md_publish(&on, &dataset, &run)?);
             // Drop the view just built (untimed) and time its rebuild alone.
             let status = on.sync_view(&dataset)?.ok_or("no view status")?;
-            std::fs::remove_dir_all(&status.path)?;
+            std::fs::remove_dir_all(status.path.as_ref().ok_or("the dataset has no directory tree")?)?;
             let start = Instant::now();
             let rebuilt = on.sync_view(&dataset)?.ok_or("no view status")?;
             builds.push(start.elapsed());
@@ -1524,7 +1625,7 @@ fn main() -> Res<()> {
         return Ok(());
     }
     if args.iter().any(|a| a == "--table-scaling") {
-        let sizes_n: &[usize] = if sizes.quick { &[100, 1000] } else { &[100, 1000, 10_000] };
+        let sizes_n: &[usize] = if sizes.quick { &[100, 1000] } else { &[100, 1000, 10_000, 100_000] };
         table_scaling(dir, &mut report, sizes_n, if sizes.quick { 5 } else { 9 })?;
         report.finish(&args, "table-scaling", sizes.quick)?;
         return Ok(());

@@ -13,13 +13,16 @@
 //! rerun on the same input snapshot, whose workers write their rows in another order, must
 //! reproduce every canonical digest (computed by the store from the rows, not the bytes).
 //!
-//! The store publishes views (`STORE_DIR/views`): after the publish, `views/daily_units/current`
-//! names the generation's directory `v<N>`, a plain directory tree holding exactly the
-//! published files, one per partition, under `date=…/region=…` directories, with
-//! `_manifest.json`. Give an engine the resolved directory, never a glob through `current`
-//! (which the next publish moves while the engine lists and reads):
-//! `V=$(realpath STORE_DIR/views/daily_units/current)` (or the first line of `manifestdb view
-//! daily_units`), then DuckDB: `read_csv('$V/**/*.csv', hive_partitioning = true)`.
+//! The store publishes views (`STORE_DIR/views`), with a directory tree for this dataset (the
+//! per-dataset choice `ViewTrees`; a new view root has none, so a publish costs what it
+//! changes): after the publish, `views/daily_units/current` names the generation's directory
+//! `v<N>`, a plain directory tree holding exactly the published files, one per partition, under
+//! `date=…/region=…` directories, with `_manifest.json`. Give an engine the resolved directory,
+//! never a glob through `current` (which the next publish moves while the engine lists and
+//! reads): `V=$(realpath STORE_DIR/views/daily_units/current)` (or the first line of
+//! `manifestdb view daily_units`), then DuckDB: `read_csv('$V/**/*.csv', hive_partitioning =
+//! true)`. Every generation also has its exact file list (`manifestdb view daily_units
+//! --files`, `Store::view_files`), with or without a tree.
 //!
 //! Exits non-zero if any total differs from the input's.
 //!
@@ -37,7 +40,7 @@ use std::time::Duration;
 
 use manifestdb::{
     AttemptStatus, AttemptTicket, Candidate, DataFormat, EffectKey, FileCheck, Grain, PublishOptions, PublishOutcome, RunSpec, Store,
-    StoreOptions, TaskKey, TaskSpec, ViewOptions, describe_file,
+    StoreOptions, TaskKey, TaskSpec, ViewOptions, ViewTrees, describe_file,
 };
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -336,7 +339,9 @@ fn naive_directory_total(root: &Path) -> i64 {
 }
 
 fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
-    let options = StoreOptions { views: Some(ViewOptions::hard_links(dir.join("views"))), ..StoreOptions::default() };
+    // A directory tree for this small dataset (readers list it), none for any other.
+    let views = ViewOptions::hard_links(dir.join("views")).with_trees(ViewTrees::only([DATASET]));
+    let options = StoreOptions { views: Some(views), ..StoreOptions::default() };
     let store = Arc::new(Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options)?);
     let input = Arc::new(generate_input());
     println!("store {}; input snapshot {}", dir.display(), input.snapshot);
@@ -422,6 +427,11 @@ fn run_pipeline(dir: &Path) -> manifestdb::Result<bool> {
     let view_total = naive_directory_total(&view);
     println!("a reader listing every file under {} counts {view_total}", view.display());
     all_ok &= view_total == truth_total;
+    // A reader given the generation's exact file list counts the same, tree or not.
+    let list = store.view_files(DATASET, None)?;
+    let list_total: i64 = list.files.iter().map(|f| sum_csv(f).1).sum();
+    println!("a reader given generation {}'s {} files counts {list_total}", list.generation, list.files.len());
+    all_ok &= list_total == truth_total;
 
     // Determinism: a rerun on the same input snapshot must reproduce every digest.
     let rerun = "daily-2026-11-29-rerun";

@@ -120,7 +120,7 @@ pub use store::{
     Snapshot, Store, StoreOptions, describe_file, file_crc32,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
-pub use views::{ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals};
+pub use views::{FileList, ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals, ViewTrees};
 
 /// The README's example and the Rust blocks of the book's chapters, compiled and run by
 /// `cargo test --doc` exactly as printed (the book hides the lines starting with `# `). Doctests

@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
     AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord, MetaRecord, PartitionVersionRecord,
-    RunRecord, TaskRecord, ViewsRecord,
+    RunRecord, TaskRecord, ViewTreesRecord, ViewsRecord,
 };
 use crate::schema::Def;
 
@@ -66,6 +66,8 @@ pub(crate) trait MetaRead {
     fn store_format(&mut self) -> Result<Option<MetaRecord>>;
     /// The store's recorded view root and mode, if a writer set one.
     fn views_config(&mut self) -> Result<Option<ViewsRecord>>;
+    /// The store's recorded choice of directory trees, if one was recorded.
+    fn view_trees(&mut self) -> Result<Option<ViewTreesRecord>>;
 
     /// A declared run.
     fn run(&mut self, dataset: &str, run: &str) -> Result<Option<RunRecord>>;
@@ -191,6 +193,8 @@ pub(crate) trait Meta: MetaRead {
     fn put_store_format(&mut self, record: &MetaRecord) -> Result<()>;
     /// Stores the store's view root and mode.
     fn put_views_config(&mut self, record: &ViewsRecord) -> Result<()>;
+    /// Stores the store's choice of directory trees.
+    fn put_view_trees(&mut self, record: &ViewTreesRecord) -> Result<()>;
     /// Stores a run.
     fn put_run(&mut self, dataset: &str, run: &str, record: &RunRecord) -> Result<()>;
     /// Stores a task.

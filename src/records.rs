@@ -78,6 +78,52 @@ impl Checked for ViewsRecord {
     }
 }
 
+/// Which datasets get directory trees under the store's view root (key `view_trees` of
+/// `meta_v1`; see [`crate::ViewTrees`]). Absent beside a [`ViewsRecord`]: the root was recorded
+/// before the setting existed, and every dataset keeps its trees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ViewTreesRecord {
+    /// Every dataset.
+    pub(crate) all: bool,
+    /// Else the named datasets, sorted, each once.
+    pub(crate) datasets: Vec<String>,
+}
+impl Checked for ViewTreesRecord {
+    const TABLE: Def = schema::META;
+    fn check(&self) -> Result<(), String> {
+        if self.all && !self.datasets.is_empty() {
+            return Err("names datasets beside `all`".into());
+        }
+        if self.datasets.windows(2).any(|w| w[0] >= w[1]) {
+            return Err("dataset names not sorted and unique".into());
+        }
+        if self.datasets.iter().any(String::is_empty) {
+            return Err("an empty dataset name".into());
+        }
+        Ok(())
+    }
+}
+
+impl ViewTreesRecord {
+    /// The record of `trees`.
+    pub(crate) fn of(trees: &crate::ViewTrees) -> ViewTreesRecord {
+        match trees {
+            crate::ViewTrees::Off => ViewTreesRecord { all: false, datasets: Vec::new() },
+            crate::ViewTrees::All => ViewTreesRecord { all: true, datasets: Vec::new() },
+            crate::ViewTrees::Only(names) => ViewTreesRecord { all: false, datasets: names.iter().cloned().collect() },
+        }
+    }
+
+    /// The setting it records.
+    pub(crate) fn trees(&self) -> crate::ViewTrees {
+        match (self.all, self.datasets.is_empty()) {
+            (true, _) => crate::ViewTrees::All,
+            (false, true) => crate::ViewTrees::Off,
+            (false, false) => crate::ViewTrees::Only(self.datasets.iter().cloned().collect()),
+        }
+    }
+}
+
 /// The runs a writable handle begins attempts in without a commit of their own (key
 /// `lazy_begins` of `meta_v1`; redb only): written, durably, before the first such begin of a
 /// run, and removed by the next open. Found by an open that had to repair the store (its

@@ -68,6 +68,10 @@ pub(crate) const META_FORMAT_KEY: &[u8] = b"format";
 /// The key of the store's view root in `meta_v1` (a [`crate::records::ViewsRecord`]); absent
 /// for a store that publishes no views. A separate key, so the format record is unchanged.
 pub(crate) const META_VIEWS_KEY: &[u8] = b"views";
+/// The key of the store's choice of directory trees in `meta_v1` (a
+/// [`crate::records::ViewTreesRecord`]); absent for a store whose view root was recorded before
+/// the choice existed (every dataset then keeps its trees).
+pub(crate) const META_VIEW_TREES_KEY: &[u8] = b"view_trees";
 
 /// The key of the runs a writer begins attempts in without a commit of their own in `meta_v1`
 /// (a [`crate::records::LazyBeginsRecord`]); absent unless a writer opened without

@@ -28,12 +28,13 @@ use crate::model::{EffectStatus, FileCheck, FileEntry, GenerationKind, Verdict};
 use crate::progress::{NO_PROGRESS, Progress, ProgressStage, Tracker};
 use crate::records::{
     self, AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
-    LazyBeginsRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
+    LazyBeginsRecord, MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewTreesRecord, ViewsRecord,
 };
 use crate::rules::{ids, validate::FileObservation};
 use crate::schema::{
     ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, FORMAT_VERSION, GENERATIONS, META,
-    META_FORMAT_KEY, META_LAZY_BEGINS_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number, text_fields,
+    META_FORMAT_KEY, META_LAZY_BEGINS_KEY, META_VIEW_TREES_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number,
+    text_fields,
 };
 use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
 
@@ -301,7 +302,8 @@ impl Snapshot {
         if options.views {
             match self.views() {
                 Ok(Some(views)) => {
-                    let (findings, notes) = crate::views::check(self, &views.root, options.files);
+                    let trees = views.trees.clone().unwrap_or(crate::ViewTrees::All);
+                    let (findings, notes) = crate::views::check(self, &views.root, &trees, options.files);
                     for (path, message) in findings {
                         walk.find("views", path, message);
                     }
@@ -517,6 +519,8 @@ impl Walk {
             if !select(key) {
                 let decoded = if key == META_LAZY_BEGINS_KEY {
                     records::decode::<LazyBeginsRecord>(def.name, key, value).map(drop)
+                } else if key == META_VIEW_TREES_KEY {
+                    records::decode::<ViewTreesRecord>(def.name, key, value).map(drop)
                 } else {
                     records::decode::<ViewsRecord>(def.name, key, value).map(drop)
                 };
@@ -558,7 +562,7 @@ impl Walk {
         self.decode_table_where(
             meta,
             META,
-            |k| k != META_VIEWS_KEY && k != META_LAZY_BEGINS_KEY,
+            |k| k != META_VIEWS_KEY && k != META_LAZY_BEGINS_KEY && k != META_VIEW_TREES_KEY,
             |key, record| {
                 formats.push((key.to_vec(), record));
                 true

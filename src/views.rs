@@ -41,7 +41,7 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -123,22 +123,87 @@ impl ViewMode {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ViewOptions {
-    /// The view root: `<root>/<dataset>/current` is the dataset's current view. Created if
+    /// The view root: `<root>/<dataset>/` holds the dataset's Delta table (a Parquet
+    /// dataset's) and, for a dataset with directory trees, `v<N>/` and `current`. Created if
     /// missing. It must not lie inside the staging root, nor the staging root inside it.
     pub root: PathBuf,
     /// Hard links (the default) or copies.
     pub mode: ViewMode,
+    /// Which datasets get per-generation directory trees (see [`ViewTrees`]). `None` keeps
+    /// what the store recorded: [`ViewTrees::Off`] for a view root recorded with this
+    /// setting or new, [`ViewTrees::All`] for a view root recorded before the setting existed
+    /// (its readers of `current` keep working). `Some` records the choice.
+    pub trees: Option<ViewTrees>,
 }
 
 impl ViewOptions {
     /// Views of hard links under `root`.
     pub fn hard_links(root: impl Into<PathBuf>) -> ViewOptions {
-        ViewOptions { root: root.into(), mode: ViewMode::HardLink }
+        ViewOptions { root: root.into(), mode: ViewMode::HardLink, trees: None }
     }
 
     /// Views of copies under `root`.
     pub fn copies(root: impl Into<PathBuf>) -> ViewOptions {
-        ViewOptions { root: root.into(), mode: ViewMode::Copy }
+        ViewOptions { root: root.into(), mode: ViewMode::Copy, trees: None }
+    }
+
+    /// The same options, recording `trees` as the store's choice of directory trees.
+    #[must_use]
+    pub fn with_trees(mut self, trees: ViewTrees) -> ViewOptions {
+        self.trees = Some(trees);
+        self
+    }
+}
+
+/// Which datasets get a directory tree per generation (`<root>/<dataset>/v<N>/` and the
+/// `current` symlink): a per-dataset choice the store records.
+///
+/// A directory tree is what an engine that only lists directories needs, and its cost grows
+/// with the dataset, not with the change: every generation's tree is one directory per
+/// partition and one link (or copy) per file, because directories cannot be shared between
+/// generations without symlinks, which some readers do not follow (DuckDB's `**` and Python's
+/// `Path.rglob` list nothing through them). At 10,000 partitions a one-partition publish spends
+/// about a second building the tree and each retained generation holds about 46 MB of
+/// directory blocks. Without trees a publish costs what it changes: a Parquet dataset is read
+/// through its Delta table (`<root>/<dataset>/table`), any dataset through the exact file list
+/// of a generation ([`crate::Snapshot::view_files`], `manifestdb view DATASET --files`).
+///
+/// ```
+/// use manifestdb::{ViewOptions, ViewTrees};
+///
+/// // Trees for the small CSV dataset its dashboards list; the rest read the table or a list.
+/// let options = ViewOptions::hard_links("data/views").with_trees(ViewTrees::only(["daily_units"]));
+/// assert!(options.trees.as_ref().is_some_and(|t| t.includes("daily_units") && !t.includes("events")));
+/// assert!(!ViewTrees::default().includes("daily_units"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ViewTrees {
+    /// No dataset (the default for a new view root): every publish costs what it changes.
+    #[default]
+    Off,
+    /// Every dataset (what a view root recorded before this setting existed keeps).
+    All,
+    /// The named datasets only.
+    Only(BTreeSet<String>),
+}
+
+impl ViewTrees {
+    /// Trees for the named datasets only.
+    pub fn only<I, S>(datasets: I) -> ViewTrees
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ViewTrees::Only(datasets.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether `dataset` gets directory trees.
+    pub fn includes(&self, dataset: &str) -> bool {
+        match self {
+            ViewTrees::Off => false,
+            ViewTrees::All => true,
+            ViewTrees::Only(names) => names.contains(dataset),
+        }
     }
 }
 
@@ -147,12 +212,16 @@ impl ViewOptions {
 pub struct ViewStatus {
     /// The dataset.
     pub dataset: String,
-    /// The generation `current` now names: the store's current generation.
+    /// The store's current generation: what `current` now names and the table's latest version
+    /// holds.
     pub generation: u64,
-    /// `<root>/<dataset>/current` (absolute).
-    pub current: PathBuf,
-    /// `<root>/<dataset>/v<N>` (absolute): the directory `current` names.
-    pub path: PathBuf,
+    /// Whether the dataset has directory trees ([`ViewTrees`]).
+    pub trees: bool,
+    /// `<root>/<dataset>/current` (absolute); `None` without directory trees.
+    pub current: Option<PathBuf>,
+    /// `<root>/<dataset>/v<N>` (absolute): the directory `current` names; `None` without
+    /// directory trees.
+    pub path: Option<PathBuf>,
     /// The view was built by this call (it did not exist yet).
     pub built: bool,
     /// `current` was moved by this call (it named another view, or nothing).
@@ -160,7 +229,8 @@ pub struct ViewStatus {
     /// Views found damaged (manifest missing, empty or wrong; a file missing or of the wrong
     /// size) and rebuilt by this call, oldest first.
     pub repaired: Vec<u64>,
-    /// Views removed because their generation is no longer in the store, oldest first.
+    /// Views removed because their generation is no longer in the store (or, for a dataset
+    /// without directory trees, every view left from when it had them), oldest first.
     pub removed: Vec<u64>,
     /// The Delta table's latest version after this call, as its log holds it
     /// (`<root>/<dataset>/_delta_log`; it holds the current generation), `None` if the dataset
@@ -258,8 +328,25 @@ pub(crate) fn table_state(root: &Path, dataset: &str, generation: Option<u64>) -
     Ok(Some(state))
 }
 
-/// The view of generation `requested` (`None`: the store's current generation) under `root`.
-pub(crate) fn locate_view(source: &dyn Generations, root: &Path, dataset: &str, requested: Option<u64>) -> Result<ViewPath> {
+/// The exact files of one generation: [`crate::Snapshot::view_files`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileList {
+    /// The dataset.
+    pub dataset: String,
+    /// The generation whose files these are.
+    pub generation: u64,
+    /// Whether it is the store's current generation.
+    pub is_current: bool,
+    /// Every file of the generation, absolute, in partition order: the accepted attempts'
+    /// files where they were validated, under the staging root. They are durable (validation
+    /// synced them), retained as long as the generation is (cleanup never touches an accepted
+    /// attempt of a retained generation), and a path names one content for as long as it
+    /// exists; the list never changes, whatever publishes meanwhile.
+    pub files: Vec<PathBuf>,
+}
+
+/// The generation `requested` resolves to (`None`: the store's current one), or why none.
+fn resolve_generation(source: &dyn Generations, dataset: &str, requested: Option<u64>) -> Result<(u64, bool)> {
     let no_view = |reason: String| Error::NoView { dataset: dataset.to_owned(), generation: requested, reason };
     let current = source.current_number(dataset)?;
     let stored = source.stored_numbers(dataset)?;
@@ -270,6 +357,35 @@ pub(crate) fn locate_view(source: &dyn Generations, root: &Path, dataset: &str, 
             Error::GenerationNotRetained { dataset: dataset.to_owned(), generation: requested.unwrap_or(0), oldest_retained }
         }
     })?;
+    Ok((generation, Some(generation) == current))
+}
+
+/// The exact files of generation `requested` (`None`: the store's current generation).
+pub(crate) fn generation_files(source: &dyn Generations, dataset: &str, requested: Option<u64>) -> Result<FileList> {
+    let (generation, is_current) = resolve_generation(source, dataset, requested)?;
+    let manifest = source.generation_manifest(dataset, Some(generation))?.ok_or_else(|| Error::NoView {
+        dataset: dataset.to_owned(),
+        generation: requested,
+        reason: format!("generation {generation} left the store while it was read"),
+    })?;
+    let mut files = Vec::new();
+    for entry in &manifest.partitions {
+        let Some(dir) = &entry.staging_dir else {
+            return Err(Error::NoView {
+                dataset: dataset.to_owned(),
+                generation: requested,
+                reason: "the staging root is unknown to this handle (open the store with its staging root)".into(),
+            });
+        };
+        files.extend(entry.files.iter().map(|f| dir.join(&f.path)));
+    }
+    Ok(FileList { dataset: dataset.to_owned(), generation, is_current, files })
+}
+
+/// The view of generation `requested` (`None`: the store's current generation) under `root`.
+pub(crate) fn locate_view(source: &dyn Generations, root: &Path, dataset: &str, requested: Option<u64>) -> Result<ViewPath> {
+    let no_view = |reason: String| Error::NoView { dataset: dataset.to_owned(), generation: requested, reason };
+    let (generation, is_current) = resolve_generation(source, dataset, requested)?;
     let path = root.join(dataset).join(rule::view_name(generation));
     match std::fs::symlink_metadata(&path) {
         Ok(meta) if meta.is_dir() => {}
@@ -282,7 +398,7 @@ pub(crate) fn locate_view(source: &dyn Generations, root: &Path, dataset: &str, 
         }
         Err(e) => return Err(Error::io(format!("inspecting {}", path.display()), e)),
     }
-    Ok(ViewPath { dataset: dataset.to_owned(), generation, path, is_current: Some(generation) == current })
+    Ok(ViewPath { dataset: dataset.to_owned(), generation, path, is_current })
 }
 
 /// The failure seam of the view build: the crash tests make the N-th file operation fail, as
@@ -307,6 +423,8 @@ impl Default for Seam {
 pub(crate) struct Views {
     root: PathBuf,
     mode: ViewMode,
+    /// Which datasets get directory trees.
+    trees: ViewTrees,
     seam: Seam,
     lock: Mutex<()>,
     /// Expired views' trees being removed in the background.
@@ -423,6 +541,7 @@ impl Views {
         Ok(Views {
             root,
             mode: options.mode,
+            trees: options.trees.clone().unwrap_or_default(),
             seam: Seam::default(),
             lock: Mutex::new(()),
             reaper: Reaper::default(),
@@ -501,6 +620,9 @@ impl Views {
         };
         let listing = self.list(ds.as_fd(), dataset)?;
         let target = self.current_target(ds.as_fd(), dataset)?;
+        if !self.trees.includes(dataset) {
+            return self.sync_without_trees(ds.as_fd(), source, staging_root, dataset, &manifest, &stored, &listing, target, check);
+        }
         for leftover in &listing.leftovers {
             // A tree the background is removing is left to it.
             if !self.reaper.is_busy(&self.dataset_path(dataset).join(leftover)) {
@@ -549,12 +671,63 @@ impl Views {
         Ok(Some(ViewStatus {
             dataset: dataset.to_owned(),
             generation: number,
-            current: base.join(rule::CURRENT),
-            path: base.join(rule::view_name(number)),
+            trees: true,
+            current: Some(base.join(rule::CURRENT)),
+            path: Some(base.join(rule::view_name(number))),
             built,
             swapped,
             repaired,
             removed,
+            table_version: table.as_ref().map(|t| t.version),
+            table_repaired: table.as_ref().map(|t| t.repaired.clone()).unwrap_or_default(),
+            table_restored: table.as_ref().map_or(0, |t| t.restored),
+            foreign_versions: table.map(|t| t.foreign).unwrap_or_default(),
+        }))
+    }
+
+    /// [`Views::sync`] for a dataset without directory trees: removes what trees it had
+    /// (`current` first, so no reader resolves it again, then every `v<N>` and leftover) and
+    /// syncs its Delta table, so a publish costs what it changes.
+    #[allow(clippy::too_many_arguments)] // reason: one sync's handles, source and generation
+    fn sync_without_trees(
+        &self,
+        ds: BorrowedFd<'_>,
+        source: &dyn Generations,
+        staging_root: &Path,
+        dataset: &str,
+        manifest: &Manifest,
+        stored: &BTreeSet<u64>,
+        listing: &layout::Listing,
+        target: Option<u64>,
+        check: Check,
+    ) -> Result<Option<ViewStatus>> {
+        if target.is_some() {
+            tracing::info!(dataset, "the dataset has no directory trees: removing `current` and its views");
+            self.remove_entry(ds, dataset, rule::CURRENT)?;
+        }
+        for leftover in &listing.leftovers {
+            if !self.reaper.is_busy(&self.dataset_path(dataset).join(leftover)) {
+                self.remove_entry(ds, dataset, leftover)?;
+            }
+        }
+        self.remove_views(ds, dataset, &listing.views)?;
+        #[cfg(feature = "delta")]
+        let table = self.sync_table(ds, dataset, source, staging_root, manifest, stored, check)?;
+        #[cfg(not(feature = "delta"))]
+        let table: Option<TableSync> = {
+            let _ = (source, staging_root, stored, check);
+            None
+        };
+        Ok(Some(ViewStatus {
+            dataset: dataset.to_owned(),
+            generation: manifest.generation.number,
+            trees: false,
+            current: None,
+            path: None,
+            built: false,
+            swapped: false,
+            repaired: Vec::new(),
+            removed: listing.views.clone(),
             table_version: table.as_ref().map(|t| t.version),
             table_repaired: table.as_ref().map(|t| t.repaired.clone()).unwrap_or_default(),
             table_restored: table.as_ref().map_or(0, |t| t.restored),

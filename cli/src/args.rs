@@ -137,8 +137,9 @@ pub enum Command {
     /// The published view of a dataset: `view DATASET` prints the directory of its current
     /// view (`<views>/<dataset>/v<N>`, what `current` names now: give an engine this path,
     /// never `current/**`, which can move to the next generation while the engine lists and
-    /// reads) and its manifest; `--generation N` a retained generation's (exit 4 when expired,
-    /// naming the oldest retained). Read-only. `view sync [DATASET]` checks the views against
+    /// reads; `-` for a dataset without directory trees) and its manifest and Delta table;
+    /// `--files` the generation's exact files instead; `--generation N` a retained
+    /// generation's (exit 4 when expired, naming the oldest retained). Read-only. `view sync [DATASET]` checks the views against
     /// the store, rebuilds a damaged one and brings `current` up to date (after a crash between
     /// a publish and its view swap). The view root is the one recorded in the store (set by the
     /// first `--views DIR`).
@@ -204,6 +205,10 @@ pub struct ViewArgs {
     /// A retained generation's view instead of the current one.
     #[arg(long, short = 'g', value_name = "N", allow_negative_numbers = true, value_parser = crate::values::parse_generation)]
     pub generation: Option<u64>,
+    /// Print the generation's exact files, one absolute path per line (the accepted attempts'
+    /// files; with or without directory trees), for engines that take a list of files.
+    #[arg(long)]
+    pub files: bool,
 }
 
 /// `view` sub-verbs.
@@ -820,11 +825,17 @@ REFUSAL: {\"partition\", \"reason\": \"no_accepted_attempt\", \"attempts\": [{\"
        each with \"message\": why the task refused it, in words";
 
 const VIEW_JSON: &str = "\
-JSON of `view DATASET [-g N]`: {\"dataset\", \"view_root\": PATH, \"current\": PATH (<root>/<dataset>/current),
-                        \"path\": PATH (the v<N> directory current names, or generation N's: read this),
+JSON of `view DATASET [-g N] [--files]`: {\"dataset\", \"view_root\": PATH,
+                        \"trees\": BOOL (the dataset has directory trees: --view-trees),
+                        \"current\": PATH|null (<root>/<dataset>/current; null without trees),
+                        \"path\": PATH|null (the v<N> directory current names, or generation N's: read this;
+                                 null without trees),
                         \"view_generation\": N|null,
                         \"store_generation\": N|null, \"lagging\": BOOL (the view or the table lags),
-                        \"view_lagging\": BOOL, \"table\": TABLE, \"manifest\": VIEW_MANIFEST|null}
+                        \"view_lagging\": BOOL, \"table\": TABLE,
+                        \"files\": [PATH]|null (the generation's exact files: the accepted attempts' files in
+                                 staging; null if the staging root is unknown),
+                        \"manifest\": VIEW_MANIFEST|null (without trees: the one a tree would hold)}
 TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its log: {\"path\": PATH|null,
        \"version\": N|null (the version holding the generation shown), \"latest_version\", \"latest_generation\",
        \"lagging\": BOOL, \"foreign_versions\": [{\"version\", \"operation\", \"engine\"}] (other writers' commits),
@@ -832,7 +843,7 @@ TABLE: a Parquet dataset's Delta table (<root>/<dataset>/table), read from its l
 VIEW_MANIFEST: the view's _manifest.json, schema \"manifestdb.view.manifest\" version 2 (see the book,
                docs/src/reading.md); files are named g<S>-a<A>-<name> after the partition version
                holding them, so one path never names two contents.
-JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"current\", \"path\", \"built\", \"swapped\",
+JSON of `view sync`: {\"synced\": [{\"dataset\", \"generation\", \"trees\", \"current\", \"path\", \"built\", \"swapped\",
                                   \"repaired\": [N], \"removed\": [N], \"table_version\": N|null,
                                   \"table_repaired\": [VERSION], \"table_restored\": N, \"foreign_versions\": [VERSION]}]}
 Exit 4 if the store has no view root, the dataset no view, or generation N expired (the message names the

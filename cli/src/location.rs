@@ -45,15 +45,26 @@ pub struct LocationArgs {
     #[arg(long, global = true, value_name = "DURATION", value_parser = crate::values::parse_attempt_lifetime, env = "MANIFESTDB_ATTEMPT_LIFETIME")]
     pub attempt_lifetime: Option<std::time::Duration>,
 
-    /// Publish views under DIR: after every publish and rollback, `DIR/<dataset>/current`
-    /// names the current generation's directory `v<N>` (hard links to the accepted files,
-    /// named after the partition version holding them, and `_manifest.json`). Readers resolve
-    /// `current` once (`realpath`, or the path `manifestdb view DATASET` prints) and read that
-    /// directory: a glob over `current/**` lists through a link the next publish moves. Recorded
-    /// in the store: later invocations keep the views without repeating the flag. Must be on the
-    /// staging root's file system unless --view-mode copy.
+    /// Publish views under DIR: after every publish and rollback, a Parquet dataset's Delta
+    /// table `DIR/<dataset>/table` gets a version holding the new generation, and for datasets
+    /// with directory trees (--view-trees) `DIR/<dataset>/current` names the generation's
+    /// directory `v<N>` (hard links to the accepted files, named after the partition version
+    /// holding them, and `_manifest.json`). Readers resolve `current` once (`realpath`, or the
+    /// path `manifestdb view DATASET` prints) and read that directory: a glob over `current/**`
+    /// lists through a link the next publish moves. Recorded in the store: later invocations
+    /// keep the views without repeating the flag. Must be on the staging root's file system
+    /// unless --view-mode copy.
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_VIEWS")]
     pub views: Option<PathBuf>,
+
+    /// Which datasets get a directory tree per generation (`v<N>/`, `current`): `none` (the
+    /// default for a new view root: a publish costs what it changes; read the Delta table or
+    /// `view DATASET --files`), `all`, or dataset names separated by commas. A tree costs one
+    /// directory per partition and one link per file of the whole dataset at every publish.
+    /// Recorded in the store with --views; without this flag the recorded choice is kept (a
+    /// view root recorded before the choice existed keeps trees for every dataset).
+    #[arg(long, global = true, value_name = "all|none|DATASET,...", requires = "views", value_parser = crate::values::parse_view_trees, env = "MANIFESTDB_VIEW_TREES")]
+    pub view_trees: Option<manifestdb::ViewTrees>,
 
     /// How views hold files: hard links (default; no copy) or copies (any file system).
     #[arg(long, global = true, value_enum, default_value = "hard-link", env = "MANIFESTDB_VIEW_MODE")]
@@ -178,7 +189,7 @@ impl LocationArgs {
         };
         StoreOptions {
             attempt_lifetime_max: self.attempt_lifetime,
-            views: self.views.as_ref().map(|root| ViewOptions { root: root.clone(), mode }),
+            views: self.views.as_ref().map(|root| ViewOptions { root: root.clone(), mode, trees: self.view_trees.clone() }),
             group_access: self.group_access,
             ..StoreOptions::default()
         }

@@ -49,6 +49,21 @@ pub fn parse_generation(value: &str) -> Result<u64, String> {
     value.trim().parse::<u64>().map_err(|_| format!("{value:?} is not a generation number (1, 2, ...)"))
 }
 
+/// `--view-trees`: `all`, `none`, or a comma-separated list of dataset names.
+pub fn parse_view_trees(value: &str) -> Result<manifestdb::ViewTrees, String> {
+    match value.trim() {
+        "all" => Ok(manifestdb::ViewTrees::All),
+        "none" => Ok(manifestdb::ViewTrees::Off),
+        list => {
+            let names: Vec<&str> = list.split(',').map(str::trim).collect();
+            if names.iter().any(|n| n.is_empty()) {
+                return Err(format!("{value:?} has an empty dataset name: give `all`, `none` or names separated by commas"));
+            }
+            Ok(manifestdb::ViewTrees::only(names))
+        }
+    }
+}
+
 /// `gc expire --keep-last`: 1 or more (the current generation is always kept).
 pub fn parse_keep_last(value: &str) -> Result<u64, String> {
     match value.trim().parse::<u64>() {

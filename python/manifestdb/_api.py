@@ -475,8 +475,9 @@ class _Operations:
                 raise
             return None
         return View(
-            d["dataset"], Path(d["view_root"]), Path(d["current"]), Path(d["path"]), d["view_generation"], d["store_generation"],
-            d["lagging"], d["manifest"], d["table"],
+            d["dataset"], Path(d["view_root"]), None if d["current"] is None else Path(d["current"]),
+            None if d["path"] is None else Path(d["path"]), d["view_generation"], d["store_generation"],
+            d["lagging"], d["manifest"], d["table"], d["trees"], tuple(Path(f) for f in d["files"] or ()),
         )
 
     def has_dataset(self, dataset: str) -> bool:

@@ -16,6 +16,7 @@ class NativeStore:
         view_mode: str | None = ...,
         cross_process_readers: bool | None = ...,
         durable_begins: bool | None = ...,
+        view_trees: list[str] | None = ...,
     ) -> NativeStore: ...
     @staticmethod
     def open_read_only(path: str, staging: str | None = ..., cache_size_bytes: int | None = ...) -> NativeStore: ...

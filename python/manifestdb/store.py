@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Mapping, Union
+from typing import Any, Iterable, Mapping, Union
 
 from . import _native, errors
 from ._api import _Operations
@@ -80,6 +80,7 @@ class Store(_Handle):
         attempt_lifetime_max: timedelta | float | None = None,
         views: PathLike | None = None,
         view_mode: str | None = None,
+        view_trees: bool | Iterable[str] | None = None,
         cross_process_readers: bool = True,
         durable_begins: bool = False,
         wait: timedelta | float = 0,
@@ -89,8 +90,13 @@ class Store(_Handle):
         Options, as ``StoreOptions`` in Rust: ``cache_size_bytes`` (redb's page cache, 64 MiB by
         default), ``attempt_lifetime_max`` (the attempt lease, a timedelta or seconds; it only
         ever grows), ``views`` (a view root: after each publish the current generation is a
-        plain directory tree under ``views/<dataset>/current``) and ``view_mode``
-        (``"hardlink"``, the default, or ``"copy"``).
+        Delta table under ``views/<dataset>/table`` for a Parquet dataset), ``view_mode``
+        (``"hardlink"``, the default, or ``"copy"``) and ``view_trees``: which datasets also get
+        a plain directory tree per generation under ``views/<dataset>/current`` (``True``
+        every dataset, ``False`` none, or an iterable of dataset names; ``None``, the default,
+        keeps the store's recorded choice, none for a new view root). A tree costs one
+        directory per partition and one link per file of the whole dataset at every publish;
+        without one, read the Delta table or :meth:`Store.view`'s ``files``.
 
         ``cross_process_readers`` (``True`` by default) lets other processes read the store
         (:class:`ReadOnlyStore`, the CLI's reads) while this handle writes, at two flushes of
@@ -113,6 +119,21 @@ class Store(_Handle):
         """
         cache_size_bytes = _int("cache_size_bytes", cache_size_bytes, optional=True)
         _check("view_mode", view_mode, str, optional=True)
+        trees: list[str] | None
+        if view_trees is None:
+            trees = None
+        elif view_trees is True:
+            trees = ["*"]
+        elif view_trees is False:
+            trees = []
+        elif isinstance(view_trees, str):
+            raise TypeError("view_trees must be a bool or an iterable of dataset names, not a str (wrap one name in a list)")
+        else:
+            trees = list(view_trees)
+            for name in trees:
+                _check("view_trees item", name, str)
+            if not trees:
+                raise ValueError("view_trees=[] names no dataset: pass False for none")
         _check("cross_process_readers", cross_process_readers, bool)
         _check("durable_begins", durable_begins, bool)
         lease = None if attempt_lifetime_max is None else _ms_of(attempt_lifetime_max, "attempt_lifetime_max")
@@ -130,6 +151,7 @@ class Store(_Handle):
                     view_mode,
                     cross_process_readers,
                     durable_begins,
+                    trees,
                 )
                 return cls(native)
             except errors.Busy as e:

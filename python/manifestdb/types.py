@@ -1248,8 +1248,10 @@ class View:
 
     dataset: str
     view_root: Path
-    current: Path
-    path: Path
+    #: ``views/<dataset>/current``; ``None`` for a dataset without directory trees.
+    current: Path | None
+    #: The directory of the generation shown (``current`` resolved); ``None`` without trees.
+    path: Path | None
     view_generation: int | None
     store_generation: int | None
     #: True if the view or the Delta table lags the store (``table["reason"]`` says why for the
@@ -1260,6 +1262,11 @@ class View:
     #: ``version`` (the version holding the generation shown), ``latest_version``,
     #: ``latest_generation``, ``lagging``, ``foreign_versions``, ``damaged_versions``, ``reason``.
     table: Mapping[str, Any]
+    #: Whether the dataset has directory trees (the store's ``view_trees`` choice).
+    trees: bool
+    #: The exact files of the generation shown, absolute (the accepted attempts' files), for
+    #: engines that take a list: ``pl.scan_csv(list(view.files))``, ``duckdb.read_csv([...])``.
+    files: tuple[Path, ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ use manifestdb::documents::requests::{
 use manifestdb::documents::{self, operator, reads};
 use manifestdb::{
     BatchOp, BatchOutcome, Error, ErrorKind, FileCheck, ReadOnlyStore, Snapshot, Store, StoreOptions, TaskKey, VerifyOptions, ViewMode,
-    ViewOptions,
+    ViewOptions, ViewTrees,
 };
 use parking_lot::Mutex;
 use pyo3::prelude::*;
@@ -141,13 +141,15 @@ struct OpenOptions<'a> {
     attempt_lifetime_max_ms: Option<f64>,
     views: Option<PathBuf>,
     view_mode: Option<&'a str>,
+    view_trees: Option<Vec<String>>,
     cross_process_readers: Option<bool>,
     durable_begins: Option<bool>,
 }
 
 /// The options `Store.open` takes, as `manifestdb._api` passes them.
 fn store_options(given: OpenOptions<'_>) -> Result<StoreOptions, Failure> {
-    let OpenOptions { cache_size_bytes, attempt_lifetime_max_ms, views, view_mode, cross_process_readers, durable_begins } = given;
+    let OpenOptions { cache_size_bytes, attempt_lifetime_max_ms, views, view_mode, view_trees, cross_process_readers, durable_begins } =
+        given;
     let mut options = StoreOptions::default();
     if let Some(bytes) = cache_size_bytes {
         options.cache_size_bytes = bytes;
@@ -165,9 +167,15 @@ fn store_options(given: OpenOptions<'_>) -> Result<StoreOptions, Failure> {
             "copy" => ViewMode::Copy,
             other => return Err(Failure::usage(format!("invalid view_mode {other:?}: \"hardlink\" or \"copy\""))),
         };
-        options.views = Some(ViewOptions { root, mode });
-    } else if view_mode.is_some() {
-        return Err(Failure::usage("view_mode needs views (the view root)"));
+        // `["*"]` is every dataset, `[]` none, else the named ones.
+        let trees = view_trees.map(|names| match names.as_slice() {
+            [all] if all == "*" => ViewTrees::All,
+            [] => ViewTrees::Off,
+            _ => ViewTrees::only(names),
+        });
+        options.views = Some(ViewOptions { root, mode, trees });
+    } else if view_mode.is_some() || view_trees.is_some() {
+        return Err(Failure::usage("view_mode and view_trees need views (the view root)"));
     }
     Ok(options)
 }
@@ -178,7 +186,7 @@ impl NativeStore {
     #[staticmethod]
     #[pyo3(signature = (
         path, staging, cache_size_bytes=None, attempt_lifetime_max_ms=None, views=None, view_mode=None, cross_process_readers=None,
-        durable_begins=None
+        durable_begins=None, view_trees=None
     ))]
     #[allow(clippy::too_many_arguments, reason = "the keyword arguments of Store.open, one per option")]
     fn open(
@@ -191,12 +199,14 @@ impl NativeStore {
         view_mode: Option<String>,
         cross_process_readers: Option<bool>,
         durable_begins: Option<bool>,
+        view_trees: Option<Vec<String>>,
     ) -> PyResult<NativeStore> {
         let given = OpenOptions {
             cache_size_bytes,
             attempt_lifetime_max_ms,
             views,
             view_mode: view_mode.as_deref(),
+            view_trees,
             cross_process_readers,
             durable_begins,
         };
@@ -215,6 +225,7 @@ impl NativeStore {
             attempt_lifetime_max_ms: None,
             views: None,
             view_mode: None,
+            view_trees: None,
             cross_process_readers: None,
             durable_begins: None,
         };

@@ -54,7 +54,7 @@ def test_duckdb_reading_the_view_during_publishes_sees_whole_generations(tmp_pat
     totals = set()
     seen: list[int] = []
     failures: list[BaseException] = []
-    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views) as store:
+    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views, view_trees=True) as store:
         totals.add(publish_generation(store, 1))
         stop = threading.Event()
 
@@ -126,3 +126,29 @@ def test_a_parquet_dataset_published_from_python_says_its_delta_table_lags(tmp_p
     assert view is not None and view.view_generation == view.store_generation == 1
     assert view.lagging and view.table["lagging"], view.table
     assert "delta" in view.table["reason"], view.table
+
+
+def test_without_directory_trees_the_views_file_list_reads_each_generation_exactly(tmp_path: Path) -> None:
+    """A new view root keeps no directory trees (a publish costs what it changes): ``view``
+    gives no ``path`` but the generation's exact files, which DuckDB and polars read; a list
+    taken before later publishes still reads its own generation. ``view_trees`` turns trees on
+    for the named datasets."""
+    views = tmp_path / "views"
+    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views) as store:
+        first_total = publish_generation(store, 1)
+        first = store.view("units")
+        for n in range(2, 4):
+            last_total = publish_generation(store, n)
+        last = store.view("units")
+    assert first is not None and last is not None
+    assert not first.trees and first.path is None and first.current is None
+    assert not (views / "units" / "current").exists()
+    assert len(first.files) == 2 and all(f.is_file() for f in first.files)
+    names = [str(f) for f in first.files]
+    assert duckdb.sql(f"select sum(units) from read_csv({names!r})").fetchall()[0][0] == first_total
+    assert pl.scan_csv([str(f) for f in last.files]).select(pl.col("units").sum()).collect().item() == last_total
+    with m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views, view_trees=["units"]) as store:
+        view = store.view("units")
+    assert view is not None and view.trees and view.path is not None and view.path.name == "v3"
+    with pytest.raises(TypeError):
+        m.Store.open(tmp_path / "s.redb", tmp_path / "staging", views=views, view_trees="units")

@@ -185,7 +185,7 @@ pub fn cleanup_applied(report: &ApplyReport) -> Value {
 /// "removed", "table_version", "table_repaired", "table_restored", "foreign_versions"}`.
 pub fn view_status(s: &ViewStatus) -> Value {
     json!({
-        "dataset": s.dataset, "generation": s.generation, "current": s.current, "path": s.path,
+        "dataset": s.dataset, "generation": s.generation, "trees": s.trees, "current": s.current, "path": s.path,
         "built": s.built, "swapped": s.swapped, "repaired": s.repaired, "removed": s.removed,
         "table_version": s.table_version, "table_repaired": s.table_repaired, "table_restored": s.table_restored,
         "foreign_versions": s.foreign_versions,
@@ -214,7 +214,9 @@ pub fn views_synced(synced: &[ViewStatus]) -> Value {
 /// (corrupt) for a view whose `_manifest.json` is missing, empty or damaged.
 pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation: Option<u64>) -> Result<Value, DocumentError> {
     require_dataset(snapshot, dataset)?;
-    let root: PathBuf = match (root, snapshot.views()?) {
+    let recorded = snapshot.views()?;
+    let trees = recorded.as_ref().and_then(|r| r.trees.as_ref()).is_none_or(|t| t.includes(dataset));
+    let root: PathBuf = match (root, recorded) {
         (Some(given), _) => {
             std::path::absolute(given).map_err(|source| crate::Error::Io { context: format!("resolving {}", given.display()), source })?
         }
@@ -222,28 +224,42 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         (None, None) => return Err(DocumentError::NotFound("the store publishes no views (open it once with --views DIR)".into())),
     };
     let store_generation = snapshot.current(dataset)?.map(|g| g.number);
-    let current = root.join(dataset).join("current");
-    let target = std::fs::read_link(&current).ok();
-    let current_generation = target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
-    let (path, view_generation) = match generation {
-        Some(n) => (crate::views::locate_view(snapshot, &root, dataset, Some(n))?.path, Some(n)),
-        None => {
-            let Some(path) = target.as_ref().map(|t| root.join(dataset).join(t)) else {
-                return Err(DocumentError::NotFound(format!(
-                    "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
-                    current.display(),
-                    store_generation.map_or("none".to_owned(), |g| g.to_string())
-                )));
-            };
-            (path, current_generation)
-        }
-    };
-    let manifest_path = path.join("_manifest.json");
-    let manifest = match ViewManifest::read(&manifest_path) {
-        Err(crate::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && path.is_dir() => {
-            return Err(crate::Error::ViewDamaged { path: manifest_path, reason: "is missing".into() }.into());
-        }
-        other => other?,
+    // The generation's exact file list, from the store (every dataset has one).
+    let list = snapshot.view_files(dataset, generation).ok();
+    let (current, path, view_generation, manifest, view_lagging) = if trees {
+        let current = root.join(dataset).join("current");
+        let target = std::fs::read_link(&current).ok();
+        let current_generation =
+            target.as_ref().and_then(|t| t.to_str()).and_then(|t| t.strip_prefix('v')).and_then(|n| n.parse::<u64>().ok());
+        let (path, view_generation) = match generation {
+            Some(n) => (crate::views::locate_view(snapshot, &root, dataset, Some(n))?.path, Some(n)),
+            None => {
+                let Some(path) = target.as_ref().map(|t| root.join(dataset).join(t)) else {
+                    return Err(DocumentError::NotFound(format!(
+                        "dataset {dataset:?} has no view at {} (store generation: {}; `manifestdb view sync` builds it)",
+                        current.display(),
+                        store_generation.map_or("none".to_owned(), |g| g.to_string())
+                    )));
+                };
+                (path, current_generation)
+            }
+        };
+        let manifest_path = path.join("_manifest.json");
+        let manifest = match ViewManifest::read(&manifest_path) {
+            Err(crate::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && path.is_dir() => {
+                return Err(crate::Error::ViewDamaged { path: manifest_path, reason: "is missing".into() }.into());
+            }
+            other => other?,
+        };
+        (Some(current), Some(path), view_generation, manifest, current_generation != store_generation)
+    } else {
+        // No directory trees: the manifest is the store's, the generation is the one asked for.
+        let list = snapshot.view_files(dataset, generation)?;
+        let Some(manifest) = snapshot.manifest(dataset, Some(list.generation))? else {
+            return Err(DocumentError::NotFound(format!("generation {} of {dataset:?} left the store while it was read", list.generation)));
+        };
+        let mode = snapshot.views()?.map_or(crate::ViewMode::HardLink, |v| v.mode);
+        (None, None, Some(list.generation), ViewManifest::of(&manifest, mode), false)
     };
     let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
     // The Delta table (a Parquet dataset's), read from its log: the version holding the
@@ -305,13 +321,15 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
     Ok(json!({
         "dataset": dataset,
         "view_root": root,
+        "trees": trees,
         "current": current,
         "path": path,
         "view_generation": view_generation,
         "store_generation": store_generation,
-        "lagging": current_generation != store_generation || table_lagging,
-        "view_lagging": current_generation != store_generation,
+        "lagging": view_lagging || table_lagging,
+        "view_lagging": view_lagging,
         "table": table,
+        "files": list.as_ref().filter(|l| Some(l.generation) == view_generation.or(store_generation)).map(|l| &l.files),
         "manifest": manifest,
     }))
 }

@@ -31,11 +31,11 @@ use crate::meta::{Meta, MetaRead, Scope, note_write};
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
     AcceptedRecord, AttemptRecord, Checked, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord,
-    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
+    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewTreesRecord, ViewsRecord,
 };
 use crate::schema::{
     self, ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, GENERATIONS, META, META_FORMAT_KEY,
-    META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
+    META_VIEW_TREES_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
 
 type Params<'a> = &'a [(&'a (dyn ToSql + Sync), Type)];
@@ -320,6 +320,11 @@ impl MetaRead for PgMeta<'_> {
     fn views_config(&mut self) -> Result<Option<ViewsRecord>> {
         self.need(|| Node::Store, Access::Read)?;
         self.get(META, META_VIEWS_KEY)
+    }
+
+    fn view_trees(&mut self) -> Result<Option<ViewTreesRecord>> {
+        self.need(|| Node::Store, Access::Read)?;
+        self.get(META, META_VIEW_TREES_KEY)
     }
 
     fn run(&mut self, dataset: &str, run: &str) -> Result<Option<RunRecord>> {
@@ -655,6 +660,11 @@ impl Meta for PgMeta<'_> {
     fn put_views_config(&mut self, record: &ViewsRecord) -> Result<()> {
         self.need(|| Node::Store, Access::Write)?;
         self.put(META, META_VIEWS_KEY, record)
+    }
+
+    fn put_view_trees(&mut self, record: &ViewTreesRecord) -> Result<()> {
+        self.need(|| Node::Store, Access::Write)?;
+        self.put(META, META_VIEW_TREES_KEY, record)
     }
 
     fn put_run(&mut self, dataset: &str, run: &str, record: &RunRecord) -> Result<()> {

@@ -17,11 +17,11 @@ use crate::meta::{Meta, MetaRead, note_write};
 use crate::model::{AttemptKey, EffectKey, PartitionEntry, TaskKey};
 use crate::records::{
     AcceptedRecord, AttemptRecord, CleanupBatchRecord, CleanupPlanRecord, DigestRecord, EffectRecord, GenerationRecord, LazyBeginsRecord,
-    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewsRecord,
+    MetaRecord, PartitionVersionRecord, PointerRecord, RunRecord, TaskRecord, ViewTreesRecord, ViewsRecord,
 };
 use crate::schema::{
     self, ACCEPTED, ALL_TABLES, ATTEMPTS, CLEANUP_BATCHES, CLEANUP_PLANS, DIGESTS, Def, EFFECTS, GENERATIONS, META, META_FORMAT_KEY,
-    META_LAZY_BEGINS_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
+    META_LAZY_BEGINS_KEY, META_VIEW_TREES_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, key, key_u32, key_u64, prefix, prefix_end,
 };
 
 type RawTable<'t> = Table<'t, &'static [u8], &'static [u8]>;
@@ -227,6 +227,10 @@ impl<X: RawTables> MetaRead for X {
 
     fn views_config(&mut self) -> Result<Option<ViewsRecord>> {
         get(self.table(META)?, META, META_VIEWS_KEY)
+    }
+
+    fn view_trees(&mut self) -> Result<Option<ViewTreesRecord>> {
+        get(self.table(META)?, META, META_VIEW_TREES_KEY)
     }
 
     fn run(&mut self, dataset: &str, run: &str) -> Result<Option<RunRecord>> {
@@ -493,6 +497,10 @@ impl Meta for RedbMeta<'_> {
 
     fn put_views_config(&mut self, record: &ViewsRecord) -> Result<()> {
         put(self.table_mut(META)?, META_VIEWS_KEY, record)
+    }
+
+    fn put_view_trees(&mut self, record: &ViewTreesRecord) -> Result<()> {
+        put(self.table_mut(META)?, META_VIEW_TREES_KEY, record)
     }
 
     fn put_run(&mut self, dataset: &str, run: &str, record: &RunRecord) -> Result<()> {

@@ -48,7 +48,7 @@ use crate::error::{Error, Result};
 use crate::meta::Meta;
 pub(crate) use crate::meta::TxnEnd;
 use crate::model::TaskKey;
-use crate::records::{MetaRecord, ViewsRecord};
+use crate::records::{MetaRecord, ViewTreesRecord, ViewsRecord};
 use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
@@ -611,6 +611,15 @@ impl Store {
         self.snapshot()?.view_path(dataset, generation)
     }
 
+    /// The exact files of generation `generation` (`None`: the current one):
+    /// [`Snapshot::view_files`] on a fresh snapshot.
+    ///
+    /// # Errors
+    /// As [`Snapshot::view_files`]; [`Error::Poisoned`] after a failed write.
+    pub fn view_files(&self, dataset: &str, generation: Option<u64>) -> Result<crate::FileList> {
+        self.snapshot()?.view_files(dataset, generation)
+    }
+
     /// The dataset's Delta table: [`Snapshot::delta_table`] on a fresh snapshot.
     ///
     /// # Errors
@@ -981,13 +990,25 @@ impl Store {
 /// whether the record had to be written.
 fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
     let recorded = meta.views_config()?;
-    let wanted = match (&options.views, &recorded) {
+    let recorded_trees = meta.view_trees()?;
+    let mut wanted = match (&options.views, &recorded) {
         (Some(asked), _) => asked.clone(),
-        (None, Some(record)) => {
-            ViewOptions { root: PathBuf::from(&record.root), mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink } }
-        }
+        (None, Some(record)) => ViewOptions {
+            root: PathBuf::from(&record.root),
+            mode: if record.copy { ViewMode::Copy } else { ViewMode::HardLink },
+            trees: None,
+        },
         (None, None) => return Ok((None, false)),
     };
+    // Asked for, else recorded, else every dataset for a root recorded before the choice
+    // existed (its readers of `current` keep working), else none.
+    let trees = match (wanted.trees.take(), &recorded_trees, &recorded) {
+        (Some(asked), _, _) => asked,
+        (None, Some(record), _) => record.trees(),
+        (None, None, Some(_)) => crate::ViewTrees::All,
+        (None, None, None) => crate::ViewTrees::Off,
+    };
+    wanted.trees = Some(trees.clone());
     let dir_mode = created_dir_mode(options.group_access);
     let views = Views::open(&wanted, staging_root, &|dir: &Path| files::create_dir_all_durable(dir, dir_mode))?;
     let record = ViewsRecord {
@@ -995,14 +1016,20 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
         root: views.root().to_string_lossy().into_owned(),
         copy: views.mode() == ViewMode::Copy,
     };
+    let trees_record = ViewTreesRecord::of(&trees);
+    let mut wrote = false;
     if recorded.as_ref() != Some(&record) {
         if let Some(old) = &recorded {
             tracing::warn!(old = %old.root, new = %record.root, "view root changed; views under the old root are left untouched");
         }
         meta.put_views_config(&record)?;
-        return Ok((Some(views), true));
+        wrote = true;
     }
-    Ok((Some(views), false))
+    if recorded_trees.as_ref() != Some(&trees_record) {
+        meta.put_view_trees(&trees_record)?;
+        wrote = true;
+    }
+    Ok((Some(views), wrote))
 }
 
 /// Creates the staging root if missing (every directory it creates synced into its parent) and

@@ -167,9 +167,13 @@ impl Snapshot {
     /// Storage and corruption errors.
     pub fn views(&self) -> Result<Option<crate::ViewOptions>> {
         self.read("reading views", |meta| {
-            Ok(meta.views_config()?.map(|r| crate::ViewOptions {
+            let Some(r) = meta.views_config()? else { return Ok(None) };
+            // A root recorded before the choice of trees existed keeps trees for every dataset.
+            let trees = meta.view_trees()?.map_or(crate::ViewTrees::All, |t| t.trees());
+            Ok(Some(crate::ViewOptions {
                 root: PathBuf::from(r.root),
                 mode: if r.copy { crate::ViewMode::Copy } else { crate::ViewMode::HardLink },
+                trees: Some(trees),
             }))
         })
     }
@@ -192,7 +196,32 @@ impl Snapshot {
                 reason: "the store publishes no views (open it once with a view root: `--views DIR`)".into(),
             });
         };
+        if views.trees.as_ref().is_some_and(|t| !t.includes(dataset)) {
+            return Err(Error::NoView {
+                dataset: dataset.to_owned(),
+                generation,
+                reason: "the dataset has no directory trees (the store's choice, `ViewTrees`; `--view-trees`): read its Delta \
+                         table (a Parquet dataset's) or the generation's exact file list (`Snapshot::view_files`, `manifestdb view \
+                         DATASET --files`)"
+                    .into(),
+            });
+        }
         crate::views::locate_view(self, &views.root, dataset, generation)
+    }
+
+    /// The exact files of generation `generation` (`None`: the current one), absolute, for
+    /// engines that take a list of files (DuckDB's `read_csv([...])`, polars, pyarrow): the
+    /// accepted attempts' files where they were validated. The list is the generation's, so a
+    /// reader given it reads exactly that generation whatever publishes meanwhile, every
+    /// partition once; its files stay (cleanup never removes an accepted attempt of a retained
+    /// generation) until the generation expires. It needs no views and no directory trees.
+    ///
+    /// # Errors
+    /// [`Error::NoView`] if the dataset has no such generation or the handle does not know
+    /// the staging root (a [`crate::ReadOnlyStore`] opened without it);
+    /// [`Error::GenerationNotRetained`] if it expired; storage and corruption errors.
+    pub fn view_files(&self, dataset: &str, generation: Option<u64>) -> Result<crate::FileList> {
+        crate::views::generation_files(self, dataset, generation)
     }
 
     /// The dataset's Delta table: `<root>/<dataset>` under the store's recorded view root, whose

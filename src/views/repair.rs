@@ -62,7 +62,12 @@ fn crc_at(base: BorrowedFd<'_>, rel: &str) -> io::Result<u32> {
 /// view present is of a generation the store holds and matches it exactly (no missing link,
 /// no extra file, sizes and, with checksums, CRC32s as recorded, a manifest that agrees).
 /// Returns `(path, message)` findings and notes.
-pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileCheck>) -> (Vec<(String, String)>, Vec<String>) {
+pub(crate) fn check(
+    source: &dyn Generations,
+    root: &Path,
+    trees: &crate::ViewTrees,
+    files: Option<FileCheck>,
+) -> (Vec<(String, String)>, Vec<String>) {
     let mut findings = Vec::new();
     let mut notes = Vec::new();
     let root_fd = match rustix::fs::openat(CWD, root, dir_flags(), Mode::empty()) {
@@ -98,7 +103,15 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
             findings.push((here(rule::MARKER), "missing: the directory is not marked as a manifestdb view".into()));
         }
         let stored: BTreeSet<u64> = source.stored_numbers(dataset).unwrap_or_default();
+        let with_trees = trees.includes(dataset);
         match rustix::fs::readlinkat(ds.as_fd(), rule::CURRENT, Vec::new()) {
+            Ok(_) | Err(rustix::io::Errno::INVAL) if !with_trees => findings.push((
+                here(rule::CURRENT),
+                "exists, but the dataset has no directory trees (the store's choice): a reader of it reads a generation the store \
+                 no longer publishes there (run `manifestdb view sync`, which removes it)"
+                    .into(),
+            )),
+            Err(rustix::io::Errno::NOENT) if !with_trees => {}
             Ok(target) => {
                 let target = target.to_string_lossy().into_owned();
                 match rule::parse_view_name(&target) {
@@ -142,6 +155,10 @@ pub(crate) fn check(source: &dyn Generations, root: &Path, files: Option<FileChe
                     here(&name),
                     format!("view of generation {n}, which the store no longer holds (expired); view sync removes it"),
                 ));
+                continue;
+            }
+            if !with_trees {
+                findings.push((here(&name), "a directory tree of a dataset without directory trees; view sync removes it".into()));
                 continue;
             }
             let manifest = match source.generation_manifest(dataset, Some(n)) {

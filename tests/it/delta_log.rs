@@ -122,8 +122,11 @@ fn views_findings(store: &mut Store) -> Vec<String> {
 }
 
 fn open(dir: &TestDir) -> Store {
-    dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
-        .expect("open")
+    dir.open_with(&StoreOptions {
+        views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+        ..StoreOptions::default()
+    })
+    .expect("open")
 }
 
 /// Each delta-rs operation takes a version; the store's next publish commits on top of it and

@@ -179,7 +179,12 @@ fn concurrent_duckdb_queries_over_current_never_mix_two_generations() {
     let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
     let dir = TestDir::new();
     let views = dir.path().join("views");
-    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    let store = dir
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(&views).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
+        .expect("open");
     let names: Vec<String> = (0..PARTITIONS).map(|i| format!("p={i}")).collect();
     let publish = |generation: u64, partitions: &[usize], state: &mut BTreeMap<u64, i64>| {
         let run = format!("r{generation}");

@@ -308,7 +308,10 @@ fn readers_of_the_views_and_the_delta_table_sum_what_show_says_through_rollback_
     }
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
         .expect("open");
     let table = store.view_root().unwrap().join(DATASET).join("table");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
@@ -432,7 +435,12 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
 fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
     let dir = TestDir::new();
     let views = dir.path().join("views");
-    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    let store = dir
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(&views).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
+        .expect("open");
     let spec = RunSpec {
         grain: Some(Grain::new(DataFormat::Csv, &["item"], "units")),
         trust_reported_figures: false,
@@ -465,7 +473,10 @@ fn a_csv_dataset_keeps_the_directory_view_and_gets_no_delta_table() {
 fn a_parquet_file_of_another_schema_is_refused_at_validation() {
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
     store
@@ -523,7 +534,10 @@ fn a_parquet_file_of_another_schema_is_refused_at_validation() {
 fn a_symlink_in_place_of_the_delta_log_is_refused_not_followed() {
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70)], &[]), 1);
     let table = store.view_root().unwrap().join(DATASET).join("table");
@@ -577,7 +591,10 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
     let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
         .expect("open");
     let table = store.view_root().unwrap().join(DATASET).join("table");
     // Generation g's partitions, as `store_says` gives them; index 0 is unused.
@@ -695,7 +712,10 @@ fn spark_reads_each_retained_view_of_a_parquet_and_a_csv_dataset_exactly() {
     }
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .open_with(&StoreOptions {
+            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
+            ..StoreOptions::default()
+        })
         .expect("open");
     assert_eq!(publish(&store, "r1", &[(0, 100), (1, 70), (2, 50), (3, 30)], &[0]), 1);
     assert_eq!(publish(&store, "r2", &[(1, 71), (2, 51)], &[2]), 2);

@@ -143,7 +143,7 @@ fn a_new_store_its_staging_root_and_view_root_are_private_unless_group_access_is
         let dir = tmp.path().join("new/store");
         let options = manifestdb::StoreOptions {
             group_access,
-            views: Some(manifestdb::ViewOptions::hard_links(tmp.path().join("views/daily"))),
+            views: Some(manifestdb::ViewOptions::hard_links(tmp.path().join("views/daily")).with_trees(manifestdb::ViewTrees::All)),
             ..manifestdb::StoreOptions::default()
         };
         let store = manifestdb::Store::open_with_options(dir.join("store.redb"), dir.join("staging"), &options).unwrap();

@@ -21,7 +21,10 @@ struct Env {
 }
 
 fn options(views: &Path, mode: ViewMode) -> StoreOptions {
-    StoreOptions { views: Some(ViewOptions { root: views.to_path_buf(), mode }), ..StoreOptions::default() }
+    StoreOptions {
+        views: Some(ViewOptions { root: views.to_path_buf(), mode, trees: Some(manifestdb::ViewTrees::All) }),
+        ..StoreOptions::default()
+    }
 }
 
 impl Env {
@@ -606,4 +609,133 @@ fn a_lazy_lister_through_current_mixes_and_the_resolved_path_never_does() {
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{}", path.display()),
         }
     }
+}
+
+/// The names in the dataset's directory under the view root.
+fn dataset_entries(dir: &Path) -> BTreeSet<String> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned()).collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
+        Err(e) => panic!("listing {}: {e}", dir.display()),
+    }
+}
+
+/// `(rows, total)` summed over a generation's file list.
+fn list_figures(list: &manifestdb::FileList) -> (u64, i64) {
+    list.files.iter().map(|f| read_rows(f)).fold((0, 0), |(r, t), (rows, total)| (r + rows, t + total))
+}
+
+#[test]
+fn a_new_view_root_builds_no_directory_trees_and_its_file_list_is_each_generation_exactly() {
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    assert_eq!(store.snapshot().unwrap().views().unwrap().and_then(|v| v.trees), Some(manifestdb::ViewTrees::Off));
+    published(publish(&store, "r1", &PARTS, &["date=1/region=us"]));
+    // A new run replacing one partition.
+    published(publish(&store, "r2", &[("date=1/region=eu", 5, 9)], &[]));
+    // Neither `current` nor any `v<N>`: nothing under the view root grows with the dataset.
+    let entries = dataset_entries(&views.join(DATASET));
+    assert!(!entries.contains("current") && !entries.iter().any(|n| n.starts_with('v')), "{entries:?}");
+    match store.view_path(DATASET, None) {
+        Err(Error::NoView { reason, .. }) => assert!(reason.contains("no directory trees"), "{reason}"),
+        other => panic!("expected NoView, got {other:?}"),
+    }
+    // Each generation's list names one accepted attempt per partition: generation 2 holds the
+    // replaced partition's new content and the two carried over, generation 1 its own.
+    let second = store.view_files(DATASET, None).unwrap();
+    assert_eq!((second.generation, second.is_current, second.files.len()), (2, true, 3));
+    assert_eq!(list_figures(&second), (5 + 3 + 2, 9 + 70 + 50));
+    let first = store.view_files(DATASET, Some(1)).unwrap();
+    assert_eq!((first.generation, first.is_current), (1, false));
+    assert_eq!(list_figures(&first), (4 + 3 + 2, 100 + 70 + 50));
+    // The retried partition is listed once, by its accepted attempt.
+    let accepted = store.snapshot().unwrap().partition(DATASET, "date=1/region=us", None).unwrap().unwrap();
+    let us: Vec<&PathBuf> = second.files.iter().filter(|f| f.to_string_lossy().contains("region=us")).collect();
+    assert_eq!(us.len(), 1, "{us:?}");
+    assert!(us[0].starts_with(accepted.staging_dir.as_ref().unwrap()), "{us:?} is not the accepted attempt's");
+    // Nothing for verify to report.
+    let report = store.snapshot().unwrap().verify(&VerifyOptions {
+        files: Some(FileCheck::SizeAndChecksum),
+        integrity_check: false,
+        ..VerifyOptions::default()
+    });
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+}
+
+#[test]
+fn trees_turned_off_remove_current_and_every_tree_and_turned_on_for_one_dataset_build_its_own() {
+    let env = Env::new();
+    published(publish(&env.store, "r1", &PARTS, &[]));
+    published(publish(&env.store, "r2", &[("date=1/region=eu", 5, 9)], &[]));
+    assert_eq!(env.current_target(), Some(2));
+    let Env { store, dir } = env;
+    drop(store);
+    let views = dir.path().join("views");
+    // Off: the writable open's sync removes `current` first, then every tree.
+    let off = ViewOptions::hard_links(&views).with_trees(manifestdb::ViewTrees::Off);
+    let store = dir.open_with(&StoreOptions { views: Some(off), ..StoreOptions::default() }).expect("open with trees off");
+    store.wait_for_view_removals();
+    let entries = dataset_entries(&views.join(DATASET));
+    assert!(
+        !entries.contains("current")
+            && !entries.iter().any(|n| n.starts_with('v') || n.starts_with(".expired") || n.starts_with(".building")),
+        "{entries:?}"
+    );
+    drop(store);
+    // A plain open keeps the recorded choice.
+    let store = dir.open().expect("reopen");
+    assert_eq!(store.snapshot().unwrap().views().unwrap().and_then(|v| v.trees), Some(manifestdb::ViewTrees::Off));
+    published(publish(&store, "r3", &[("date=2/region=eu", 1, 1)], &[]));
+    assert!(!views.join(DATASET).join("current").exists());
+    drop(store);
+    // Trees for this dataset only: the open builds the current generation's.
+    let only = ViewOptions::hard_links(&views).with_trees(manifestdb::ViewTrees::only([DATASET]));
+    let store = dir.open_with(&StoreOptions { views: Some(only), ..StoreOptions::default() }).expect("open with trees for one");
+    let status = store.sync_view(DATASET).unwrap().expect("a generation");
+    assert!(status.trees);
+    assert_eq!(std::fs::read_link(views.join(DATASET).join("current")).unwrap(), PathBuf::from("v3"));
+    let viewed = files_under(&store.view_path(DATASET, None).unwrap().path);
+    assert_eq!(
+        viewed.values().fold((0, 0), |(r, t), (rows, total)| (r + rows, t + total)),
+        list_figures(&store.view_files(DATASET, None).unwrap())
+    );
+}
+
+#[test]
+fn a_view_root_recorded_before_the_choice_of_trees_keeps_trees_for_every_dataset() {
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    published(publish(&store, "r1", &PARTS, &[]));
+    drop(store);
+    // A store written before the choice existed has the view root's record and no other.
+    {
+        let db = redb::Database::open(dir.location()).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(redb::TableDefinition::<&[u8], &[u8]>::new("meta_v1")).unwrap();
+            assert!(meta.remove(b"view_trees".as_slice()).unwrap().is_some(), "the choice is recorded under `view_trees`");
+        }
+        txn.commit().unwrap();
+    }
+    let store = dir.open().expect("reopen");
+    assert_eq!(store.snapshot().unwrap().views().unwrap().and_then(|v| v.trees), Some(manifestdb::ViewTrees::All));
+    // Its readers of `current` keep working: the open built the tree, and the next publish moves it.
+    published(publish(&store, "r2", &[("date=1/region=eu", 5, 9)], &[]));
+    assert_eq!(std::fs::read_link(views.join(DATASET).join("current")).unwrap(), PathBuf::from("v2"));
+}
+
+#[test]
+fn verify_reports_a_current_left_beside_a_dataset_without_trees() {
+    let dir = TestDir::new();
+    let views = dir.path().join("views");
+    let store = dir.open_with(&StoreOptions { views: Some(ViewOptions::hard_links(&views)), ..StoreOptions::default() }).expect("open");
+    published(publish(&store, "r1", &PARTS, &[]));
+    std::os::unix::fs::symlink("v1", views.join(DATASET).join("current")).unwrap();
+    let report = store.snapshot().unwrap().verify(&VerifyOptions { integrity_check: false, ..VerifyOptions::default() });
+    assert!(report.findings.iter().any(|f| f.table == "views" && f.message.contains("no directory trees")), "{:?}", report.findings);
+    // `view sync` removes it.
+    store.sync_view(DATASET).unwrap();
+    assert!(std::fs::symlink_metadata(views.join(DATASET).join("current")).is_err());
 }

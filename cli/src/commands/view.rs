@@ -15,12 +15,12 @@ use crate::remote;
 pub fn view(location: &LocationArgs, out: &mut Out, args: &ViewArgs) -> anyhow::Result<Exit> {
     match (&args.command, &args.dataset) {
         (Some(ViewCommand::Sync { dataset }), _) => sync(location, out, dataset.as_deref()),
-        (None, Some(dataset)) => show(location, out, dataset, args.generation),
+        (None, Some(dataset)) => show(location, out, dataset, args.generation, args.files),
         (None, None) => Err(usage("name a dataset (`manifestdb view DATASET`) or use `manifestdb view sync`")),
     }
 }
 
-fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Option<u64>) -> anyhow::Result<Exit> {
+fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Option<u64>, files: bool) -> anyhow::Result<Exit> {
     // Through a server, the store's recorded view root (on the server's host) is used.
     let query = match generation {
         Some(n) => json!({ "dataset": dataset, "generation": n }),
@@ -29,9 +29,28 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
     let doc =
         remote::read(location, "/v1/views", &query, |snapshot| operator::view(snapshot, dataset, location.views.as_deref(), generation))?;
     let manifest = &doc["manifest"];
+    if files {
+        let Some(list) = doc["files"].as_array() else {
+            return Err(not_found(format!("the file list of {dataset:?} cannot be read (is the staging root known to this store?)")));
+        };
+        out.emit(&doc, |w| {
+            for f in list {
+                writeln!(w, "{}", text(f))?;
+            }
+            Ok(())
+        })?;
+        return Ok(Exit::Success);
+    }
     out.emit(&doc, |w| {
         // The path to read first, alone on its line (`$(manifestdb view DATASET | head -1)`).
         writeln!(w, "{}", text(&doc["path"]))?;
+        if doc["trees"] == false {
+            writeln!(
+                w,
+                "dataset {dataset} has no directory trees (the store's choice, --view-trees): read its Delta table or the files \
+                 `manifestdb view {dataset} --files` lists"
+            )?;
+        }
         writeln!(
             w,
             "generation {} of run {}, snapshot {}; the store's current generation is {}{}",
@@ -39,7 +58,7 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
             text(&manifest["run"]),
             text(&manifest["snapshot"]),
             text(&doc["store_generation"]),
-            if doc["lagging"] == true {
+            if doc["view_lagging"] == true {
                 format!("; LAGGING: {} does not name it yet (run `manifestdb view sync`)", text(&doc["current"]))
             } else {
                 String::new()

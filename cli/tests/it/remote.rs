@@ -157,7 +157,7 @@ fn views_are_shown_and_synced_through_the_server() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
     // The server records the view root; every later writer keeps the views.
-    let serve = Serve::start(&env, &["--views", views.to_str().unwrap()]);
+    let serve = Serve::start(&env, &["--views", views.to_str().unwrap(), "--view-trees", "all"]);
     env.publish_run("r1", "s1", &[(EU, 2, 700)]);
     let doc = env.json(&["view", "daily"]).code(0).json();
     assert_eq!((doc["view_generation"].as_u64(), doc["lagging"].as_bool()), (Some(1), Some(false)));

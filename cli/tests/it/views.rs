@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{BIN, Env, command, finish, read_rows};
+use serde_json::json;
 
 const EU: &str = "date=2026-11-29/region=eu";
 const US: &str = "date=2026-11-29/region=us";
@@ -15,7 +16,7 @@ fn views_flag_publishes_a_view_that_view_prints() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
     // The first --views records the view root in the store; later calls need not repeat it.
-    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
     env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
     // The lost acknowledgement: two valid attempts of EU.
     env.attempt("r1", "s1", EU, 2, 700).code(0);
@@ -97,7 +98,7 @@ fn show_json_gives_absolute_paths_with_a_relative_dir() {
 fn view_generation_prints_a_retained_generations_path_and_exit_4_when_expired() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     for (i, total) in [10, 20, 30].iter().enumerate() {
         env.publish_run(&format!("r{i}"), &format!("s{i}"), &[(EU, 1, *total)]);
     }
@@ -125,7 +126,7 @@ fn view_generation_prints_a_retained_generations_path_and_exit_4_when_expired() 
 fn a_damaged_view_manifest_is_exit_7_and_view_sync_repairs_it() {
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
     let v1 = views.join("daily/v1");
     std::fs::File::create(v1.join("_manifest.json")).unwrap();
@@ -159,7 +160,7 @@ fn strace_available() -> bool {
 /// A store with views whose run `r2` (replacing `parts` of generation 1's) is declared and
 /// validated, ready to publish.
 fn ready_to_publish_second(env: &Env, views: &Path, parts: usize) -> Vec<String> {
-    env.run(&["--views", views.to_str().unwrap(), "view", "sync"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "view", "sync"]).code(0);
     let partitions: Vec<String> = (0..parts).map(|i| format!("date=2026-11-{:02}/region=eu", i % 28 + 1) + &format!("/shop={i}")).collect();
     let first: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 10)).collect();
     env.publish_run("r1", "s1", &first);
@@ -352,7 +353,7 @@ fn every_delta_log_object_is_synced_before_it_is_linked_into_place() {
     }
     let env = Env::new();
     let views = env.tmp.path().join("views");
-    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
     parquet_run(&env, "r1", &[300, 400]);
     let trace = env.tmp.path().join("trace");
     let mut cmd = Command::new("strace");
@@ -406,7 +407,7 @@ fn a_parquet_publish_killed_at_each_sync_leaves_every_delta_version_exact() {
     for k in 1.. {
         let env = Env::new();
         let views = env.tmp.path().join("views");
-        env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+        env.run(&["--views", views.to_str().unwrap(), "--view-trees", "all", "init"]).code(0);
         parquet_run(&env, "r1", &[300, 400]);
         env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
         parquet_run(&env, "r2", &[500, 600]);
@@ -451,4 +452,49 @@ fn a_parquet_publish_killed_at_each_sync_leaves_every_delta_version_exact() {
     }
     assert!(killed >= 5, "a Parquet publish with a view and a table makes at least 5 syncs: {killed}");
     println!("Parquet publish syncs killed at: {killed}, every Delta version exact after each");
+}
+
+/// A new view root keeps no directory trees: `view` says so, `view --files` lists each
+/// generation's exact files, and DuckDB (PyPI) reading a list taken before later publishes
+/// sums exactly its generation, the retried partition once.
+#[test]
+fn a_file_list_read_by_duckdb_is_its_generation_after_later_publishes() {
+    let env = Env::new();
+    let views = env.tmp.path().join("views");
+    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.declare("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.attempt("r1", "s1", EU, 2, 700).code(0);
+    env.attempt("r1", "s1", US, 1, 5).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    assert!(std::fs::symlink_metadata(views.join("daily/current")).is_err(), "no tree for a new view root");
+    let doc = env.json(&["view", "daily"]).code(0).json();
+    assert_eq!((doc["trees"].clone(), doc["path"].clone(), doc["lagging"].clone()), (json!(false), json!(null), json!(false)));
+    assert_eq!(doc["manifest"]["totals"]["total"], 705);
+    let text = env.run(&["view", "daily"]).code(0).stdout.clone();
+    assert!(text.starts_with("-\n") && text.contains("no directory trees"), "{text}");
+    let first = env.run(&["view", "daily", "--files"]).code(0).stdout.clone();
+    assert_eq!(first.lines().count(), 2, "one file per partition: {first}");
+    assert_eq!(doc["files"].as_array().map(Vec::len), Some(2));
+    // Two more generations replace EU; the first list still reads generation 1.
+    for (run, units) in [("r2", 11), ("r3", 13)] {
+        env.declare(run, run, &[(EU, 1, units)]);
+        env.attempt(run, run, EU, 1, units).code(0);
+        env.run(&["publish", "-d", "daily", "-r", run]).code(0);
+    }
+    let third = env.run(&["view", "daily", "--files"]).code(0).stdout.clone();
+    let again = env.run(&["view", "daily", "--files", "--generation", "1"]).code(0).stdout.clone();
+    assert_eq!(again, first);
+    if !python_has("duckdb") {
+        return;
+    }
+    const SUM: &str = "import duckdb, sys; files = sys.argv[1].split(); \
+                       print(duckdb.sql(f'SELECT sum(units) FROM read_csv({files})').fetchall()[0][0])";
+    let sum = |list: &str| -> i64 {
+        let out = Command::new("python3").args(["-c", SUM, list]).output().expect("run python3");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("a sum")
+    };
+    assert_eq!(sum(&first), 705);
+    assert_eq!(sum(&third), 13 + 5);
 }
