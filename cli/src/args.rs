@@ -327,7 +327,8 @@ pub struct GcApplyArgs {
     /// Also delete the plan's files that no attempt owns.
     #[arg(long)]
     pub delete_unknown: bool,
-    /// Files re-checked and deleted per batch (default 1000).
+    /// Files re-checked and deleted per batch (default 1000). The store is held one batch at a
+    /// time: writers of other processes waiting for it get in between batches.
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
 }

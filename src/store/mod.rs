@@ -33,6 +33,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, WriteTransaction};
 
+pub use cleanup::CleanupApply;
 use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
 /// For the view root's creation.

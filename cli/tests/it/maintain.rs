@@ -306,3 +306,68 @@ fn a_plan_applied_again_summarises_its_missing_paths() {
     let doc = env.json(&["gc", "apply", "--plan", &id]).code(0).json();
     assert_eq!(doc["skipped"].as_array().map(Vec::len), Some(40));
 }
+
+/// Issue 39, item 6: `gc apply --execute` holds the store one batch at a time, so a writer of
+/// another process that waits for it (here `attempt begin`, started once the apply has deleted
+/// its first files) gets in while the apply still has files to delete, not after the whole
+/// apply; and the apply still deletes every planned file.
+#[test]
+fn gc_apply_lets_a_waiting_writer_in_between_its_batches() {
+    if crate::support::redb_only("the PostgreSQL layer has no single writer to wait for") {
+        return;
+    }
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    // An invalid attempt of 400 files, deleted one per batch.
+    let (attempt, dir) = env.begin("r1", EU);
+    const FILES: usize = 400;
+    for i in 0..FILES {
+        std::fs::write(dir.join(format!("part-{i:03}.csv")), "x").expect("write");
+    }
+    let n = attempt.to_string();
+    let finishing = [
+        "attempt",
+        "finish",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "-p",
+        EU,
+        "-a",
+        &n,
+        "--snapshot",
+        "s1",
+        "--rows",
+        "2",
+        "--total",
+        "1",
+        "--digest",
+        "d",
+        "--scan",
+    ];
+    env.run(&finishing).code(0);
+    env.run(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(3);
+    let plan = env.json(&["gc", "plan", "--age-threshold", "0s", "--force-short-threshold"]).code(0).json();
+    let id = plan["plan"].as_u64().expect("plan id").to_string();
+    let remaining = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let mut apply = command()
+        .args(env.store_args())
+        .args(["--json", "gc", "apply", "--plan", &id, "--execute", "--batch-size", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gc apply");
+    while remaining() > FILES - 5 {
+        assert!(apply.try_wait().expect("wait").is_none(), "the apply ended before its fifth file");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let begun = env.run(&["--wait", "60s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU]);
+    let left = remaining();
+    begun.code(0);
+    let out = apply.wait_with_output().expect("gc apply");
+    assert!(out.status.success(), "gc apply: {}", String::from_utf8_lossy(&out.stdout));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the apply's document");
+    assert_eq!(doc["deleted"].as_array().map(Vec::len), Some(FILES), "every planned file deleted");
+    assert!(left > 0, "the begin got the store only after the apply had deleted every file");
+    println!("the begin got in with {left} of {FILES} files left to delete");
+}
