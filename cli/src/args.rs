@@ -118,8 +118,8 @@ pub enum Command {
     Stats,
 
     /// Check every record, the references between tables and optionally the files of retained
-    /// generations. Read-only (beside a writer) unless --integrity. Exit 0 when clean, 7 when
-    /// anything is found.
+    /// generations. Writes nothing; runs beside a writer unless --integrity (which needs the
+    /// store exclusively). Exit 0 when clean, 7 when anything is found.
     #[command(after_long_help = VERIFY_JSON)]
     Verify(VerifyArgs),
 

@@ -232,6 +232,18 @@ impl LocationArgs {
     /// [`LocationArgs::open_writer`] with the store's options changed by `adjust` (`serve
     /// --exclusive`).
     pub fn open_writer_with(&self, adjust: impl Fn(&mut StoreOptions)) -> anyhow::Result<Store> {
+        self.as_writer(adjust, "opening", |path, staging, options| Store::open_with_options(path, staging, options))
+    }
+
+    /// `open(store path, staging root, options)` as a writer of the store that waits for it as
+    /// [`LocationArgs::open_writer`] does (retrying `open` while it fails with
+    /// `AlreadyOpen`); `doing` names it in the error (`opening`, `verifying`).
+    pub fn as_writer<T>(
+        &self,
+        adjust: impl Fn(&mut StoreOptions),
+        doing: &str,
+        open: impl Fn(&Path, &Path, &StoreOptions) -> manifestdb::Result<T>,
+    ) -> anyhow::Result<T> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
@@ -243,7 +255,7 @@ impl LocationArgs {
         loop {
             let mut options = self.options();
             adjust(&mut options);
-            match Store::open_with_options(&path, &staging, &options) {
+            match open(&path, &staging, &options) {
                 Err(manifestdb::Error::AlreadyOpen { .. }) if std::time::Instant::now() < deadline => {
                     if waiting.is_none() {
                         waiting = WaitingMark::take(&path);
@@ -255,12 +267,12 @@ impl LocationArgs {
                 }
                 Err(err @ manifestdb::Error::AlreadyOpen { .. }) => {
                     return Err(anyhow::Error::new(err).context(format!(
-                        "opening store {} for writing (still busy after waiting {}; raise --wait)",
+                        "{doing} store {} for writing (still busy after waiting {}; raise --wait)",
                         path.display(),
                         crate::output::duration(self.wait.as_millis() as u64)
                     )));
                 }
-                result => return result.with_context(|| format!("opening store {} for writing", path.display())),
+                result => return result.with_context(|| format!("{doing} store {} for writing", path.display())),
             }
         }
     }

@@ -29,6 +29,32 @@ fn verify_is_clean_on_a_healthy_store_and_runs_beside_a_writer() {
     assert_eq!(env.json(&["verify", "--integrity"]).code(0).json()["integrity"]["status"], "passed");
 }
 
+/// Issue 39, item 6: `verify --integrity` is a check: on an intact store it passes
+/// and leaves the store file byte for byte as it was, with its modification time; a writer's
+/// open and close of the same store does change the file (so the comparison can fail).
+#[test]
+fn verify_integrity_writes_nothing_to_the_store_file() {
+    if crate::support::redb_only("redb's integrity check of the redb file") {
+        return;
+    }
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let file = env.db_path();
+    let before = std::fs::read(&file).expect("read the store");
+    let modified = std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime");
+    // Past the file system's timestamp granularity, so that a write would show in the mtime.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for _ in 0..2 {
+        let doc = env.json(&["verify", "--integrity", "--files"]).code(0).json();
+        assert_eq!((doc["clean"].as_bool(), doc["integrity"]["status"].as_str()), (Some(true), Some("passed")), "{doc}");
+    }
+    assert!(std::fs::read(&file).expect("read the store") == before, "verify --integrity changed the store file");
+    assert_eq!(std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime"), modified, "the store file's mtime");
+    // The same comparison sees a writer's open and close.
+    manifestdb::Store::open(&file, env.staging()).expect("open").close().expect("close");
+    assert!(std::fs::read(&file).expect("read the store") != before, "a writer's open and close changed nothing");
+}
+
 #[test]
 fn verify_reports_a_missing_file_with_exit_7() {
     let env = Env::new();
