@@ -181,6 +181,61 @@ impl DeltaEngine {
         Ok(Prepared { txn: Some(txn), missing, generation, base: Some(snapshot.version()) })
     }
 
+    /// The first half of a commit of generation `generation` that changes the table as `head`
+    /// read it by exactly `removed` (files an earlier version of the store added, as the store
+    /// recorded them) plus the files the caller then adds in [`DeltaEngine::finish`]: no scan
+    /// of the table, so its cost follows the change, not the table. The caller vouches that the
+    /// latest version holds exactly the generation the change starts from (its own commit, on
+    /// top). `None` if the table's partition columns are not `partition_columns` (the caller
+    /// then takes the scanning path, which says why).
+    pub(crate) fn prepare_change(
+        &self,
+        head: &Head,
+        table: &Path,
+        generation: u64,
+        partition_columns: &[String],
+        removed: &[DeltaFile],
+    ) -> DResult<Option<Prepared>> {
+        let Some(snapshot) = &head.snapshot else {
+            return Ok(None);
+        };
+        let engine = self.engine();
+        let mut txn = Arc::clone(snapshot)
+            .update_table(UpdateTableOperation::Write, ENGINE_INFO, true)
+            .build(engine, Box::new(FileSystemCommitter::new()))?
+            .with_transaction_id(crate::rules::delta::APP_ID.to_owned(), generation as i64);
+        if txn.logical_partition_columns() != partition_columns {
+            return Ok(None);
+        }
+        if !removed.is_empty() {
+            let url = table_url(table)?;
+            let mut rows = Vec::with_capacity(removed.len());
+            for file in removed {
+                let location = location(&url, &file.rel)?;
+                let path =
+                    url.make_relative(&location).ok_or_else(|| DeltaError(format!("{} is not under the table root {url}", file.rel)))?;
+                let values: serde_json::Map<String, serde_json::Value> =
+                    file.partition_values.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+                rows.push(
+                    serde_json::json!({
+                        "path": path,
+                        "size": file.size,
+                        "modificationTime": file.modified_ms,
+                        "fileConstantValues": { "partitionValues": values },
+                    })
+                    .to_string(),
+                );
+            }
+            // The rows in the kernel's own scan-row shape, parsed by its own JSON reader: what a
+            // scan of the table would have handed over for these files.
+            let lines: ArrayRef = Arc::new(StringArray::from(rows));
+            let batch = arrow_array::RecordBatch::try_from_iter([("json", lines)])?;
+            let data = engine.json_handler().parse_json(Box::new(ArrowEngineData::new(batch)), delta_kernel::scan::scan_row_schema())?;
+            txn.remove_files(FilteredEngineData::with_all_rows_selected(data));
+        }
+        Ok(Some(Prepared { txn: Some(txn), missing: Vec::new(), generation, base: Some(snapshot.version()) }))
+    }
+
     /// Commits what [`DeltaEngine::prepare`] began, adding `files` (the missing ones, placed
     /// and durable): for a new table, version 0 with `schema`, `partition_columns` and the
     /// table properties that keep Delta's own maintenance off the store's files. The store's
@@ -317,6 +372,19 @@ fn paths_of_ref(data: &dyn delta_kernel::EngineData) -> DResult<Vec<String>> {
     Ok((0..column.len()).map(|i| column.value(i).to_owned()).collect())
 }
 
+/// The URL of the file at `rel` (`/`-separated, not URL-encoded) under the table root.
+fn location(table: &Url, rel: &str) -> DResult<Url> {
+    let mut location = table.clone();
+    {
+        let mut segments = location.path_segments_mut().map_err(|()| DeltaError("the table URL cannot be a base".into()))?;
+        segments.pop_if_empty();
+        for part in rel.split('/') {
+            segments.push(part);
+        }
+    }
+    Ok(location)
+}
+
 /// The `add` action metadata of one file, through the kernel's own builder.
 fn add_metadata(
     table: &Url,
@@ -325,14 +393,7 @@ fn add_metadata(
 ) -> DResult<Box<dyn delta_kernel::EngineData>> {
     let values: HashMap<String, Scalar> = file.partition_values.iter().map(|(k, v)| (k.clone(), Scalar::String(v.clone()))).collect();
     let context = write_state.write_context_builder().with_partition_values(values).build()?;
-    let mut location = table.clone();
-    {
-        let mut segments = location.path_segments_mut().map_err(|()| DeltaError("the table URL cannot be a base".into()))?;
-        segments.pop_if_empty();
-        for part in file.rel.split('/') {
-            segments.push(part);
-        }
-    }
+    let location = location(table, &file.rel)?;
     let stats = StructArray::from(vec![(
         Arc::new(Field::new("numRecords", DataType::Int64, true)),
         Arc::new(Int64Array::from(vec![file.num_records])) as ArrayRef,

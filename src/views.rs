@@ -82,6 +82,12 @@ pub(crate) trait Generations {
     fn generation_manifest(&self, dataset: &str, number: Option<u64>) -> Result<Option<Manifest>>;
     /// The data format of run `run`'s declared grain (`None`: no grain declared, or no such run).
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>>;
+    /// The dataset's current generation (its record, not its partitions).
+    fn current_generation(&self, dataset: &str) -> Result<Option<crate::model::Generation>>;
+    /// The partitions run `run` declared, in partition order (`None`: no such run).
+    fn run_partitions(&self, dataset: &str, run: &str) -> Result<Option<Vec<String>>>;
+    /// One partition as generation `number` holds it (`None`: it holds no such partition).
+    fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>>;
 }
 
 /// How a view holds its files.
@@ -608,6 +614,15 @@ impl Views {
     /// and swapped in whole. `None` if nothing is published.
     pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
         let _one_build = self.lock.lock();
+        if !self.trees.includes(dataset) {
+            if let Some(status) = self.sync_list_only(source, dataset)? {
+                return Ok(Some(status));
+            }
+            #[cfg(feature = "delta")]
+            if let Some(status) = self.sync_table_change(source, staging_root, dataset, check)? {
+                return Ok(Some(status));
+            }
+        }
         let Some(manifest) = source.generation_manifest(dataset, None)? else {
             return Ok(None);
         };
@@ -682,6 +697,50 @@ impl Views {
             table_repaired: table.as_ref().map(|t| t.repaired.clone()).unwrap_or_default(),
             table_restored: table.as_ref().map_or(0, |t| t.restored),
             foreign_versions: table.map(|t| t.foreign).unwrap_or_default(),
+        }))
+    }
+
+    /// [`Views::sync`] for a dataset without directory trees whose newest generation cannot be
+    /// a Delta table and that has nothing under the view root to remove: nothing to do, decided
+    /// without reading the generation's partitions (so such a publish costs nothing here
+    /// whatever the dataset's size). `None` when the full sync must decide: the newest
+    /// generation's run has a Parquet grain, replaced nothing, or is a rollback (its partitions
+    /// come from other runs), or the dataset directory holds a table, `current`, a view or a
+    /// leftover.
+    fn sync_list_only(&self, source: &dyn Generations, dataset: &str) -> Result<Option<ViewStatus>> {
+        let Some(generation) = source.current_generation(dataset)? else {
+            return Ok(None);
+        };
+        if !matches!(generation.kind, crate::model::GenerationKind::Publish)
+            || generation.partitions_replaced == 0
+            || source.run_format(dataset, &generation.run)? == Some(crate::grain::DataFormat::Parquet)
+        {
+            return Ok(None);
+        }
+        // The run's partitions are in the generation, and its grain is not Parquet: the
+        // generation is no table (`not_a_table` would say so from every partition).
+        let root = self.open_root()?;
+        let Some(ds) = self.open_dataset(root.as_fd(), dataset, true)? else {
+            return Ok(None);
+        };
+        let names = dirs::list_names(ds.as_fd()).map_err(self.io_err(format!("listing {}", self.dataset_path(dataset).display())))?;
+        if names.iter().any(|n| n != rule::MARKER) {
+            return Ok(None);
+        }
+        Ok(Some(ViewStatus {
+            dataset: dataset.to_owned(),
+            generation: generation.number,
+            trees: false,
+            current: None,
+            path: None,
+            built: false,
+            swapped: false,
+            repaired: Vec::new(),
+            removed: Vec::new(),
+            table_version: None,
+            table_repaired: Vec::new(),
+            table_restored: 0,
+            foreign_versions: Vec::new(),
         }))
     }
 

@@ -253,10 +253,27 @@ pub(crate) fn data_files_to_remove(found: &BTreeSet<String>, named: &BTreeSet<St
     found.difference(named).cloned().collect()
 }
 
-/// Whether to write a checkpoint of `version` as Delta writers do by default (every 10th
-/// version; `delta.checkpointInterval`).
-pub(crate) fn checkpoint_due(version: u64) -> bool {
-    version > 0 && version.is_multiple_of(10)
+/// The fewest commits between two checkpoints (Delta's default `delta.checkpointInterval`).
+pub(crate) const CHECKPOINT_INTERVAL: u64 = 10;
+
+/// How much of the last checkpoint's size the commits since it must add up to before the next
+/// checkpoint is due: one hundredth.
+pub(crate) const CHECKPOINT_GROWTH_DIVISOR: u64 = 100;
+
+/// Whether a checkpoint of the latest version is due, `since` commits after the newest
+/// checkpoint (or after version 0 when there is none), the newest commit being `commit_bytes`
+/// long and the newest checkpoint `checkpoint_bytes` (`None`: none yet).
+///
+/// Delta writers checkpoint every 10th version; a checkpoint holds every file of the table, so
+/// at N files that costs O(N)/10 per commit, a cost that grows with the table. The store waits
+/// instead until the commits since the last checkpoint, at the newest commit's size, add up to
+/// a hundredth of that checkpoint (and at least 10 commits): a checkpoint then costs about a
+/// hundred commits' worth of bytes per commit, whatever the table's size, and a reader replays
+/// at most a hundredth of a checkpoint's bytes in commits after it (the same 10 commits as
+/// Delta's default below about 10,000 files; 100 at 100,000 files of 1 KB commits).
+pub(crate) fn checkpoint_due(since: u64, commit_bytes: u64, checkpoint_bytes: Option<u64>) -> bool {
+    since >= CHECKPOINT_INTERVAL
+        && checkpoint_bytes.is_none_or(|c| since.saturating_mul(commit_bytes).saturating_mul(CHECKPOINT_GROWTH_DIVISOR) >= c)
 }
 
 #[cfg(test)]
@@ -269,6 +286,22 @@ mod tests {
 
     fn foreign() -> Commit {
         Commit::Foreign { operation: Some("WRITE".into()), engine: None }
+    }
+
+    #[test]
+    fn a_checkpoint_is_due_when_the_commits_since_add_up_to_a_tenth_of_the_last_one() {
+        // No checkpoint yet: every 10th commit, as Delta writers do.
+        assert!(!checkpoint_due(9, 1_000, None));
+        assert!(checkpoint_due(10, 1_000, None));
+        // A small table: its checkpoint is small, so 10 commits suffice.
+        assert!(checkpoint_due(10, 1_000, Some(50_000)));
+        // A large one (a 10 MB checkpoint, 1 KB commits): 100 commits, not 10.
+        assert!(!checkpoint_due(10, 1_000, Some(10_000_000)));
+        assert!(!checkpoint_due(99, 1_000, Some(10_000_000)));
+        assert!(checkpoint_due(100, 1_000, Some(10_000_000)));
+        // Large commits bring it sooner; never before 10.
+        assert!(checkpoint_due(10, 10_000, Some(10_000_000)));
+        assert!(!checkpoint_due(9, u64::MAX, Some(1)));
     }
 
     #[test]

@@ -108,14 +108,17 @@ pub struct StoreOptions {
     /// the end (see the book, `docs/src/library.md`). Default 64 MiB.
     pub grain_key_bytes_in_memory_max: usize,
     /// Publish views: after every publish and rollback commit, the dataset's current
-    /// generation is materialised as `<root>/<dataset>/v<N>/` (hard links or copies of the
-    /// accepted files plus `_manifest.json`) and `<root>/<dataset>/current` is moved to it
-    /// (see [`crate::ViewOptions`] and `views.rs`). Off by default.
+    /// generation is given to engines under `<root>/<dataset>/`: a Parquet dataset's Delta
+    /// table (`table/`) gets a version holding it, and for the datasets with directory trees
+    /// ([`crate::ViewTrees`], none by default) it is materialised as `v<N>/` (hard links or
+    /// copies of the accepted files plus `_manifest.json`) and `current` is moved to it (see
+    /// [`crate::ViewOptions`] and `views.rs`). Off by default.
     ///
     /// Like the lease, the view root belongs to the store once set: it is recorded, and every
     /// later writable handle opened with `None` keeps the recorded views up to date (so an
     /// operator's rollback or expiry moves or removes views too). `Some` records a new root or
-    /// mode; views under an old root are then left untouched.
+    /// mode (and, with [`ViewOptions::trees`] `Some`, a new choice of trees); views under an old
+    /// root are then left untouched.
     pub views: Option<ViewOptions>,
     /// Who may read and write what a writable open creates: the store file, its directory,
     /// the staging root and the view root. `false` (the default): the owner only (files 0600,
@@ -700,6 +703,15 @@ impl Store {
             return Ok(None);
         };
         views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::Full)
+    }
+
+    /// [`Store::sync_view`] with the check `check` of the views already there.
+    pub(crate) fn sync_view_checking(&self, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
+        crate::rules::ids::check_name("dataset", dataset)?;
+        let Some(views) = &self.views else {
+            return Ok(None);
+        };
+        views.sync(&self.snapshot()?, &self.staging_root, dataset, check)
     }
 
     /// The view of the generation just committed: built and swapped in, without checking the

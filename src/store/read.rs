@@ -160,8 +160,9 @@ impl Snapshot {
         entry.staging_dir = self.staging_root.as_ref().map(|root| root.join(&entry.staging_rel));
     }
 
-    /// The store's recorded view root and mode, if it publishes views (see
-    /// [`crate::StoreOptions::views`]).
+    /// The store's recorded view root, mode and choice of directory trees (`trees` is always
+    /// `Some`: [`crate::ViewTrees::All`] for a root recorded before the choice existed), if it
+    /// publishes views (see [`crate::StoreOptions::views`]).
     ///
     /// # Errors
     /// Storage and corruption errors.
@@ -185,8 +186,9 @@ impl Snapshot {
     /// the engine reads.
     ///
     /// # Errors
-    /// [`Error::NoView`] if the store publishes no views, the dataset has no such generation,
-    /// or the generation has no view; [`Error::GenerationNotRetained`] (naming the oldest
+    /// [`Error::NoView`] if the store publishes no views, the dataset has no directory trees
+    /// ([`crate::ViewTrees`]), no such generation, or the generation has no view;
+    /// [`Error::GenerationNotRetained`] (naming the oldest
     /// retained generation) if it expired; storage and corruption errors.
     pub fn view_path(&self, dataset: &str, generation: Option<u64>) -> Result<crate::ViewPath> {
         let Some(views) = self.views()? else {
@@ -224,10 +226,11 @@ impl Snapshot {
         crate::views::generation_files(self, dataset, generation)
     }
 
-    /// The dataset's Delta table: `<root>/<dataset>` under the store's recorded view root, whose
-    /// `_delta_log` holds one version per generation (Delta version = generation - 1), for
-    /// `DeltaTable(path)`, `DeltaTable(path, version=N-1)`, `polars.read_delta`, DuckDB's
-    /// `delta_scan` or Spark's `format("delta")`.
+    /// The dataset's Delta table: `<root>/<dataset>/table` under the store's recorded view root,
+    /// whose `_delta_log` holds one version per generation (the version of generation N is read
+    /// from the log: `manifestdb view DATASET --generation N --json`'s `table.version`; other
+    /// writers' commits take versions too), for `DeltaTable(path)`, `polars.read_delta`,
+    /// DuckDB's `delta_scan` or Spark's `format("delta")`. With or without directory trees.
     ///
     /// # Errors
     /// [`Error::NoView`] if the store publishes no views, the dataset has no generation, or the
@@ -511,6 +514,18 @@ impl crate::views::Generations for Snapshot {
 
     fn run_format(&self, dataset: &str, run: &str) -> Result<Option<crate::grain::DataFormat>> {
         Ok(self.run(dataset, run)?.and_then(|r| r.grain).map(|g| g.format))
+    }
+
+    fn current_generation(&self, dataset: &str) -> Result<Option<crate::model::Generation>> {
+        self.current(dataset)
+    }
+
+    fn run_partitions(&self, dataset: &str, run: &str) -> Result<Option<Vec<String>>> {
+        Ok(self.run(dataset, run)?.map(|r| r.tasks.into_iter().map(|t| t.partition).collect()))
+    }
+
+    fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>> {
+        self.partition(dataset, partition, Some(number))
     }
 }
 

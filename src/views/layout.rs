@@ -87,7 +87,12 @@ impl Views {
         .map_err(self.io_err(format!("creating {}", path.join(rule::MARKER).display())))?;
         let mut marker = std::fs::File::from(marker);
         marker
-            .write_all(format!("manifestdb view directory of dataset {dataset}; `current` names its current generation\n").as_bytes())
+            .write_all(
+                format!(
+                    "manifestdb view directory of dataset {dataset}: its Delta table and, with directory trees, `current` and `v<N>`\n"
+                )
+                .as_bytes(),
+            )
             .and_then(|()| marker.sync_all())
             .map_err(self.io_err(format!("writing {}", path.join(rule::MARKER).display())))?;
         self.op(&|| format!("syncing {}", path.display()))?;

@@ -20,9 +20,9 @@ use parking_lot::Mutex;
 use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::build::Syncer;
-use super::dirs::{dir_flags, errno, is_errno, list_entries, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
+use super::dirs::{dir_flags, errno, is_errno, list_entries, list_names, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
 use super::log::{LogRead, Scope, first_holding, read_log};
-use super::{Check, Generations, TableSync, Views};
+use super::{Check, Generations, TableSync, ViewStatus, Views};
 use crate::delta::{DeltaEngine, DeltaFile};
 use crate::error::{Error, Result};
 use crate::model::Manifest;
@@ -186,6 +186,153 @@ impl Views {
             out.foreign = table_rule::foreign_versions(&read.log);
         }
         Ok(Some(out))
+    }
+
+    /// [`Views::sync`] for a dataset without directory trees whose Delta table's latest
+    /// version is the store's own commit of the current generation or of its parent, with a
+    /// cost that follows the change, not the dataset: reads the log's newest commits (with
+    /// `check`, also whether they or the newest checkpoint are damaged), and, when the latest
+    /// version holds the parent, commits the current generation as the change its run made,
+    /// reading only the run's partitions (as the current generation and as its parent hold
+    /// them): the files they held in the parent removed, their new files added. The latest
+    /// version then holds exactly the current generation, by induction from the first commit
+    /// (which the full sync made). The store's retention is applied to the table as in the
+    /// full sync. `None` when the full sync must decide: a full check, another writer's commit
+    /// or a leftover on top, damage to repair, a rollback, an expired parent, several
+    /// generations to commit, anything else in the dataset's directory, or a table whose
+    /// partition columns differ.
+    pub(crate) fn sync_table_change(
+        &self,
+        source: &dyn Generations,
+        staging_root: &Path,
+        dataset: &str,
+        check: Check,
+    ) -> Result<Option<ViewStatus>> {
+        if check == Check::Full {
+            return Ok(None);
+        }
+        let Some(generation) = source.current_generation(dataset)? else {
+            return Ok(None);
+        };
+        let number = generation.number;
+        let root = self.open_root()?;
+        let Some(ds) = self.open_dataset(root.as_fd(), dataset, false)? else {
+            return Ok(None);
+        };
+        let names = list_names(ds.as_fd()).map_err(self.io_err(format!("listing {}", self.dataset_path(dataset).display())))?;
+        if !names.iter().any(|n| n == table_rule::TABLE_DIR) || names.iter().any(|n| n != rule::MARKER && n != table_rule::TABLE_DIR) {
+            return Ok(None);
+        }
+        let Ok(table_dir) = open_dir_at(ds.as_fd(), table_rule::TABLE_DIR) else {
+            return Ok(None);
+        };
+        let tfd = table_dir.as_fd();
+        for name in [table_rule::LOG_DIR, table_rule::DATA_DIR] {
+            if !matches!(stat_kind(tfd, name), Ok((FileType::Directory, _))) {
+                return Ok(None);
+            }
+        }
+        let Some(read) = self.read_log(tfd, dataset, Scope::Newest)? else {
+            return Ok(None);
+        };
+        if read.temporaries().next().is_some() || !read.latest_is_ours() {
+            return Ok(None);
+        }
+        if check != Check::None
+            && (table_rule::first_damaged(&read.log).is_some() || self.first_unreadable_checkpoint(dataset, &read, false).is_some())
+        {
+            return Ok(None);
+        }
+        let last = table_rule::last_ours(&read.log).map(|(_, g)| g);
+        let stored = source.stored_numbers(dataset)?;
+        let status = |version: u64| ViewStatus {
+            dataset: dataset.to_owned(),
+            generation: number,
+            trees: false,
+            current: None,
+            path: None,
+            built: false,
+            swapped: false,
+            repaired: Vec::new(),
+            removed: Vec::new(),
+            table_version: Some(version),
+            table_repaired: Vec::new(),
+            table_restored: 0,
+            foreign_versions: Vec::new(),
+        };
+        if last == Some(number) {
+            let Some(version) = read.latest else {
+                return Ok(None);
+            };
+            self.retain_table(tfd, dataset, source, &stored, version)?;
+            return Ok(Some(status(version)));
+        }
+        if !matches!(generation.kind, crate::model::GenerationKind::Publish)
+            || generation.parent == 0
+            || generation.partitions_replaced == 0
+            || last != Some(generation.parent)
+            || !stored.contains(&generation.parent)
+            || table_rule::generations_to_commit(last, true, &stored, number) != [number]
+            || source.run_format(dataset, &generation.run)? != Some(crate::grain::DataFormat::Parquet)
+        {
+            return Ok(None);
+        }
+        let Some(partitions) = source.run_partitions(dataset, &generation.run)? else {
+            return Ok(None);
+        };
+        if u64::try_from(partitions.len()).ok() != Some(generation.partitions_replaced) {
+            return Ok(None);
+        }
+        let Ok(columns) = table_rule::partition_columns(partitions.iter().map(String::as_str)) else {
+            return Ok(None);
+        };
+        let mut added = Manifest { generation: generation.clone(), partitions: Vec::with_capacity(partitions.len()) };
+        let mut gone = Manifest { generation: generation.clone(), partitions: Vec::new() };
+        for partition in &partitions {
+            match source.partition_at(dataset, partition, number)? {
+                Some(entry) if entry.since_generation == number => added.partitions.push(entry),
+                _ => return Ok(None),
+            }
+            gone.partitions.extend(source.partition_at(dataset, partition, generation.parent)?);
+        }
+        let add_plan = rule::plan(&added).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+        let Ok(remove_plan) = rule::plan(&gone) else {
+            return Ok(None);
+        };
+        let mut removed = Vec::with_capacity(remove_plan.files.len());
+        for file in &remove_plan.files {
+            let Ok(partition_values) = table_rule::partition_values(&file.partition) else {
+                return Ok(None);
+            };
+            removed.push(DeltaFile {
+                rel: table_rule::data_rel(&file.rel),
+                partition_values,
+                size: file.size_bytes,
+                num_records: 0,
+                modified_ms: 0,
+            });
+        }
+        let engine = self.delta_engine(dataset)?;
+        let table = self.table_path(dataset);
+        let head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
+        if head.version() != read.latest {
+            return Ok(None);
+        }
+        let Some(prepared) =
+            engine.prepare_change(&head, &table, number, &columns, &removed).map_err(self.delta_err(dataset, "reading"))?
+        else {
+            return Ok(None);
+        };
+        let new_files: Vec<&ViewFile> = add_plan.files.iter().collect();
+        // Every new data file durable on its own before the commit names it.
+        self.place_files(tfd, dataset, staging_root, &new_files)?;
+        let (files, schema) = self.describe_files(dataset, &new_files, &added)?;
+        let version = engine
+            .finish(prepared, &table, &schema.unwrap_or_else(arrow_schema::Schema::empty), &columns, &files)
+            .map_err(self.delta_err(dataset, &format!("committing generation {number} to")))?;
+        tracing::debug!(dataset, generation = number, version, "committed the publish's change to the Delta table");
+        self.retain_table(tfd, dataset, source, &stored, version)?;
+        Ok(Some(status(version)))
     }
 
     /// The Delta table's directory (`<views>/<dataset>/table`), where the log and the data files
@@ -571,8 +718,10 @@ impl Views {
     /// The store's retention applied to the table: once the oldest version holding a retained
     /// generation is past 0, a checkpoint of that version (so the table reads without the older
     /// log), then the older log entries and every data file no retained generation names go.
-    /// A checkpoint is also written every 10th version, as Delta writers do. Returns how many
-    /// entries and files were removed.
+    /// A checkpoint of the latest version is also written when due (see
+    /// `table_rule::checkpoint_due`: every 10th version, as Delta writers do, until the table
+    /// is large; then as often as keeps its cost per commit flat). Returns how many entries and
+    /// files were removed.
     fn retain_table(
         &self,
         ds: BorrowedFd<'_>,
@@ -584,7 +733,7 @@ impl Views {
         let table = self.table_path(dataset);
         let log_path = table.join(table_rule::LOG_DIR);
         let engine = self.delta_engine(dataset)?;
-        if table_rule::checkpoint_due(latest) && !self.has_checkpoint(ds, dataset, latest)? {
+        if self.checkpoint_wanted(ds, dataset, latest)? {
             self.op(&|| format!("checkpointing {}", log_path.display()))?;
             engine.checkpoint(&table, latest).map_err(self.delta_err(dataset, "checkpointing"))?;
         }
@@ -648,6 +797,34 @@ impl Views {
             rustix::fs::fsync(&dir).map_err(errno).map_err(self.io_err(format!("syncing {}", data_path.join(rel).display())))?;
         }
         Ok(doomed.len() + gone.len())
+    }
+
+    /// Whether a checkpoint of `latest` is due, from the log's listing and the sizes of its
+    /// newest checkpoint and of `latest`'s commit (a size that cannot be read counts as 0).
+    fn checkpoint_wanted(&self, ds: BorrowedFd<'_>, dataset: &str, latest: u64) -> Result<bool> {
+        let log_path = self.table_path(dataset).join(table_rule::LOG_DIR);
+        let log = open_dir_at(ds, table_rule::LOG_DIR).map_err(self.io_err(format!("opening {}", log_path.display())))?;
+        let names = list_entries(log.as_fd()).map_err(self.io_err(format!("listing {}", log_path.display())))?;
+        let newest = names
+            .iter()
+            .filter_map(|(name, _)| match table_rule::log_name(name) {
+                table_rule::LogName::Checkpoint(v) if v <= latest => Some(v),
+                _ => None,
+            })
+            .max();
+        if newest == Some(latest) {
+            return Ok(false);
+        }
+        let size = |name: &str| stat_kind(log.as_fd(), name).ok().and_then(|(_, st)| u64::try_from(st.st_size).ok()).unwrap_or(0);
+        let checkpoint_bytes = newest.map(|v| {
+            names
+                .iter()
+                .filter(|(name, _)| table_rule::log_name(name) == table_rule::LogName::Checkpoint(v))
+                .map(|(name, _)| size(name))
+                .sum()
+        });
+        let since = latest - newest.unwrap_or(0);
+        Ok(table_rule::checkpoint_due(since, size(&format!("{latest:020}.json")), checkpoint_bytes))
     }
 
     fn has_checkpoint(&self, ds: BorrowedFd<'_>, dataset: &str, version: u64) -> Result<bool> {

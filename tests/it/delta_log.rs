@@ -320,3 +320,73 @@ fn the_table_lives_beside_the_views_and_its_vacuum_never_touches_them() {
     assert!(!dataset_dir.join(".table-moving").exists() && !dataset_dir.join("data").exists());
     check_every_version(&store, &table);
 }
+
+/// The actions of version `version`'s commit: `(adds, removes)`, each the partition directories
+/// they name, sorted.
+fn commit_actions(table: &Path, version: u64) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(table.join("_delta_log").join(format!("{version:020}.json"))).expect("read commit");
+    let (mut adds, mut removes) = (Vec::new(), Vec::new());
+    for line in text.lines() {
+        let action: serde_json::Value = serde_json::from_str(line).expect("a JSON action");
+        for (kind, out) in [("add", &mut adds), ("remove", &mut removes)] {
+            if let Some(path) = action[kind]["path"].as_str() {
+                let decoded = path.replace("%3D", "=");
+                let dir = decoded.trim_start_matches("data/").rsplit_once('/').map(|(d, _)| d.to_owned()).unwrap_or_default();
+                out.push(dir);
+            }
+        }
+    }
+    adds.sort();
+    removes.sort();
+    (adds, removes)
+}
+
+/// Without directory trees (the default) a publish commits to the table only the change its
+/// run made, read from the store without scanning the table (the files its partitions held in
+/// the parent removed, their new files added): over 14 publishes of one or two partitions
+/// (one bringing a partition new to the dataset), past the first checkpoint, each commit names
+/// exactly the run's partitions and every retained version deltalake opens holds exactly its
+/// generation; after a foreign append on top, the next publish still leaves exactly its
+/// generation (the full sync takes over), and the one after goes back to committing changes.
+#[test]
+fn a_publish_commits_only_its_change_and_every_version_holds_its_generation() {
+    if !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let mut store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    let table = store.view_root().unwrap().join(DATASET).join("table");
+    assert_eq!(publish_to(&store, DATASET, "r0", &[(0, 100), (1, 70), (2, 50)]), 1);
+    let mut runs: Vec<Vec<(usize, i64)>> = (1..=12).map(|i| vec![(i % 3, 100 + i as i64)]).collect();
+    runs.insert(4, vec![(3, 30), (0, 99)]);
+    for (i, run) in runs.iter().enumerate() {
+        let generation = publish_to(&store, DATASET, &format!("r{}", i + 1), run);
+        let version = table_doc(&store, Some(generation))["version"].as_u64().expect("a version holds it");
+        let (adds, removes) = commit_actions(&table, version);
+        let mut named: Vec<String> = run.iter().map(|(p, _)| crate::engines::PARTITIONS[*p].to_owned()).collect();
+        named.sort();
+        assert_eq!(adds, named, "generation {generation} adds its run's partitions' files only");
+        // The fifth run brings partition 3, new to the dataset: nothing of it to remove.
+        let replaced: Vec<String> = named.iter().filter(|p| i != 4 || **p != crate::engines::PARTITIONS[3]).cloned().collect();
+        assert_eq!(removes, replaced, "generation {generation} removes what its partitions held before, nothing else");
+    }
+    let log: Vec<String> =
+        std::fs::read_dir(table.join("_delta_log")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(log.iter().any(|n| n.starts_with("00000000000000000010.checkpoint")), "a checkpoint at version 10: {log:?}");
+    check_every_version(&store, &table);
+    assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
+
+    // A foreign append on top: the next publish restores exactly its generation.
+    python(FOREIGN, &[table.to_str().unwrap(), "append"]);
+    publish_to(&store, DATASET, "after-append", &[(1, 500)]);
+    check_every_version(&store, &table);
+    let generation = publish_to(&store, DATASET, "after-that", &[(2, 600)]);
+    let version = table_doc(&store, Some(generation))["version"].as_u64().expect("a version holds it");
+    assert_eq!(
+        commit_actions(&table, version),
+        (vec![crate::engines::PARTITIONS[2].to_owned()], vec![crate::engines::PARTITIONS[2].to_owned()])
+    );
+    check_every_version(&store, &table);
+}

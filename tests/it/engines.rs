@@ -25,7 +25,7 @@ use manifestdb::{
 use crate::support::TestDir;
 
 const DATASET: &str = "sales";
-const PARTITIONS: [&str; 4] =
+pub(crate) const PARTITIONS: [&str; 4] =
     ["date=2026-11-27/region=eu", "date=2026-11-27/region=us", "date=2026-11-28/region=eu", "date=2026-11-28/region=us"];
 
 const READERS: &str = r#"
