@@ -1113,8 +1113,16 @@ fn delta_figures(dir: &Path, report: &mut Report, rounds: usize) -> Res<()> {
     if status.table_version != Some(rounds as u64) {
         return Err(format!("the Delta table is at version {:?}, expected {rounds}", status.table_version).into());
     }
-    report.put("delta_publish_ms_1_of_100p", median_ms(on), "ms (median: publish and Delta commit, one Parquet partition replaced, default views)");
-    report.put("delta_publish_ms_1_of_100p_without_table", median_ms(off), "ms (median: the same publish, no Delta table: a file list only)");
+    report.put(
+        "delta_publish_ms_1_of_100p",
+        median_ms(on),
+        "ms (median: publish and Delta commit, one Parquet partition replaced, default views)",
+    );
+    report.put(
+        "delta_publish_ms_1_of_100p_without_table",
+        median_ms(off),
+        "ms (median: the same publish, no Delta table: a file list only)",
+    );
     let share = report.figures.get("delta_publish_ms_1_of_100p").and_then(Value::as_f64).unwrap_or(0.0)
         - report.figures.get("delta_publish_ms_1_of_100p_without_table").and_then(Value::as_f64).unwrap_or(0.0);
     report.put("delta_commit_share_ms", share, "ms (the Delta commit's share of that publish: the difference)");
