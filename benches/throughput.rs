@@ -11,7 +11,8 @@
 //! without a server, and 1,000 begins in one `manifestdb batch` beside separate CLI begins);
 //! `-- --declare-only` only the cost of a declare of 100,000 tasks (which makes their staging
 //! directories); `-- --cli-batch-only` only the batch of begins beside separate CLI begins
-//! (with the bare `mkdir`s that bound it);
+//! (with the bare `mkdir`s that bound it); `-- --gc-apply-only` only the longest wait of a
+//! begin of another process during a `gc apply --execute` of 30,000 files;
 //! `-- --instructions [--quick]` only the instructions per operation counted by callgrind beside
 //! SQLite's (begin, finish, validate, publish of 1 and 1,000 tasks, a manifest read of 10,000
 //! partitions; see `benches/instructions.rs`); `-- --postgres-only` only the PostgreSQL section
@@ -1671,6 +1672,13 @@ fn main() -> Res<()> {
         report.finish(&args, "cli-batch", sizes.quick)?;
         return Ok(());
     }
+    if args.iter().any(|a| a == "--gc-apply-only") {
+        // How long a begin of another process waits while `gc apply --execute` deletes 30,000
+        // files (issue 39): `cargo bench --workspace --bench throughput -- --gc-apply-only [--quick]`.
+        gc_apply_figures(&cli_binary()?, &dir.join("gc-apply"), &mut report, if sizes.quick { 3_000 } else { 30_000 })?;
+        report.finish(&args, "gc-apply", sizes.quick)?;
+        return Ok(());
+    }
     if args.iter().any(|a| a == "--server-only") {
         // Only the server's figures (issue 12): `cargo bench --workspace --bench throughput -- --server-only`.
         server_figures(dir, &mut report, sizes)?;
@@ -2082,6 +2090,100 @@ fn cli_batch_figures(cli: &Path, dir: &Path, report: &mut Report, separate: usiz
     // directories), and how close to it the batch came.
     report.ratio("bare_mkdirs_vs_separate_begins", "bare_mkdir_pairs_per_s", "cli_separate_begins_per_s");
     report.ratio("cli_batch_vs_bare_mkdirs", "cli_batch_begins_per_s", "bare_mkdir_pairs_per_s");
+    Ok(())
+}
+
+/// The longest time a `manifestdb attempt begin` of another process waits for the store while
+/// `manifestdb gc apply --execute` deletes `files` files (batches of 1,000, the default): the
+/// apply holds the store one batch at a time and lets waiting writers in between batches. The
+/// begins run one after another, each a process of its own with `--wait 60s`, for as long as the
+/// apply runs; each is timed from its start to its exit (so a begin that found the store free
+/// counts its own run, about 10 ms). Printed beside the apply's time per batch, the bound.
+fn gc_apply_figures(cli: &Path, dir: &Path, report: &mut Report, files: usize) -> Res<()> {
+    const BATCH: usize = 1000;
+    cli_run(cli, dir, &["init"], None)?;
+    let declare = |run: &str| {
+        cli_run(
+            cli,
+            dir,
+            &["run", "declare", "--trust-reported-figures", "-d", "gc", "-r", run, "--snapshot", "s", "--task", "p=0:0"],
+            None,
+        )
+    };
+    declare("doomed")?;
+    declare("live")?;
+    // One attempt of `files` files, abandoned: the plan deletes them all.
+    let ticket: Value =
+        serde_json::from_str(&cli_run(cli, dir, &["--json", "attempt", "begin", "-d", "gc", "-r", "doomed", "-p", "p=0"], None)?)?;
+    let staging_dir = ticket["staging_dir"].as_str().ok_or("no staging dir")?.to_owned();
+    let attempt = ticket["attempt"].as_u64().ok_or("no attempt number")?.to_string();
+    for i in 0..files {
+        fs::write(Path::new(&staging_dir).join(format!("part-{i:06}.csv")), "x\n")?;
+    }
+    cli_run(cli, dir, &["attempt", "abandon", "-d", "gc", "-r", "doomed", "-p", "p=0", "-a", &attempt], None)?;
+    let plan: Value =
+        serde_json::from_str(&cli_run(cli, dir, &["--json", "gc", "plan", "--age-threshold", "0s", "--force-short-threshold"], None)?)?;
+    let id = plan["plan"].as_u64().ok_or("no plan id")?.to_string();
+    println!("gc apply: {files} files in batches of {BATCH}, `attempt begin`s of another process meanwhile");
+    let started = Instant::now();
+    let mut apply = std::process::Command::new(cli)
+        .arg("--dir")
+        .arg(dir)
+        .args(["--json", "gc", "apply", "--plan", &id, "--execute"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    // The apply's document (every deleted path) is read as it comes: a full pipe would stop it.
+    let mut pipe = apply.stdout.take().ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut pipe, &mut bytes).map(|_| bytes)
+    });
+    let mut waits: Vec<Duration> = Vec::new();
+    while apply.try_wait()?.is_none() {
+        let begun = Instant::now();
+        cli_run(cli, dir, &["--wait", "60s", "attempt", "begin", "-d", "gc", "-r", "live", "-p", "p=0"], None)?;
+        waits.push(begun.elapsed());
+    }
+    let applied = started.elapsed();
+    let output = apply.wait_with_output()?;
+    if !output.status.success() {
+        return Err(format!("gc apply failed: {} (its message above)", output.status).into());
+    }
+    let stdout = reader.join().map_err(|_| "the reader of the apply's output panicked")??;
+    let doc: Value = serde_json::from_slice(&stdout)?;
+    let deleted = doc["deleted"].as_array().map_or(0, Vec::len);
+    if deleted != files {
+        return Err(format!("gc apply deleted {deleted} of {files} files").into());
+    }
+    waits.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let batches = files.div_ceil(BATCH);
+    let k = files / 1000;
+    report.put(
+        &format!("gc_apply_{k}k_files_s"),
+        applied.as_secs_f64(),
+        &format!("s (gc apply --execute of {files} files, batches of {BATCH}, begins of another process running meanwhile)"),
+    );
+    report.put(
+        &format!("gc_apply_{k}k_batch_ms"),
+        ms(applied) / batches as f64,
+        "ms (the apply's time per batch of 1,000 files: the bound on a begin's wait)",
+    );
+    report.put(
+        &format!("gc_apply_{k}k_begins"),
+        waits.len() as f64,
+        "begins (attempt begin processes that ran during the apply, one after another)",
+    );
+    report.put(
+        &format!("gc_apply_{k}k_begin_wait_median_ms"),
+        waits.get(waits.len() / 2).map_or(f64::NAN, |d| ms(*d)),
+        "ms (median wall time of those begins, the process's own run included)",
+    );
+    report.put(
+        &format!("gc_apply_{k}k_begin_wait_max_ms"),
+        waits.last().map_or(f64::NAN, |d| ms(*d)),
+        "ms (the longest of those begins: the longest a begin waited during the apply)",
+    );
     Ok(())
 }
 

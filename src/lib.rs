@@ -118,8 +118,8 @@ pub use model::{
 pub use progress::{Progress, ProgressStage};
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{
-    ATTEMPT_LIFETIME_MAX, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore, STAGING_ROOT_MARKER,
-    Snapshot, Store, StoreOptions, describe_file, file_crc32, list_staged_files,
+    ATTEMPT_LIFETIME_MAX, CleanupApply, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore,
+    STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file, file_crc32, list_staged_files,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{FileList, ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals, ViewTrees};

@@ -104,6 +104,17 @@ impl<'a> Tracker<'a> {
         Tracker { hook, now }
     }
 
+    /// Goes on with a stage whose counts so far are `now` (reported before), reporting nothing
+    /// yet: for work taken in several calls.
+    pub(crate) fn resume(hook: &'a dyn Fn(Progress), now: Progress) -> Tracker<'a> {
+        Tracker { hook, now }
+    }
+
+    /// The counts so far.
+    pub(crate) fn now(&self) -> Progress {
+        self.now
+    }
+
     /// One more file done, of this recorded size; reported.
     pub(crate) fn file_done(&mut self, size_bytes: u64) {
         // Capped at the totals: a caller that reports more files than it announced (it never

@@ -3,7 +3,8 @@
 //!
 //! Three layers, each reported separately:
 //! 1. redb's own integrity check (page checksums, allocator state), when the caller holds the
-//!    writable handle mutably ([`Store::verify`]); a [`Snapshot`] cannot run it and says so;
+//!    writable handle mutably ([`Store::verify`]) or lets verify open one that writes nothing
+//!    ([`Store::verify_without_writing`]); a [`Snapshot`] cannot run it and says so;
 //! 2. every record of every table decoded through the codec (frame, version, CRC32, payload)
 //!    and its own consistency check;
 //! 3. referential checks between tables: pointer -> existing generation, every version entry ->
@@ -11,8 +12,10 @@
 //!    valid attempt, runs <-> generations, side effects <-> runs; optionally every file that a
 //!    retained generation references exists with its recorded size (and CRC32).
 //!
-//! Invariant: verify never writes (except redb's own repair inside `check_integrity`, which it
-//! reports) and never panics on what it reads; every problem becomes a [`Finding`].
+//! Invariant: verify never writes (except, through a caller's writable handle, what redb's
+//! `check_integrity` and the handle's own open and close write; [`Store::verify_without_writing`]
+//! keeps even those in memory) and never panics on what it reads; every problem becomes a
+//! [`Finding`].
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -36,7 +39,7 @@ use crate::schema::{
     META_FORMAT_KEY, META_LAZY_BEGINS_KEY, META_VIEW_TREES_KEY, META_VIEWS_KEY, POINTERS, RUNS, TASKS, VERSIONS, fields_and_number,
     text_fields,
 };
-use crate::store::{ReadOnlyStore, Snapshot, Store, observe};
+use crate::store::{ReadOnlyStore, Snapshot, Store, StoreOptions, observe};
 
 /// What [`Store::verify`] and [`Snapshot::verify`] check beyond the records themselves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +169,54 @@ impl fmt::Display for VerifyReport {
 }
 
 impl Store {
+    /// Verifies the store at `db_path` (staging root `staging_root`) as
+    /// [`Store::verify_with_progress`] does, redb's integrity check included (with
+    /// `verify.integrity_check`), and writes nothing: not a byte of the store file, not its
+    /// modification time, no view, no marker. A writable handle writes even when it changes
+    /// nothing (its open marks the file's header, its close records the allocator state, redb's
+    /// check reloads it), so this one keeps every write in memory; it holds the store
+    /// exclusively as any writer does, and is closed before the report is returned. A store a
+    /// crashed writer left is checked as its recovery would leave it, and stays unrecovered.
+    ///
+    /// # Errors
+    /// As [`Store::open_with_options`] (an existing store only: [`Error::AlreadyOpen`] while
+    /// another writer holds it) and [`Store::verify`].
+    ///
+    /// ```
+    /// # fn main() -> manifestdb::Result<()> {
+    /// use manifestdb::{IntegrityCheck, Store, StoreOptions, VerifyOptions};
+    ///
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let (db, staging) = (dir.path().join("store.redb"), dir.path().join("staging"));
+    /// Store::open(&db, &staging)?.close()?;
+    /// let before = std::fs::read(&db).expect("the store file");
+    ///
+    /// let report = Store::verify_without_writing(&db, &staging, &StoreOptions::default(), &VerifyOptions::default(), &|_| {})?;
+    /// assert!(report.is_clean());
+    /// assert!(matches!(report.integrity, IntegrityCheck::Passed));
+    /// assert_eq!(std::fs::read(&db).expect("the store file"), before, "not a byte written");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn verify_without_writing(
+        db_path: impl AsRef<Path>,
+        staging_root: impl AsRef<Path>,
+        options: &StoreOptions,
+        verify: &VerifyOptions,
+        progress: &dyn Fn(Progress),
+    ) -> Result<VerifyReport> {
+        let mut store = Store::open_check_only(db_path.as_ref(), staging_root.as_ref(), options)?;
+        let report = store.verify_with_progress(verify, progress);
+        let closed = store.close();
+        let report = report?;
+        // A store found damaged may fail its close too; the report says what was found.
+        match closed {
+            Ok(()) => Ok(report),
+            Err(_) if !report.is_clean() => Ok(report),
+            Err(err) => Err(err),
+        }
+    }
+
     /// Verifies the whole store: redb's integrity check (if `options.integrity_check`), then
     /// every record and the references between tables (see [`Snapshot::verify`]).
     ///

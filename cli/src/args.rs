@@ -118,8 +118,8 @@ pub enum Command {
     Stats,
 
     /// Check every record, the references between tables and optionally the files of retained
-    /// generations. Read-only (beside a writer) unless --integrity. Exit 0 when clean, 7 when
-    /// anything is found.
+    /// generations. Writes nothing; runs beside a writer unless --integrity (which needs the
+    /// store exclusively). Exit 0 when clean, 7 when anything is found.
     #[command(after_long_help = VERIFY_JSON)]
     Verify(VerifyArgs),
 
@@ -327,7 +327,8 @@ pub struct GcApplyArgs {
     /// Also delete the plan's files that no attempt owns.
     #[arg(long)]
     pub delete_unknown: bool,
-    /// Files re-checked and deleted per batch (default 1000).
+    /// Files re-checked and deleted per batch (default 1000). The store is held one batch at a
+    /// time: writers of other processes waiting for it get in between batches.
     #[arg(long, value_name = "N")]
     pub batch_size: Option<usize>,
 }

@@ -111,6 +111,33 @@ fn jitter() -> f64 {
     0.5 + (random % 1000) as f64 / 2000.0
 }
 
+/// The file beside the store in which writers waiting for it say so: `<store file>.waiting`.
+pub fn waiting_path(store: &Path) -> PathBuf {
+    let mut name = store.file_name().map(std::ffi::OsString::from).unwrap_or_default();
+    name.push(".waiting");
+    store.with_file_name(name)
+}
+
+/// A writer's mark that it waits for the store: a shared `flock` on [`waiting_path`], held
+/// from its first busy open until it opened the store or gave up. A process that holds the
+/// store and closes it to let others in (`gc apply` between batches) takes the exclusive lock
+/// before it opens the store again ([`LocationArgs::let_waiting_writers_in`]), which it gets
+/// only once every waiter has had its turn. Best effort: a store directory where the file
+/// cannot be made gets no mark, and its writers wait as before.
+struct WaitingMark {
+    _file: std::fs::File,
+}
+
+impl WaitingMark {
+    fn take(store: &Path) -> Option<WaitingMark> {
+        let file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(waiting_path(store)).ok()?;
+        // Not granted while the process letting writers in holds the exclusive lock, for the
+        // moment between its batches: the next busy retry tries again.
+        rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockShared).ok()?;
+        Some(WaitingMark { _file: file })
+    }
+}
+
 /// `--view-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ViewModeArg {
@@ -206,17 +233,34 @@ impl LocationArgs {
     /// [`LocationArgs::open_writer`] with the store's options changed by `adjust` (`serve
     /// --exclusive`).
     pub fn open_writer_with(&self, adjust: impl Fn(&mut StoreOptions)) -> anyhow::Result<Store> {
+        self.as_writer(adjust, "opening", |path, staging, options| Store::open_with_options(path, staging, options))
+    }
+
+    /// `open(store path, staging root, options)` as a writer of the store that waits for it as
+    /// [`LocationArgs::open_writer`] does (retrying `open` while it fails with
+    /// `AlreadyOpen`); `doing` names it in the error (`opening`, `verifying`).
+    pub fn as_writer<T>(
+        &self,
+        adjust: impl Fn(&mut StoreOptions),
+        doing: &str,
+        open: impl Fn(&Path, &Path, &StoreOptions) -> manifestdb::Result<T>,
+    ) -> anyhow::Result<T> {
         let path = self.store_path()?;
         let staging = self.required_staging_root()?;
         require_existing(&path)?;
         self.refuse_if_served()?;
         let deadline = std::time::Instant::now() + self.wait;
         let mut retry = 0;
+        // Held while this process waits (see `WaitingMark`); released once it opened or gave up.
+        let mut waiting: Option<WaitingMark> = None;
         loop {
             let mut options = self.options();
             adjust(&mut options);
-            match Store::open_with_options(&path, &staging, &options) {
+            match open(&path, &staging, &options) {
                 Err(manifestdb::Error::AlreadyOpen { .. }) if std::time::Instant::now() < deadline => {
+                    if waiting.is_none() {
+                        waiting = WaitingMark::take(&path);
+                    }
                     let pause = busy_backoff(retry, jitter()).min(deadline.saturating_duration_since(std::time::Instant::now()));
                     tracing::debug!(retry, pause_ms = pause.as_millis() as u64, "store busy; waiting for its writer");
                     std::thread::sleep(pause);
@@ -224,14 +268,38 @@ impl LocationArgs {
                 }
                 Err(err @ manifestdb::Error::AlreadyOpen { .. }) => {
                     return Err(anyhow::Error::new(err).context(format!(
-                        "opening store {} for writing (still busy after waiting {}; raise --wait)",
+                        "{doing} store {} for writing (still busy after waiting {}; raise --wait)",
                         path.display(),
                         crate::output::duration(self.wait.as_millis() as u64)
                     )));
                 }
-                result => return result.with_context(|| format!("opening store {} for writing", path.display())),
+                result => return result.with_context(|| format!("{doing} store {} for writing", path.display())),
             }
         }
+    }
+
+    /// Lets the writers that wait for the store (`WaitingMark`) have it before this process
+    /// opens it again: waits, for up to `--wait`, until none of them is waiting any more (each
+    /// stops waiting once it opened the store). For `gc apply`, between its batches, with the
+    /// store closed.
+    pub fn let_waiting_writers_in(&self) -> anyhow::Result<()> {
+        let path = self.store_path()?;
+        let Ok(file) = std::fs::File::open(waiting_path(&path)) else {
+            // No writer has ever waited for this store.
+            return Ok(());
+        };
+        let deadline = std::time::Instant::now() + self.wait;
+        let mut retry = 0;
+        // An exclusive lock is granted only while no waiter holds its shared one.
+        while rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
+            if std::time::Instant::now() >= deadline {
+                tracing::debug!("writers still waiting for the store after --wait; going on");
+                return Ok(());
+            }
+            std::thread::sleep(busy_backoff(retry, jitter()));
+            retry += 1;
+        }
+        Ok(())
     }
 
     /// A reading verb's document, made by `make` from one snapshot of the store opened

@@ -354,6 +354,15 @@ pub fn text(value: &Value) -> String {
     }
 }
 
+/// A count of a JSON document with its noun, singular for exactly one: `1 partition`, `2
+/// partitions`, `- files` for a missing count.
+pub fn counted(value: &Value, noun: &str) -> String {
+    match value.as_u64() {
+        Some(1) => format!("1 {noun}"),
+        _ => format!("{} {noun}s", text(value)),
+    }
+}
+
 /// Quotes a value for a POSIX shell's `eval` (shlex). A value holding a NUL byte cannot be
 /// quoted (no shell variable can hold one).
 pub fn shell_quote(value: &str) -> Result<String, shlex::QuoteError> {

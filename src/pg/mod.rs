@@ -8,6 +8,8 @@
 //! - `error.rs`: PostgreSQL's errors as `StorageError` kinds, and which ones are retried.
 //! - `conn.rs`: one connection, with a deadline on every round trip (a network that stops
 //!   forwarding without closing must not hang a call).
+//! - `call.rs`: one write call's budget: a call whose snapshot read lost its connection before
+//!   anything of it committed runs again from its start, within the same 60 s.
 //! - this file: the connection pool and the transaction runner.
 //!
 //! Every operation is one transaction on a connection of its own (many run at once: no single
@@ -36,10 +38,17 @@
 //!   outcome is unknown; then the same call again settles it (a publish answers
 //!   `AlreadyPublished` with the generation, or publishes once).
 //!
+//! A write call also reads a snapshot before its transaction (`Store::begin_attempt` reads the
+//! task, a validation the attempt); a snapshot lost with its connection cannot be read again,
+//! so the store runs such a call whole again ([`PgLayer::whole_call`], `call.rs`) if nothing of
+//! it committed. The reconnecting of a call's snapshots, its transactions and these reruns
+//! share one deadline, [`RECONNECT_TIME_MAX`] from the call's start.
+//!
 //! Time: the operation's clock reading is the database server's (`now()` of the
 //! transaction), so lease expiry, heartbeats and effect claims compare times of one clock
 //! whatever host the coordinators run on.
 
+pub(crate) mod call;
 pub(crate) mod conn;
 pub(crate) mod error;
 pub(crate) mod locks;
@@ -223,6 +232,13 @@ impl PgLayer {
         Ok(PgLayer { pool, shown, reconnect_time_max: RECONNECT_TIME_MAX })
     }
 
+    /// Runs a write call of the store (reads of snapshots, then write transactions) as
+    /// [`call::whole_call`] does: again from its start after a snapshot read lost its
+    /// connection, if nothing of it committed, within [`RECONNECT_TIME_MAX`].
+    pub(crate) fn whole_call<T>(&self, call: impl FnMut() -> Result<T>) -> Result<T> {
+        call::whole_call(&self.shown, self.reconnect_time_max, call)
+    }
+
     /// A connection from the pool.
     pub(crate) fn connection(&self) -> Result<Pooled> {
         self.pool.get().map_err(|e| {
@@ -236,19 +252,22 @@ impl PgLayer {
     /// `body` gets the transaction and the database server's clock reading (milliseconds since
     /// the epoch); it may run several times, each on a fresh snapshot.
     pub(crate) fn write<T>(&self, context: &'static str, mut body: impl FnMut(&mut PgMeta<'_>, u64) -> Result<TxnEnd<T>>) -> Result<T> {
-        let started = Instant::now();
+        // The running call's deadline (`call.rs`), or this transaction's own.
+        let deadline = call::deadline(Instant::now(), self.reconnect_time_max);
         let mut reruns = 0u32;
-        let mut last_error: Option<Error> = None;
         loop {
-            if started.elapsed() > self.reconnect_time_max {
-                // Every way here (a connection lost before COMMIT was sent, a lost COMMIT
-                // settled as aborted) left nothing of the operation committed: say so, so that
-                // a caller does not treat it as an outcome to settle.
-                return Err(nothing_committed(context, &self.shown, self.reconnect_time_max, last_error));
-            }
             let step = self.try_once(context, &mut body);
             match step {
-                Step::Done(result) => return result,
+                Step::Done(result) => {
+                    // Committed, or perhaps committed (a lost COMMIT not settled), or (a body
+                    // that wrote nothing) answered: the call must not run again.
+                    let outcome_unknown =
+                        matches!(&result, Err(Error::Storage { source, .. }) if source.kind() == StorageErrorKind::OutcomeUnknown);
+                    if result.is_ok() || outcome_unknown {
+                        call::note_committed();
+                    }
+                    return result;
+                }
                 Step::Rerun(err) => {
                     #[cfg(test)]
                     RERUNS_SEEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -260,7 +279,12 @@ impl PgLayer {
                     pause(reruns);
                 }
                 Step::Reconnect(err) => {
-                    last_error = Some(err);
+                    if Instant::now() >= deadline {
+                        // Every way here (a connection lost before COMMIT was sent, a lost
+                        // COMMIT settled as aborted) left nothing of the operation committed:
+                        // say so, so that a caller does not treat it as an outcome to settle.
+                        return Err(nothing_committed(context, &self.shown, self.reconnect_time_max, Some(err)));
+                    }
                     std::thread::sleep(Duration::from_millis(100));
                 }
             }
@@ -452,7 +476,7 @@ impl PgLayer {
     /// snapshot's reads (its state cannot be had again).
     pub(crate) fn begin_read(&self) -> Result<PgRead> {
         let context = "beginning a read";
-        let started = Instant::now();
+        let deadline = call::deadline(Instant::now(), self.reconnect_time_max);
         loop {
             let attempt = self.connection().and_then(|conn| {
                 let mut txn = Txn { conn, open: false };
@@ -463,10 +487,15 @@ impl PgLayer {
             });
             match attempt {
                 Ok((txn, now_ms)) => return Ok(PgRead { txn: parking_lot::Mutex::new(txn), now_ms }),
-                Err(err) if is_lost_connection(&err) && started.elapsed() < RECONNECT_TIME_MAX => {
+                Err(err) if is_lost_connection(&err) && Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                Err(err) => return Err(err),
+                Err(err) => {
+                    if is_lost_connection(&err) {
+                        call::note_read_lost();
+                    }
+                    return Err(err);
+                }
             }
         }
     }
@@ -486,10 +515,16 @@ impl std::fmt::Debug for PgRead {
 }
 
 impl PgRead {
-    /// Runs `body` over the snapshot's reads.
+    /// Runs `body` over the snapshot's reads. A read that lost the connection is told to the
+    /// running write call, if any (`call.rs`), which may then run again whole.
     pub(crate) fn read<T>(&self, body: impl FnOnce(&mut dyn crate::meta::MetaRead) -> Result<T>) -> Result<T> {
         let mut txn = self.txn.lock();
-        body(&mut PgMeta::read_only(&mut txn.conn, self.now_ms))
+        let mut meta = PgMeta::read_only(&mut txn.conn, self.now_ms);
+        let result = body(&mut meta);
+        if result.is_err() && meta.fault == Some(Retry::Reconnect) {
+            call::note_read_lost();
+        }
+        result
     }
 }
 

@@ -727,3 +727,76 @@ fn a_commit_that_cannot_be_settled_is_an_unknown_outcome_of_its_own_kind() {
     let err = layer.settle(u64::from(u32::MAX) << 8, 1).expect_err("a transaction id from the future");
     assert_eq!(err.kind(), crate::ErrorKind::OutcomeUnknown, "{err}");
 }
+
+/// Ends every backend of the test database but `admin`'s own (as an immediate restart of the
+/// server would, for this database): the layer's pooled connections and open snapshots.
+fn end_the_layers_backends(admin: &mut Conn) {
+    admin
+        .query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()", &[])
+        .expect("terminate");
+}
+
+/// Issue 39, item 4: a write call whose snapshot read lost its connection runs again whole on
+/// a new connection while nothing of it committed; once its write committed, a read lost
+/// after it is the call's error and the call is not run again (a begin would take a second
+/// number); a read that keeps being lost for the whole budget fails the call with an error
+/// that says nothing was committed (a fault, exit 1, not an unknown outcome).
+#[test]
+fn a_write_call_whose_snapshot_read_lost_its_connection_runs_again_only_while_nothing_committed() {
+    let Some(db) = fresh_database("a_write_call_whose_snapshot_read_lost_its_connection_runs_again_only_while_nothing_committed") else {
+        return;
+    };
+    let mut layer = PgLayer::open(&db.url, true).expect("open");
+    let mut admin = connect(&db.url).expect("connect");
+    // The read is lost on the first run only.
+    let mut runs = 0;
+    let declared = layer
+        .whole_call(|| {
+            runs += 1;
+            let read = layer.begin_read()?;
+            if runs == 1 {
+                end_the_layers_backends(&mut admin);
+            }
+            let known = read.read(|meta| meta.run("ds", "r1"))?.is_some();
+            drop(read);
+            assert!(!known, "no run of the first try committed");
+            layer.write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("ds", "r1", &["p=1"]), now))
+        })
+        .expect("the call succeeds on a new connection");
+    assert_eq!((declared, runs), (crate::model::DeclareOutcome::Declared, 2));
+
+    // The write commits, then a read is lost: the call's error, not run again.
+    let mut runs = 0;
+    let err = layer
+        .whole_call(|| {
+            runs += 1;
+            layer.write("beginning", |meta, now| {
+                ops::attempts::begin(meta, &TaskKey::new("ds", "r1", "p=1"), now, |_, rel| Ok(std::path::PathBuf::from(rel)))
+            })?;
+            let read = layer.begin_read()?;
+            end_the_layers_backends(&mut admin);
+            read.read(|meta| meta.run("ds", "r1"))
+        })
+        .expect_err("the read after the commit is lost");
+    assert_eq!(runs, 1, "a call that committed is not run again: {err}");
+    let attempts = layer.read("reading", |meta| meta.task_attempts(&TaskKey::new("ds", "r1", "p=1"))).expect("read");
+    assert_eq!(attempts.len(), 1, "one begin");
+
+    // Lost on every run: the budget (shortened here) runs out.
+    layer.reconnect_time_max = Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let mut runs = 0;
+    let err = layer
+        .whole_call(|| -> crate::Result<()> {
+            runs += 1;
+            let read = layer.begin_read()?;
+            end_the_layers_backends(&mut admin);
+            read.read(|meta| meta.run("ds", "r1")).map(drop)
+        })
+        .expect_err("every read is lost");
+    let text = err.to_string();
+    assert!(runs >= 2, "run again while the budget lasted: {runs}");
+    assert!(started.elapsed() < Duration::from_secs(10), "within the budget: {:?}", started.elapsed());
+    assert!(text.contains("nothing of this call was committed; calling it again is safe"), "{text}");
+    assert_eq!(err.kind(), crate::ErrorKind::Fault, "{text}");
+}

@@ -38,6 +38,46 @@ impl Answer {
 }
 
 /// A connection to a server (reopened when the server closed it).
+///
+/// A worker that talks to `manifestdb serve` (or to a [`Server`](super::Server) in the same
+/// program, as here) sends the routes of the book's serving chapter (`docs/openapi.json`), one
+/// call each; every answer is the JSON document the CLI's `--json` prints for the same verb,
+/// and an error answer carries its kind ([`Answer::error`]):
+///
+/// ```
+/// # fn main() -> manifestdb::Result<()> {
+/// use std::sync::Arc;
+///
+/// use manifestdb::server::{Client, Listen, Server, ServerOptions};
+/// use manifestdb::{ErrorKind, Store};
+/// use serde_json::json;
+///
+/// let dir = tempfile::tempdir().expect("a temporary directory");
+/// let store = Store::open(dir.path().join("store.redb"), dir.path().join("staging"))?;
+/// let socket = dir.path().join("manifestdb.sock");
+/// let server = Server::start(Arc::new(store), &ServerOptions::unix(&socket))?;
+///
+/// let mut client = Client::new(Listen::Unix(socket))?;
+/// let task = json!({"partition": "region=eu", "expected_rows": 2, "expected_total": null});
+/// let declared = client.request(
+///     "POST",
+///     "/v1/runs/declare",
+///     Some(&json!({"dataset": "daily", "run": "r1", "snapshot": "s1", "tasks": [task], "trust_reported_figures": true})),
+/// )?;
+/// assert_eq!(declared.status, 200, "{}", declared.body);
+/// let begun = client.request("POST", "/v1/attempts/begin", Some(&json!({"dataset": "daily", "run": "r1", "partition": "region=eu"})))?;
+/// assert_eq!(begun.body["attempt"], 1);
+/// assert!(begun.body["staging_dir"].is_string(), "the worker writes its files there");
+///
+/// // A refusal is an answer with an error kind, not an `Err`.
+/// let unknown = client.get("/v1/runs/show", &json!({"dataset": "daily", "run": "r9"}))?;
+/// assert_eq!(unknown.status, 404);
+/// assert_eq!(unknown.error().map(|(kind, _)| kind), Some(ErrorKind::NotFound));
+///
+/// Arc::into_inner(server.shutdown()?).expect("the only handle").close()?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct Client {
     runtime: tokio::runtime::Runtime,
     target: Listen,

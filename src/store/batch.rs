@@ -69,74 +69,86 @@ impl Store {
             ));
         }
         self.poison.contain("running a batch", || {
-            // The staging root's marker is checked once for all the batch's begins (if that check
-            // fails, each begin checks again and fails with its own error).
-            let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
-            let mut dirs = if begins > 0 {
-                self.checked_staging_root().ok().and_then(|handle| self.staging.local().and_then(|root| BeginDirs::new(root, handle).ok()))
-            } else {
-                None
-            };
-            // A batch of many begins makes their task directories on a thread of its own, which
-            // the transaction follows (see `DirMaker`).
-            let overlapped = begins >= OVERLAPPED_BEGINS_MIN && dirs.is_some();
-            let snapshot = self.snapshot()?;
-            let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, dirs.as_mut(), overlapped)).collect();
-            drop(snapshot);
-            let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
-            let ran = std::thread::scope(|scope| {
-                let maker = match dirs.take() {
-                    Some(dirs) if overlapped => Some(DirMaker::start(scope, dirs, &prepared)),
-                    _ => None,
-                };
-                let ran = if pending {
-                    self.write_grouped("running a batch", |meta| {
-                        let mut wrote = false;
-                        let mut ran = Vec::with_capacity(prepared.len());
-                        for i in 0..prepared.len() {
-                            if let Some(maker) = &maker {
-                                maker.take(&mut prepared, i);
-                            }
-                            let writes_before = crate::meta::writes_on_this_thread();
-                            let result = self.run_op(meta, &mut prepared[i]);
-                            match result {
-                                Some(Ok(TxnEnd::Commit(outcome))) => {
-                                    wrote = true;
-                                    ran.push(Some(Ok(outcome)));
-                                }
-                                Some(Ok(TxnEnd::Abort(outcome))) => ran.push(Some(Ok(outcome))),
-                                // A storage error dooms the transaction: the batch fails.
-                                Some(Err(err @ Error::Storage { .. })) => return Err(err),
-                                // A refusal after a write would commit half an operation; the
-                                // group commit fails the whole batch for it (see `group.rs`).
-                                Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
-                                Some(Err(err)) => ran.push(Some(Err(err))),
-                                None => ran.push(None),
-                            }
-                        }
-                        Ok(if wrote { TxnEnd::Commit(ran) } else { TxnEnd::Abort(ran) })
-                    })
+            self.whole_call(|| {
+                // The staging root's marker is checked once for all the batch's begins (if that check
+                // fails, each begin checks again and fails with its own error).
+                let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
+                let mut dirs = if begins > 0 {
+                    self.checked_staging_root()
+                        .ok()
+                        .and_then(|handle| self.staging.local().and_then(|root| BeginDirs::new(root, handle).ok()))
                 } else {
-                    Ok(prepared.iter().map(|_| None).collect())
+                    None
                 };
-                if let Some(maker) = maker {
-                    maker.finish();
+                // A batch of many begins makes their task directories on a thread of its own, which
+                // the transaction follows (see `DirMaker`).
+                let overlapped = begins >= OVERLAPPED_BEGINS_MIN && dirs.is_some();
+                let snapshot = self.snapshot()?;
+                let mut prepared: Vec<Prepared> = ops.iter().map(|op| self.prepare_op(&snapshot, op, dirs.as_mut(), overlapped)).collect();
+                drop(snapshot);
+                // A storage error while reading an operation's facts (on PostgreSQL, the
+                // snapshot's connection lost) fails the whole batch, before anything of it is
+                // written, so the batch is run again whole or answered as one.
+                if let Some(i) = prepared.iter().position(|p| matches!(p, Prepared::Settled(Err(Error::Storage { .. }))))
+                    && let Prepared::Settled(Err(err)) = prepared.swap_remove(i)
+                {
+                    return Err(err);
                 }
-                ran
-            })?;
-            let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
-            for (op, outcome) in prepared.into_iter().zip(ran) {
-                let result = match (op, outcome) {
-                    (Prepared::Settled(result), _) => result,
-                    (_, Some(result)) => result,
-                    (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),
-                };
-                results.push(Some(result));
-            }
-            Ok(results
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|| Err(Error::Poisoned { cause: "a batch result is missing".to_owned() })))
-                .collect())
+                let pending = prepared.iter().any(|p| !matches!(p, Prepared::Settled(_)));
+                let ran = std::thread::scope(|scope| {
+                    let maker = match dirs.take() {
+                        Some(dirs) if overlapped => Some(DirMaker::start(scope, dirs, &prepared)),
+                        _ => None,
+                    };
+                    let ran = if pending {
+                        self.write_grouped("running a batch", |meta| {
+                            let mut wrote = false;
+                            let mut ran = Vec::with_capacity(prepared.len());
+                            for i in 0..prepared.len() {
+                                if let Some(maker) = &maker {
+                                    maker.take(&mut prepared, i);
+                                }
+                                let writes_before = crate::meta::writes_on_this_thread();
+                                let result = self.run_op(meta, &mut prepared[i]);
+                                match result {
+                                    Some(Ok(TxnEnd::Commit(outcome))) => {
+                                        wrote = true;
+                                        ran.push(Some(Ok(outcome)));
+                                    }
+                                    Some(Ok(TxnEnd::Abort(outcome))) => ran.push(Some(Ok(outcome))),
+                                    // A storage error dooms the transaction: the batch fails.
+                                    Some(Err(err @ Error::Storage { .. })) => return Err(err),
+                                    // A refusal after a write would commit half an operation; the
+                                    // group commit fails the whole batch for it (see `group.rs`).
+                                    Some(Err(err)) if crate::meta::writes_on_this_thread() != writes_before => return Err(err),
+                                    Some(Err(err)) => ran.push(Some(Err(err))),
+                                    None => ran.push(None),
+                                }
+                            }
+                            Ok(if wrote { TxnEnd::Commit(ran) } else { TxnEnd::Abort(ran) })
+                        })
+                    } else {
+                        Ok(prepared.iter().map(|_| None).collect())
+                    };
+                    if let Some(maker) = maker {
+                        maker.finish();
+                    }
+                    ran
+                })?;
+                let mut results: Vec<Option<Result<BatchOutcome>>> = Vec::with_capacity(ops.len());
+                for (op, outcome) in prepared.into_iter().zip(ran) {
+                    let result = match (op, outcome) {
+                        (Prepared::Settled(result), _) => result,
+                        (_, Some(result)) => result,
+                        (_, None) => Err(Error::Poisoned { cause: "a batch operation did not run".to_owned() }),
+                    };
+                    results.push(Some(result));
+                }
+                Ok(results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(Error::Poisoned { cause: "a batch result is missing".to_owned() })))
+                    .collect())
+            })
         })
     }
 

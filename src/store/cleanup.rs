@@ -40,6 +40,36 @@ fn plan_from(id: u64, record: CleanupPlanRecord) -> CleanupPlan {
     }
 }
 
+/// A stored cleanup plan being applied one batch at a time: made by
+/// [`Store::start_cleanup_apply`], advanced by [`Store::apply_cleanup_batch`], ended by
+/// [`Store::finish_cleanup_apply`]. It holds the plan's paths, how many are taken, the counts
+/// reported so far and the report of the batches applied; no handle of the store, so each step
+/// may run on a handle of its own.
+#[derive(Debug, Clone)]
+pub struct CleanupApply {
+    options: ApplyOptions,
+    age_threshold_ms: u64,
+    forced: bool,
+    todo: Vec<PlannedPath>,
+    taken: usize,
+    progress: Progress,
+    report: ApplyReport,
+}
+
+impl CleanupApply {
+    /// Paths of the plan taken so far (deleted, skipped or, in a dry run, re-checked), and the
+    /// paths it takes in all.
+    pub fn paths_taken(&self) -> (usize, usize) {
+        (self.taken, self.todo.len())
+    }
+
+    /// The report of the batches applied so far (without the pruning of
+    /// [`Store::finish_cleanup_apply`]).
+    pub fn report(&self) -> &ApplyReport {
+        &self.report
+    }
+}
+
 impl Store {
     /// Plans a cleanup of the staging root and persists the plan (deleting nothing).
     ///
@@ -61,48 +91,50 @@ impl Store {
     /// lifetime and is not forced; I/O errors listing the staging root; storage errors.
     pub fn plan_cleanup(&self, options: &CleanupOptions) -> Result<CleanupPlan> {
         self.poison.contain("plan cleanup", || {
-            let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
-            let lifetime_ms = self.attempt_lifetime_max_ms;
-            if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
-                return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-            }
-            // Views of generations the store no longer holds (an expiry by an older build, a crash
-            // inside one) go before the plan, so no view links a file the plan may list.
-            if self.views().is_some()
-                && let Err(err) = self.sync_views_with(crate::views::Check::None)
-            {
-                tracing::warn!(error = %err, "views not synced before planning cleanup");
-            }
-            // Walk first, read the state second: every reference made before a file was seen is
-            // then visible to the decision.
-            let walked = self.walk_staging()?;
-            let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
-            let now = now_ms();
-            let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
-            let record = CleanupPlanRecord {
-                created_at_ms: now,
-                age_threshold_ms,
-                attempt_lifetime_max_ms: lifetime_ms,
-                forced: options.force_short_threshold,
-                candidates: draft.candidates,
-                unknown: draft.unknown,
-                kept: draft.kept,
-                unconsidered: walked.unconsidered,
-            };
-            let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
-            for path in record.candidates.iter().chain(&record.unknown) {
-                tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
-            }
-            tracing::info!(
-                plan = id,
-                candidates = record.candidates.len(),
-                unknown = record.unknown.len(),
-                kept = ?record.kept,
-                unconsidered = record.unconsidered.len(),
-                age_threshold_ms,
-                "cleanup planned"
-            );
-            Ok(plan_from(id, record))
+            self.whole_call(|| {
+                let age_threshold_ms = u64::try_from(options.age_threshold.as_millis()).unwrap_or(u64::MAX);
+                let lifetime_ms = self.attempt_lifetime_max_ms;
+                if cleanup::check_threshold(age_threshold_ms, lifetime_ms, options.force_short_threshold).is_err() {
+                    return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+                }
+                // Views of generations the store no longer holds (an expiry by an older build, a crash
+                // inside one) go before the plan, so no view links a file the plan may list.
+                if self.views().is_some()
+                    && let Err(err) = self.sync_views_with(crate::views::Check::None)
+                {
+                    tracing::warn!(error = %err, "views not synced before planning cleanup");
+                }
+                // Walk first, read the state second: every reference made before a file was seen is
+                // then visible to the decision.
+                let walked = self.walk_staging()?;
+                let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
+                let now = now_ms();
+                let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
+                let record = CleanupPlanRecord {
+                    created_at_ms: now,
+                    age_threshold_ms,
+                    attempt_lifetime_max_ms: lifetime_ms,
+                    forced: options.force_short_threshold,
+                    candidates: draft.candidates,
+                    unknown: draft.unknown,
+                    kept: draft.kept,
+                    unconsidered: walked.unconsidered,
+                };
+                let id = self.write("storing a cleanup plan", |meta| ops::cleanup::store_plan(meta, &record, CLEANUP_PLANS_KEPT))?;
+                for path in record.candidates.iter().chain(&record.unknown) {
+                    tracing::debug!(plan = id, path = %path.path, reason = ?path.reason, size_bytes = path.size_bytes, "cleanup candidate");
+                }
+                tracing::info!(
+                    plan = id,
+                    candidates = record.candidates.len(),
+                    unknown = record.unknown.len(),
+                    kept = ?record.kept,
+                    unconsidered = record.unconsidered.len(),
+                    age_threshold_ms,
+                    "cleanup planned"
+                );
+                Ok(plan_from(id, record))
+            })
         })
     }
 
@@ -149,97 +181,158 @@ impl Store {
     /// As [`Store::apply_cleanup`].
     pub fn apply_cleanup_with_progress(&self, id: u64, options: &ApplyOptions, progress: &dyn Fn(Progress)) -> Result<ApplyReport> {
         self.poison.contain("apply cleanup", || {
+            self.whole_call(|| {
+                let mut apply = self.start_cleanup_apply(id, options)?;
+                while self.apply_cleanup_batch(&mut apply, progress)? {}
+                self.finish_cleanup_apply(apply)
+            })
+        })
+    }
+
+    /// Starts applying a stored cleanup plan one batch at a time, as [`Store::apply_cleanup`]
+    /// does in one call: reads the plan and checks its threshold. Nothing is deleted or
+    /// written. Each [`Store::apply_cleanup_batch`] then takes the next batch, and
+    /// [`Store::finish_cleanup_apply`] ends it. Each step may run on another handle of the
+    /// store (the CLI's `gc apply` closes the store between batches, so that other processes'
+    /// writers wait at most one batch).
+    ///
+    /// # Errors
+    /// As [`Store::apply_cleanup`].
+    pub fn start_cleanup_apply(&self, id: u64, options: &ApplyOptions) -> Result<CleanupApply> {
+        self.poison.contain("apply cleanup", || {
             let plan = self
                 .snapshot()?
                 .read("reading a cleanup plan", |meta| meta.cleanup_plan(id))?
                 .ok_or(Error::UnknownCleanupPlan { plan: id })?;
-            let lifetime_ms = self.attempt_lifetime_max_ms;
-            if cleanup::check_threshold(plan.age_threshold_ms, lifetime_ms, plan.forced).is_err() {
-                return Err(Error::CleanupThresholdTooShort {
-                    age_threshold_ms: plan.age_threshold_ms,
-                    attempt_lifetime_max_ms: lifetime_ms,
-                });
+            self.check_apply_threshold(plan.age_threshold_ms, plan.forced)?;
+            let mut skipped = Vec::new();
+            let mut todo: Vec<PlannedPath> = plan.candidates;
+            for path in plan.unknown {
+                if options.delete_unknown {
+                    todo.push(path);
+                } else {
+                    skipped.push(SkippedPath { path: path.path, reason: SkipReason::UnknownNotRequested });
+                }
             }
-            let execute = options.mode == RunMode::Execute;
+            let (files_total, bytes_total) = todo.iter().fold((0u64, 0u64), |(n, b), p| (n + 1, b.saturating_add(p.size_bytes)));
+            Ok(CleanupApply {
+                options: *options,
+                age_threshold_ms: plan.age_threshold_ms,
+                forced: plan.forced,
+                todo,
+                taken: 0,
+                progress: Progress { stage: ProgressStage::DeletingFiles, files_done: 0, files_total, bytes_done: 0, bytes_total },
+                report: ApplyReport {
+                    plan: id,
+                    mode: options.mode,
+                    deleted: Vec::new(),
+                    bytes_deleted: 0,
+                    skipped,
+                    directories_removed: 0,
+                    attempt_records_removed: Vec::new(),
+                },
+            })
+        })
+    }
+
+    /// Applies the next batch of `apply` (`options.batch_size` paths): reads the store's state
+    /// afresh for the batch's paths, re-checks each just before deleting it, makes the
+    /// removals durable and (unless a dry run) records the batch. Returns whether paths remain.
+    /// Reports to `progress` as [`Store::apply_cleanup_with_progress`] does (its totals before
+    /// the first batch).
+    ///
+    /// # Errors
+    /// As [`Store::apply_cleanup`] (the threshold is checked against this handle's attempt
+    /// lifetime).
+    pub fn apply_cleanup_batch(&self, apply: &mut CleanupApply, progress: &dyn Fn(Progress)) -> Result<bool> {
+        self.poison.contain("apply cleanup", || {
+            self.check_apply_threshold(apply.age_threshold_ms, apply.forced)?;
+            if apply.taken == 0 {
+                progress(apply.progress);
+            }
+            let end = apply.todo.len().min(apply.taken.saturating_add(apply.options.batch_size.max(1)));
+            if apply.taken >= end {
+                return Ok(false);
+            }
+            let id = apply.report.plan;
+            let execute = apply.options.mode == RunMode::Execute;
+            let chunk = &apply.todo[apply.taken..end];
             // Every path is reached through this one handle of the root (a local root's directory
             // handle; an object root's client), checked to be this store's.
             let root = self.cleanup_root()?;
             let mut applier = root.applier();
-            let mut report = ApplyReport {
-                plan: id,
-                mode: options.mode,
+            // Re-read by key, for this batch's paths only, from a fresh snapshot.
+            let refs: Vec<&PlannedPath> = chunk.iter().collect();
+            let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, &refs))?;
+            let now = now_ms();
+            let mut batch = CleanupBatchRecord {
+                applied_at_ms: now,
                 deleted: Vec::new(),
                 bytes_deleted: 0,
                 skipped: Vec::new(),
-                directories_removed: 0,
                 attempt_records_removed: Vec::new(),
             };
-            let mut todo: Vec<&PlannedPath> = plan.candidates.iter().collect();
-            for path in &plan.unknown {
-                if options.delete_unknown {
-                    todo.push(path);
-                } else {
-                    report.skipped.push(SkippedPath { path: path.path.clone(), reason: SkipReason::UnknownNotRequested });
-                }
-            }
-            let mut next_batch = self.next_batch_number(id)?;
-            let mut deleting = Tracker::start(progress, ProgressStage::DeletingFiles, todo.iter().map(|p| p.size_bytes));
-            for chunk in todo.chunks(options.batch_size.max(1)) {
-                // Re-read by key, for this batch's paths only, from a fresh snapshot.
-                let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, chunk))?;
-                let now = now_ms();
-                let mut batch = CleanupBatchRecord {
-                    applied_at_ms: now,
-                    deleted: Vec::new(),
-                    bytes_deleted: 0,
-                    skipped: Vec::new(),
-                    attempt_records_removed: Vec::new(),
-                };
-                for planned in chunk {
-                    match recheck(&mut applier, &facts, planned, now, plan.age_threshold_ms) {
-                        Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
-                        Ok(()) if !execute => {
+            let mut deleting = Tracker::resume(progress, apply.progress);
+            for planned in chunk {
+                match recheck(&mut applier, &facts, planned, now, apply.age_threshold_ms) {
+                    Err(reason) => batch.skipped.push((planned.path.clone(), reason)),
+                    Ok(()) if !execute => {
+                        batch.deleted.push(planned.path.clone());
+                        batch.bytes_deleted += planned.size_bytes;
+                    }
+                    Ok(()) => match applier.delete(&planned.path) {
+                        Ok(()) => {
+                            tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
                             batch.deleted.push(planned.path.clone());
                             batch.bytes_deleted += planned.size_bytes;
                         }
-                        Ok(()) => match applier.delete(&planned.path) {
-                            Ok(()) => {
-                                tracing::debug!(plan = id, path = %planned.path, reason = ?planned.reason, "deleted staging file");
-                                batch.deleted.push(planned.path.clone());
-                                batch.bytes_deleted += planned.size_bytes;
-                            }
-                            Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
-                        },
-                    }
-                    deleting.file_done(planned.size_bytes);
+                        Err(e) => batch.skipped.push((planned.path.clone(), SkipReason::DeleteFailed(e.to_string()))),
+                    },
                 }
-                if execute {
-                    match &root {
-                        CleanupRoot::Local(fd) => {
-                            for path in &batch.deleted {
-                                report.directories_removed += walk::remove_empty_parents(fd.as_fd(), path);
-                            }
-                            // A directory removed and made again later is a new one to sync.
-                            self.durable_dirs.clear();
-                            // The removals are made durable before the batch records them as
-                            // done.
-                            files::sync_after_removal(self.staging.path(), batch.deleted.iter().map(String::as_str))?;
-                        }
-                        // An object's DELETE is durable once acknowledged.
-                        #[cfg(feature = "s3")]
-                        CleanupRoot::Object(_) => {}
-                    }
-                    applier.forget();
-                    self.record_batch(id, next_batch, &batch)?;
-                    next_batch = next_batch.saturating_add(1);
-                    tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
-                }
-                report.deleted.extend(batch.deleted);
-                report.bytes_deleted += batch.bytes_deleted;
-                report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
+                deleting.file_done(planned.size_bytes);
             }
-            drop(applier);
-            let (removed, dirs) = self.prune_attempt_records(&root, id, next_batch, execute)?;
+            if execute {
+                match &root {
+                    CleanupRoot::Local(fd) => {
+                        for path in &batch.deleted {
+                            apply.report.directories_removed += walk::remove_empty_parents(fd.as_fd(), path);
+                        }
+                        // A directory removed and made again later is a new one to sync.
+                        self.durable_dirs.clear();
+                        // The removals are made durable before the batch records them as done.
+                        files::sync_after_removal(self.staging.path(), batch.deleted.iter().map(String::as_str))?;
+                    }
+                    // An object's DELETE is durable once acknowledged.
+                    #[cfg(feature = "s3")]
+                    CleanupRoot::Object(_) => {}
+                }
+                applier.forget();
+                let number = self.next_batch_number(id)?;
+                self.record_batch(id, number, &batch)?;
+                tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
+            }
+            apply.progress = deleting.now();
+            apply.taken = end;
+            apply.report.deleted.extend(batch.deleted);
+            apply.report.bytes_deleted += batch.bytes_deleted;
+            apply.report.skipped.extend(batch.skipped.into_iter().map(|(path, reason)| SkippedPath { path, reason }));
+            Ok(apply.taken < apply.todo.len())
+        })
+    }
+
+    /// Ends `apply` (its paths all taken, or not): removes the empty directories left behind
+    /// and the records of attempts that can never be used again (see
+    /// [`Store::apply_cleanup`]), and returns the report of every batch.
+    ///
+    /// # Errors
+    /// As [`Store::apply_cleanup`].
+    pub fn finish_cleanup_apply(&self, apply: CleanupApply) -> Result<ApplyReport> {
+        self.poison.contain("apply cleanup", || {
+            let mut report = apply.report;
+            let execute = apply.options.mode == RunMode::Execute;
+            let root = self.cleanup_root()?;
+            let next_batch = self.next_batch_number(report.plan)?;
+            let (removed, dirs) = self.prune_attempt_records(&root, report.plan, next_batch, execute)?;
             report.attempt_records_removed = removed;
             report.directories_removed += dirs;
             Ok(report)
@@ -292,6 +385,16 @@ impl Store {
                 Ok(CleanupRoot::Object(std::sync::Arc::clone(root)))
             }
         }
+    }
+
+    /// Refuses to apply a plan whose threshold this handle's attempt lifetime now reaches
+    /// (unless the plan was forced).
+    fn check_apply_threshold(&self, age_threshold_ms: u64, forced: bool) -> Result<()> {
+        let lifetime_ms = self.attempt_lifetime_max_ms;
+        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, forced).is_err() {
+            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+        }
+        Ok(())
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {

@@ -12,6 +12,8 @@
 //!   transactions runs it as [`Layer::write`]). A batch of operations is one such body;
 //! - [`Layer::begin_read`] / [`ReadLayer::begin_read`]: a consistent read, [`ReadTxn`], whose
 //!   reads are [`MetaRead`];
+//! - [`Layer::whole_call`]: one write call of the store (snapshot reads, then transactions),
+//!   run again whole by a layer whose snapshot can be lost with its connection;
 //! - closing. Opening and creating are the layer's own (`store/mod.rs` for redb, `crate::pg`
 //!   for PostgreSQL); the format and staging-identity checks of an open are written once over
 //!   [`Meta`] (`initialize_records`, `configure_views`), and the rest of an open once for both
@@ -107,6 +109,21 @@ impl Layer {
             Layer::Redb(redb) => Ok(ReadTxn::Redb(redb.db.begin_read().map_err(|e| Error::storage("beginning a read", e))?)),
             #[cfg(feature = "postgres")]
             Layer::Postgres(pg) => Ok(ReadTxn::Postgres(pg.begin_read()?)),
+        }
+    }
+
+    /// Runs one write call of the store (its snapshot reads, then its transactions). redb: once.
+    /// PostgreSQL: again from its start if a read of one of its snapshots lost its connection
+    /// before anything of it committed, within the layer's 60 s of reconnecting
+    /// (`crate::pg::call`).
+    pub(super) fn whole_call<T>(&self, call: impl FnMut() -> Result<T>) -> Result<T> {
+        match self {
+            Layer::Redb(_) => {
+                let mut call = call;
+                call()
+            }
+            #[cfg(feature = "postgres")]
+            Layer::Postgres(pg) => pg.whole_call(call),
         }
     }
 

@@ -17,6 +17,7 @@ mod handles;
 mod layer;
 mod lazy;
 mod meta_redb;
+mod overlay;
 mod read;
 mod retention;
 mod staging_root;
@@ -34,6 +35,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use redb::{Builder, ConcurrencyMode, Database, DatabaseError, StorageBackend, WriteTransaction};
 
+pub use cleanup::CleanupApply;
 use contain::{DropContained, contain_open};
 pub(crate) use contain::{ENGINE, Poison};
 /// For the view root's creation.
@@ -458,7 +460,53 @@ impl Store {
             let db = builder.create_with_backend(backend).map_err(|e| open_error(db_path, e))?;
             undo.opened();
             let repaired = repaired.load(Ordering::Acquire);
-            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), Some(undo), repaired)
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), Some(undo), repaired, false)
+        })
+    }
+
+    /// Opens an existing store writable and exclusively, as [`Store::open_with_options`] does,
+    /// but keeps every write of the handle in memory (`overlay.rs`): the store file keeps its
+    /// bytes, its length and its modification time, and neither the staging root's marker nor
+    /// the views are written. For a check that needs a writer's handle and must write nothing
+    /// (redb's integrity check, [`Store::verify_without_writing`]); nothing committed through
+    /// the handle lasts. A PostgreSQL URL opens as [`Store::open_with_options`] does (that
+    /// layer has no file to keep).
+    pub(crate) fn open_check_only(db_path: &Path, staging_root: &Path, options: &StoreOptions) -> Result<Store> {
+        #[cfg(not(feature = "postgres"))]
+        refuse_postgres_url(db_path)?;
+        #[cfg(feature = "postgres")]
+        if crate::pg::postgres_url(db_path).is_some() {
+            return Store::open_with_options(db_path, staging_root, options);
+        }
+        if !db_path.exists() {
+            return Err(Error::io(
+                format!("opening store {}", db_path.display()),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"),
+            ));
+        }
+        let lease_ms = lifetime_ms(options)?;
+        let root = StagingRoot::open(staging_root, options.group_access)?;
+        let poison = Poison::default();
+        poison.contain("opening the store", || {
+            // Opened for writing only because redb's byte-range write locks need it: nothing is
+            // written through it.
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(db_path)
+                .map_err(|e| Error::storage("opening the store", redb::Error::Io(e)))?;
+            let len = file.metadata().map_err(|e| Error::io(format!("inspecting {}", db_path.display()), e))?.len();
+            if len == 0 {
+                return Err(Error::Storage {
+                    context: "opening the store",
+                    source: crate::error::StorageError::new(crate::StorageErrorKind::NotAStore, "the store file is empty", None),
+                });
+            }
+            let backend = overlay::OverlayFile::new(file).map_err(|e| open_error(db_path, e))?;
+            let (builder, repaired) = writable_builder(options);
+            let db = builder.create_with_backend(backend).map_err(|e| open_error(db_path, e))?;
+            let repaired = repaired.load(Ordering::Acquire);
+            Store::finish_open(db, Some(db_path.to_path_buf()), root, lease_ms, options, poison.clone(), None, repaired, true)
         })
     }
 
@@ -479,7 +527,7 @@ impl Store {
             let (builder, repaired) = writable_builder(options);
             let db = builder.create_with_backend(backend).map_err(|e| open_error(Path::new("<backend>"), e))?;
             let repaired = repaired.load(Ordering::Acquire);
-            Store::finish_open(db, None, root, lease_ms, options, poison.clone(), None, repaired)
+            Store::finish_open(db, None, root, lease_ms, options, poison.clone(), None, repaired, false)
         })
     }
 
@@ -493,6 +541,7 @@ impl Store {
         poison: Poison,
         undo: Option<std::sync::Arc<UndoLog>>,
         repaired: bool,
+        check_only: bool,
     ) -> Result<Store> {
         // Owned at the boundary from here on, so that dropping it on a failed open is contained.
         let db = DropContained::new(db);
@@ -522,7 +571,7 @@ impl Store {
                 return Err(err);
             }
         };
-        Store::assemble(Layer::Redb(layer), db_path, root, init, lease_ms, views, options, poison)
+        Store::assemble(Layer::Redb(layer), db_path, root, init, lease_ms, views, options, poison, check_only)
     }
 
     /// Opens (creating its schema and its format record if needed) the store in the PostgreSQL
@@ -536,11 +585,13 @@ impl Store {
             let (views, configured) = configure_views(meta, options, &root.root)?;
             Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
         })?;
-        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options, Poison::default())
+        Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options, Poison::default(), false)
     }
 
     /// The rest of an open, whatever the layer: the staging root's marker (after the commit
-    /// that recorded its identity), the handle, and the views brought up to date.
+    /// that recorded its identity), the handle, and the views brought up to date. A
+    /// `check_only` open ([`Store::open_check_only`]) writes neither the marker nor the views:
+    /// a check reports what it finds.
     #[expect(clippy::too_many_arguments, reason = "the parts of an open, each its own kind")]
     fn assemble(
         layer: Layer,
@@ -551,8 +602,9 @@ impl Store {
         views: Option<Views>,
         options: &StoreOptions,
         poison: Poison,
+        check_only: bool,
     ) -> Result<Store> {
-        if init.write_marker {
+        if init.write_marker && !check_only {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
             root.root.write_marker(&init.staging_identity)?;
@@ -576,7 +628,7 @@ impl Store {
         // A crash between a commit and its view swap left `current` on the previous view:
         // bring every view up to date. A view that cannot be built does not stop the store
         // from opening; it lags, `verify` reports it, and the next publish or sync retries.
-        if store.views.is_some() {
+        if store.views.is_some() && !check_only {
             match store.sync_views_with(Check::CurrentManifest) {
                 Ok(_) => {}
                 Err(err) => tracing::error!(error = %err, "views not brought up to date at open; they lag the store"),
@@ -910,6 +962,13 @@ impl Store {
     /// The handle's poison flag, for entry points outside this module (`verify`).
     pub(crate) fn poison(&self) -> &Poison {
         &self.poison
+    }
+
+    /// Runs one write call that reads snapshots before it writes: on PostgreSQL, again from its
+    /// start if such a read lost its connection before anything of the call committed, within
+    /// the same 60 s as its transactions' reconnecting (see `Layer::whole_call`); on redb, once.
+    pub(super) fn whole_call<T>(&self, call: impl FnMut() -> Result<T>) -> Result<T> {
+        self.layer.whole_call(call)
     }
 
     /// Runs `body` in one write transaction of its own and commits it if `body` says so. A

@@ -77,18 +77,20 @@ impl Store {
     /// Storage and corruption errors.
     pub fn abandon_expired_attempts(&self, mode: RunMode) -> Result<Vec<AttemptKey>> {
         let lifetime_ms = self.attempt_lifetime_max_ms;
-        // The candidates come from a read, outside the writer (one pass decoding every attempt);
-        // the write re-checks each by key, at its own clock.
-        let candidates = self.snapshot()?.read("finding expired attempts", |meta| {
-            let now = meta.now_ms();
-            ops::attempts::expired(meta, lifetime_ms, now)
-        })?;
-        if mode != RunMode::Execute || candidates.is_empty() {
-            return Ok(candidates);
-        }
-        self.write("abandoning expired attempts", |meta| {
-            let now = meta.now_ms();
-            ops::attempts::abandon_expired(meta, &candidates, lifetime_ms, now)
+        self.whole_call(|| {
+            // The candidates come from a read, outside the writer (one pass decoding every
+            // attempt); the write re-checks each by key, at its own clock.
+            let candidates = self.snapshot()?.read("finding expired attempts", |meta| {
+                let now = meta.now_ms();
+                ops::attempts::expired(meta, lifetime_ms, now)
+            })?;
+            if mode != RunMode::Execute || candidates.is_empty() {
+                return Ok(candidates);
+            }
+            self.write("abandoning expired attempts", |meta| {
+                let now = meta.now_ms();
+                ops::attempts::abandon_expired(meta, &candidates, lifetime_ms, now)
+            })
         })
     }
 

@@ -75,10 +75,12 @@ impl Store {
     pub fn declare_run(&self, spec: &RunSpec) -> Result<DeclareOutcome> {
         ids::check_run_spec(spec)?;
         self.poison.contain("declare run", || {
-            self.make_task_dirs(spec)?;
-            self.write_grouped("declaring a run", |meta| {
-                let now = meta.now_ms();
-                ops::declare::declare_run(meta, spec, now)
+            self.whole_call(|| {
+                self.make_task_dirs(spec)?;
+                self.write_grouped("declaring a run", |meta| {
+                    let now = meta.now_ms();
+                    ops::declare::declare_run(meta, spec, now)
+                })
             })
         })
     }
@@ -114,10 +116,12 @@ impl Store {
     /// would pass through a symlink, I/O and storage errors.
     pub fn begin_attempt(&self, task: &TaskKey) -> Result<AttemptTicket> {
         self.poison.contain("begin attempt", || {
-            let snapshot = self.snapshot()?;
-            let mut prepared = self.prepare_begin(&snapshot, task, None)?;
-            drop(snapshot);
-            self.write_begin("beginning an attempt", task, |meta| self.begin_body(meta, &mut prepared))
+            self.whole_call(|| {
+                let snapshot = self.snapshot()?;
+                let mut prepared = self.prepare_begin(&snapshot, task, None)?;
+                drop(snapshot);
+                self.write_begin("beginning an attempt", task, |meta| self.begin_body(meta, &mut prepared))
+            })
         })
     }
 
@@ -213,10 +217,12 @@ impl Store {
     /// As [`Store::validate_attempt`].
     pub fn validate_attempt_with_progress(&self, attempt: &AttemptKey, check: FileCheck, progress: &dyn Fn(Progress)) -> Result<Verdict> {
         self.poison.contain("validate attempt", || {
-            let snapshot = self.snapshot()?;
-            let prepared = prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)?;
-            drop(snapshot);
-            self.store_validation(&prepared)
+            self.whole_call(|| {
+                let snapshot = self.snapshot()?;
+                let prepared = prepare_validation(&snapshot, &self.file_work(), attempt, check, progress)?;
+                drop(snapshot);
+                self.store_validation(&prepared)
+            })
         })
     }
 
@@ -237,45 +243,47 @@ impl Store {
     pub fn finish_and_validate(&self, attempt: &AttemptKey, candidate: &Candidate, check: FileCheck) -> Result<Verdict> {
         check_finish(attempt, candidate)?;
         self.poison.contain("finish and validate attempt", || {
-            let snapshot = self.snapshot()?;
-            let task = &attempt.task;
-            let (run, spec) = snapshot.read("reading the attempt to finish and validate", |meta| {
-                let run = read_run(meta, &task.dataset, &task.run)?;
-                let record = read_task(meta, task)?;
-                Ok((run, task_spec(task, &record)))
-            })?;
-            let dataset_columns = match &run.grain {
-                Some(grain) => published_columns(&snapshot, &self.staging, &task.dataset, grain)?,
-                None => None,
-            };
-            drop(snapshot);
-            // What the write would refuse on the candidate alone (another snapshot, figures
-            // missing) is refused before any file is read or synced.
-            let for_finish = rules::attempts::RunForFinish { snapshot: &run.snapshot, has_grain: run.grain.is_some() };
-            rules::attempts::finish(attempt, candidate, for_finish, None, None)?;
-            // Where the begin made the attempt's directory; the write checks that its record
-            // names the same one.
-            let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
-            let (verdict, reconciliation) = decide_verdict(
-                &self.file_work(),
-                Against { run: &run, spec: &spec, dataset_columns },
-                &staging_rel,
-                candidate,
-                check,
-                NO_PROGRESS,
-            )?;
-            let finished = self.write_grouped("finishing and validating an attempt", |meta| {
-                ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
-            })?;
-            match finished {
-                ops::validate::FinishedVerdict::Stored(verdict) => Ok(verdict),
-                // A record made by a build that named staging directories otherwise: the two
-                // steps, each reading what the record says.
-                ops::validate::FinishedVerdict::StagingElsewhere => {
-                    self.finish_attempt(attempt, candidate)?;
-                    self.validate_attempt(attempt, check)
+            self.whole_call(|| {
+                let snapshot = self.snapshot()?;
+                let task = &attempt.task;
+                let (run, spec) = snapshot.read("reading the attempt to finish and validate", |meta| {
+                    let run = read_run(meta, &task.dataset, &task.run)?;
+                    let record = read_task(meta, task)?;
+                    Ok((run, task_spec(task, &record)))
+                })?;
+                let dataset_columns = match &run.grain {
+                    Some(grain) => published_columns(&snapshot, &self.staging, &task.dataset, grain)?,
+                    None => None,
+                };
+                drop(snapshot);
+                // What the write would refuse on the candidate alone (another snapshot, figures
+                // missing) is refused before any file is read or synced.
+                let for_finish = rules::attempts::RunForFinish { snapshot: &run.snapshot, has_grain: run.grain.is_some() };
+                rules::attempts::finish(attempt, candidate, for_finish, None, None)?;
+                // Where the begin made the attempt's directory; the write checks that its record
+                // names the same one.
+                let staging_rel = ids::staging_rel(&task.dataset, &task.run, &task.partition, attempt.attempt)?;
+                let (verdict, reconciliation) = decide_verdict(
+                    &self.file_work(),
+                    Against { run: &run, spec: &spec, dataset_columns },
+                    &staging_rel,
+                    candidate,
+                    check,
+                    NO_PROGRESS,
+                )?;
+                let finished = self.write_grouped("finishing and validating an attempt", |meta| {
+                    ops::validate::finish_and_store_verdict(meta, attempt, candidate, &staging_rel, &verdict, &reconciliation)
+                })?;
+                match finished {
+                    ops::validate::FinishedVerdict::Stored(verdict) => Ok(verdict),
+                    // A record made by a build that named staging directories otherwise: the two
+                    // steps, each reading what the record says.
+                    ops::validate::FinishedVerdict::StagingElsewhere => {
+                        self.finish_attempt(attempt, candidate)?;
+                        self.validate_attempt(attempt, check)
+                    }
                 }
-            }
+            })
         })
     }
 

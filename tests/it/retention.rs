@@ -378,6 +378,60 @@ fn a_plan_applied_after_the_state_changed_skips_the_changed_paths() {
     assert_eq!(again.candidates.len(), 2, "{:?}", again.candidates);
 }
 
+/// Issue 39, item 6: a plan applied one batch at a time, each batch on a handle of its own
+/// (the store closed and opened again between them, as `gc apply` does), re-checks each batch
+/// against the state of its own time (a file rewritten after the first batch is skipped), and
+/// ends with the report and the pruning one call gives; the counts run on across the handles.
+#[test]
+fn a_plan_applied_one_batch_per_handle_rechecks_each_batch() {
+    let lease = Duration::from_secs(1);
+    let options = StoreOptions { attempt_lifetime_max: Some(lease), ..StoreOptions::default() };
+    let Fixture { mut store, dir } = Fixture::new(lease);
+    let root = store.staging_root().to_path_buf();
+    store.declare_run(&run_spec("ds", "r", "s", &[("p", 1, 0)])).unwrap();
+    let task = TaskKey::new("ds", "r", "p");
+    for _ in 0..4 {
+        valid_attempt(&store, &task, "s", 1, false);
+    }
+    let plan = store.plan_cleanup(&short_cleanup()).unwrap();
+    let order: Vec<String> = plan.candidates.iter().map(|p| p.path.clone()).collect();
+    assert_eq!(order.len(), 4);
+
+    let seen = std::cell::RefCell::new(Vec::new());
+    let hook = |p: manifestdb::Progress| seen.borrow_mut().push((p.files_done, p.files_total));
+    let apply_options = ApplyOptions { batch_size: 1, ..execute() };
+    let mut apply = store.start_cleanup_apply(plan.id, &apply_options).unwrap();
+    let mut batches = 0;
+    loop {
+        let more = store.apply_cleanup_batch(&mut apply, &hook).unwrap();
+        batches += 1;
+        assert_eq!(apply.paths_taken(), (batches, 4));
+        if batches == 1 {
+            assert_eq!(apply.report().deleted, vec![order[0].clone()]);
+            // After the first batch, before the third: rewritten, so no longer what was planned.
+            std::fs::write(root.join(&order[2]), "rewritten after the plan").unwrap();
+            set_mtime(&root.join(&order[2]), old());
+        }
+        store.close().unwrap();
+        store = dir.open_with(&options).unwrap();
+        if !more {
+            break;
+        }
+    }
+    assert_eq!(batches, 4);
+    let report = store.finish_cleanup_apply(apply).unwrap();
+    assert_eq!(report.plan, plan.id);
+    assert_eq!(report.deleted, vec![order[0].clone(), order[1].clone(), order[3].clone()]);
+    assert_eq!(
+        report.skipped.iter().map(|s| (s.path.as_str(), &s.reason)).collect::<Vec<_>>(),
+        [(order[2].as_str(), &SkipReason::Changed)]
+    );
+    assert_eq!(report.attempt_records_removed.len(), 3, "the attempts whose directories are gone: {:?}", report.attempt_records_removed);
+    assert!(root.join(&order[2]).exists() && !root.join(&order[3]).exists());
+    // The totals before the first batch, then one file more per batch, across the handles.
+    assert_eq!(seen.into_inner(), [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4)]);
+}
+
 #[test]
 fn dry_run_is_the_default_and_deletes_nothing() {
     let f = Fixture::new(Duration::from_secs(1));

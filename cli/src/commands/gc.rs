@@ -177,10 +177,25 @@ pub fn apply(location: &LocationArgs, out: &mut Out, args: &GcApplyArgs) -> anyh
     // Through a server: a spinner; here: the library's counts of the plan's paths.
     let draw = out.progress_of("applying the cleanup plan", Words { checksums: false, dry_run: !args.execute });
     let doc = remote::write(location, "/v1/gc/apply", &body, || {
-        let store = location.open_writer()?;
-        let report = store.apply_cleanup_with_progress(args.plan, &options, &draw.hook())?;
-        crate::location::close_writer(store)?;
-        Ok(operator::cleanup_applied(&report))
+        // The store is held one batch at a time: closed after each, and opened again only once
+        // the writers of other processes that waited for it meanwhile (a begin, another apply)
+        // had it, so none of them waits longer than a batch.
+        let hook = draw.hook();
+        let mut apply = None;
+        loop {
+            let store = location.open_writer()?;
+            let current = match &mut apply {
+                Some(current) => current,
+                None => apply.insert(store.start_cleanup_apply(args.plan, &options)?),
+            };
+            if !store.apply_cleanup_batch(current, &hook)? {
+                let report = store.finish_cleanup_apply(current.clone())?;
+                crate::location::close_writer(store)?;
+                return Ok(operator::cleanup_applied(&report));
+            }
+            crate::location::close_writer(store)?;
+            location.let_waiting_writers_in()?;
+        }
     });
     draw.finish();
     let doc = doc?;

@@ -1,6 +1,6 @@
 //! `verify`: an operator's integrity check of a store.
 
-use manifestdb::{FileCheck, VerifyOptions};
+use manifestdb::{FileCheck, Store, VerifyOptions};
 use serde_json::{Value, json};
 
 use crate::args::VerifyArgs;
@@ -74,11 +74,14 @@ pub fn verify(location: &LocationArgs, out: &mut Out, args: &VerifyArgs) -> anyh
     let draw = out.progress_of("verifying", Words { checksums: args.checksums, dry_run: false });
     let doc = remote::write(location, "/v1/verify", &json!({ "files": files_name, "integrity": args.integrity }), || {
         let report = if args.integrity {
-            // redb's own check needs the store exclusively: no other process may hold it.
-            let mut store = location.open_writer()?;
-            let report = store.verify_with_progress(&options, &draw.hook())?;
-            crate::location::close_writer(store)?;
-            report
+            // redb's own check needs the store exclusively, as a writer: no other process may
+            // hold it. Its handle writes nothing to the store file.
+            let hook = draw.hook();
+            location.as_writer(
+                |_| {},
+                "verifying",
+                |path, staging, store_options| Store::verify_without_writing(path, staging, store_options, &options, &hook),
+            )?
         } else {
             let store = location.open_reader()?;
             let report = store.verify_with_progress(&options, &draw.hook())?;

@@ -8,7 +8,7 @@ use crate::args::{ViewArgs, ViewCommand};
 use crate::exit::{Exit, not_found, usage};
 use crate::json::{operator, reads};
 use crate::location::LocationArgs;
-use crate::output::{Out, Table, text};
+use crate::output::{Out, Table, counted, text};
 use crate::remote;
 
 /// `view DATASET` (read-only) or `view sync [DATASET]` (writer).
@@ -104,12 +104,12 @@ fn show(location: &LocationArgs, out: &mut Out, dataset: &str, generation: Optio
         let t = &manifest["totals"];
         writeln!(
             w,
-            "{} partitions, {} files, {} rows, total {}, {} bytes",
-            text(&t["partitions"]),
-            text(&t["files"]),
-            text(&t["rows"]),
+            "{}, {}, {}, total {}, {}",
+            counted(&t["partitions"], "partition"),
+            counted(&t["files"], "file"),
+            counted(&t["rows"], "row"),
             text(&t["total"]),
-            text(&t["bytes"])
+            counted(&t["bytes"], "byte")
         )
     })?;
     Ok(Exit::Success)

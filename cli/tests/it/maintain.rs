@@ -29,6 +29,32 @@ fn verify_is_clean_on_a_healthy_store_and_runs_beside_a_writer() {
     assert_eq!(env.json(&["verify", "--integrity"]).code(0).json()["integrity"]["status"], "passed");
 }
 
+/// Issue 39, item 6: `verify --integrity` is a check: on an intact store it passes
+/// and leaves the store file byte for byte as it was, with its modification time; a writer's
+/// open and close of the same store does change the file (so the comparison can fail).
+#[test]
+fn verify_integrity_writes_nothing_to_the_store_file() {
+    if crate::support::redb_only("redb's integrity check of the redb file") {
+        return;
+    }
+    let env = Env::new();
+    env.publish_run("r1", "s1", &[(EU, 2, 700), (US, 1, 5)]);
+    let file = env.db_path();
+    let before = std::fs::read(&file).expect("read the store");
+    let modified = std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime");
+    // Past the file system's timestamp granularity, so that a write would show in the mtime.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for _ in 0..2 {
+        let doc = env.json(&["verify", "--integrity", "--files"]).code(0).json();
+        assert_eq!((doc["clean"].as_bool(), doc["integrity"]["status"].as_str()), (Some(true), Some("passed")), "{doc}");
+    }
+    assert!(std::fs::read(&file).expect("read the store") == before, "verify --integrity changed the store file");
+    assert_eq!(std::fs::metadata(&file).and_then(|m| m.modified()).expect("mtime"), modified, "the store file's mtime");
+    // The same comparison sees a writer's open and close.
+    manifestdb::Store::open(&file, env.staging()).expect("open").close().expect("close");
+    assert!(std::fs::read(&file).expect("read the store") != before, "a writer's open and close changed nothing");
+}
+
 #[test]
 fn verify_reports_a_missing_file_with_exit_7() {
     let env = Env::new();
@@ -305,4 +331,69 @@ fn a_plan_applied_again_summarises_its_missing_paths() {
     // The JSON document still lists every path.
     let doc = env.json(&["gc", "apply", "--plan", &id]).code(0).json();
     assert_eq!(doc["skipped"].as_array().map(Vec::len), Some(40));
+}
+
+/// Issue 39, item 6: `gc apply --execute` holds the store one batch at a time, so a writer of
+/// another process that waits for it (here `attempt begin`, started once the apply has deleted
+/// its first files) gets in while the apply still has files to delete, not after the whole
+/// apply; and the apply still deletes every planned file.
+#[test]
+fn gc_apply_lets_a_waiting_writer_in_between_its_batches() {
+    if crate::support::redb_only("the PostgreSQL layer has no single writer to wait for") {
+        return;
+    }
+    let env = Env::new();
+    env.declare("r1", "s1", &[(EU, 2, 700)]);
+    // An invalid attempt of 400 files, deleted one per batch.
+    let (attempt, dir) = env.begin("r1", EU);
+    const FILES: usize = 400;
+    for i in 0..FILES {
+        std::fs::write(dir.join(format!("part-{i:03}.csv")), "x").expect("write");
+    }
+    let n = attempt.to_string();
+    let finishing = [
+        "attempt",
+        "finish",
+        "-d",
+        "daily",
+        "-r",
+        "r1",
+        "-p",
+        EU,
+        "-a",
+        &n,
+        "--snapshot",
+        "s1",
+        "--rows",
+        "2",
+        "--total",
+        "1",
+        "--digest",
+        "d",
+        "--scan",
+    ];
+    env.run(&finishing).code(0);
+    env.run(&["attempt", "validate", "-d", "daily", "-r", "r1", "-p", EU, "-a", &n]).code(3);
+    let plan = env.json(&["gc", "plan", "--age-threshold", "0s", "--force-short-threshold"]).code(0).json();
+    let id = plan["plan"].as_u64().expect("plan id").to_string();
+    let remaining = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    let mut apply = command()
+        .args(env.store_args())
+        .args(["--json", "gc", "apply", "--plan", &id, "--execute", "--batch-size", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start gc apply");
+    while remaining() > FILES - 5 {
+        assert!(apply.try_wait().expect("wait").is_none(), "the apply ended before its fifth file");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let begun = env.run(&["--wait", "60s", "attempt", "begin", "-d", "daily", "-r", "r1", "-p", EU]);
+    let left = remaining();
+    begun.code(0);
+    let out = apply.wait_with_output().expect("gc apply");
+    assert!(out.status.success(), "gc apply: {}", String::from_utf8_lossy(&out.stdout));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the apply's document");
+    assert_eq!(doc["deleted"].as_array().map(Vec::len), Some(FILES), "every planned file deleted");
+    assert!(left > 0, "the begin got the store only after the apply had deleted every file");
+    println!("the begin got in with {left} of {FILES} files left to delete");
 }

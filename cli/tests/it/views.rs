@@ -44,6 +44,7 @@ fn views_flag_publishes_a_view_that_view_prints() {
     assert_eq!(manifest["partitions"][0]["files"][0]["file"], "part.csv");
     let text = env.run(&["view", "daily"]).code(0).stdout.clone();
     assert!(text.lines().next().unwrap().ends_with("daily/v1") && text.contains("generation 1"), "{text}");
+    assert!(text.contains("2 partitions, 2 files, 3 rows, total 705, "), "{text}");
 
     let synced = env.json(&["view", "sync"]).code(0).json();
     assert_eq!(synced["synced"][0]["generation"], 1);
@@ -54,6 +55,20 @@ fn views_flag_publishes_a_view_that_view_prints() {
     let report = env.json(&["verify"]).code(7).json();
     assert!(report.to_string().contains("missing"), "{report}");
     env.run(&["view", "nope"]).code(4);
+}
+
+/// Issue 39, item 4: the summary of `view` counts one of a thing in the singular ("1
+/// partitions" before).
+#[test]
+fn the_view_summary_says_1_partition_not_1_partitions() {
+    let env = Env::new();
+    let views = env.tmp.path().join("views");
+    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    env.declare("r1", "s1", &[(EU, 1, 5)]);
+    env.attempt("r1", "s1", EU, 1, 5).code(0);
+    env.run(&["publish", "-d", "daily", "-r", "r1"]).code(0);
+    let text = env.run(&["view", "daily"]).code(0).stdout.clone();
+    assert!(text.contains("1 partition, 1 file, 1 row, total 5, "), "{text}");
 }
 
 #[test]

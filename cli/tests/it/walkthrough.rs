@@ -183,3 +183,90 @@ fn the_serving_chapters_first_example_runs_as_printed() {
     assert_eq!(begun["attempt"], 1, "{begun}");
     assert_eq!(begun["partition"], "date=2026-11-29/region=eu");
 }
+
+/// The shell blocks of the book's "Getting started" page (`docs/src/getting-started.md`) from
+/// its first store on, run as printed, with `HOME` a temporary directory and the built binary
+/// on PATH: the store is made, the run published as generation 1, and the reads show its one
+/// partition with the input's rows and total. (The install block: the ignored test below.)
+#[test]
+fn the_getting_started_page_runs_as_printed() {
+    if crate::support::redb_only("the page makes a store directory") {
+        return;
+    }
+    let page = std::fs::read_to_string(cli_dir().join("../docs/src/getting-started.md")).expect("read getting-started.md");
+    let blocks = shell_blocks(&page[page.find("## A first store").expect("its first store section")..]);
+    assert_eq!(blocks.len(), 5, "the page's blocks after the install: store, declare, attempt, publish, read");
+    let env = Env::empty();
+    let home = env.dir().join("home");
+    std::fs::create_dir_all(&home).expect("home");
+    let bin_dir = Path::new(BIN).parent().expect("binary's directory");
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{}", blocks.concat()))
+        .env("PATH", path)
+        .env("HOME", &home)
+        .env_remove("MANIFESTDB_DIR")
+        .env_remove("MANIFESTDB_STORE")
+        .env_remove("MANIFESTDB_STAGING")
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("published run r1 of daily as generation 1"), "{stdout}");
+    let json = &stdout[stdout.find("\n{").expect("show --json's document")..];
+    let doc: serde_json::Value = serde_json::from_str(json).expect("one JSON document");
+    let partitions = doc["partitions"].as_array().expect("partitions");
+    assert_eq!(partitions.len(), 1, "{doc}");
+    assert_eq!(
+        (partitions[0]["partition"].as_str(), partitions[0]["rows"].as_u64(), partitions[0]["total"].as_i64()),
+        (Some("region=eu"), Some(2), Some(700))
+    );
+    assert!(home.join("manifestdb-first/store.redb").is_file(), "the store is where the page says");
+}
+
+/// The install block of the "Getting started" page, run as printed, installing into a
+/// temporary `CARGO_INSTALL_ROOT` (not `~/.cargo`): the installed `manifestdb --version` answers.
+/// Ignored by default: it builds the tool in release mode (minutes on a clean target); run it
+/// with `cargo test -p manifestdb-cli --test it -- --ignored getting_started`.
+#[test]
+#[ignore = "builds the CLI in release mode; run with --ignored"]
+fn the_getting_started_install_block_installs_the_tool() {
+    let page = std::fs::read_to_string(cli_dir().join("../docs/src/getting-started.md")).expect("read getting-started.md");
+    let install = &page[page.find("## Install").expect("its install section")..page.find("## A first store").expect("the next section")];
+    let blocks = shell_blocks(install);
+    assert_eq!(blocks.len(), 1, "one install block");
+    let root = tempfile::tempdir().expect("install root");
+    let path = std::env::join_paths(
+        std::iter::once(root.path().join("bin")).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let out = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("set -euo pipefail\n{}", blocks[0]))
+        .current_dir(cli_dir().join(".."))
+        .env("CARGO_INSTALL_ROOT", root.path())
+        .env("PATH", path)
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("manifestdb "), "{stdout}");
+    assert!(root.path().join("bin/manifestdb").is_file());
+}
+
+/// The bodies of the ```` ```sh ```` blocks of `text`, in order.
+fn shell_blocks(text: &str) -> Vec<&str> {
+    let mut blocks = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("```sh\n") {
+        let body = &rest[start + "```sh\n".len()..];
+        let end = body.find("```").expect("a closed block");
+        blocks.push(&body[..end]);
+        rest = &body[end + 3..];
+    }
+    blocks
+}

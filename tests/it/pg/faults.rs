@@ -326,3 +326,112 @@ fn an_open_rides_out_connections_lost_while_it_reads_the_schema() {
         opened.unwrap_or_else(|e| panic!("{what} failed although the server came back at once: {e}"));
     }
 }
+
+/// Issue 39, item 4 (a cut link): a write call whose snapshot read loses its connection (the
+/// snapshot was taken, the link is cut at its first read) runs again whole on a new connection,
+/// so declare, begin, validate and a batch each succeed, and each is done once: the task has
+/// one attempt, numbered as if nothing had been lost.
+#[test]
+fn a_write_call_whose_snapshot_read_loses_its_connection_runs_again_whole() {
+    let Some(env) = PgEnv::new() else { return };
+    let proxy = Proxy::start(&host_port(env.url()));
+    let via = env.db.url_via(&proxy.address());
+    let store = open_via(&via, &env.staging_root());
+    let cut = |what: &str, cuts: u64, call: &mut dyn FnMut()| {
+        let fired_before = proxy.fired();
+        proxy.arm(Fault::CutSnapshotRead(cuts));
+        call();
+        proxy.disarm();
+        assert_eq!(proxy.fired() - fired_before, cuts, "{what}: the proxy cut the snapshot's read {cuts} times");
+    };
+    let spec = crate::support::run_spec("cut", "r1", "in@r1", &[("p=1", 2, 5)]);
+    cut("declare", 2, &mut || assert_eq!(store.declare_run(&spec).expect("declare"), manifestdb::DeclareOutcome::Declared));
+    let task = manifestdb::TaskKey::new("cut", "r1", "p=1");
+    let mut ticket = None;
+    cut("begin", 3, &mut || ticket = Some(store.begin_attempt(&task).expect("begin")));
+    let ticket = ticket.expect("begun");
+    let file = crate::support::write_rows(&ticket.staging_dir, 2, 5);
+    store.finish_attempt(&ticket.key, &crate::support::candidate("in@r1", 2, 5, file)).expect("finish");
+    cut("validate", 2, &mut || {
+        assert!(store.validate_attempt(&ticket.key, manifestdb::FileCheck::Size).expect("validate").is_valid());
+    });
+    let begin = manifestdb::BatchOp::Begin { dataset: "cut".into(), run: "r1".into(), partition: "p=1".into() };
+    cut("batch", 1, &mut || {
+        let results = store.run_batch(std::slice::from_ref(&begin)).expect("batch");
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    });
+    let attempts = env.open().snapshot().unwrap().attempts(&task).unwrap();
+    let numbers: Vec<u32> = attempts.iter().map(|a| a.key.attempt).collect();
+    assert_eq!(numbers.len(), 2, "one attempt begun by the begin, one by the batch, none twice: {numbers:?}");
+    assert_eq!(numbers[1], numbers[0] + 1, "consecutive numbers: {numbers:?}");
+    assert_eq!(numbers[0], ticket.key.attempt);
+}
+
+/// Issue 39, item 4 (immediate restarts): threads beginning, finishing and validating attempts
+/// without pause through two `pg_ctl restart -m immediate` of the server each get every call
+/// through (each rides the restart out, its snapshot reads included), and each task has exactly
+/// the attempts its thread was told of.
+#[test]
+fn begins_and_validations_ride_out_immediate_restarts_of_the_server() {
+    if postgres_admin().is_none() {
+        return;
+    }
+    let server = OwnServer::start();
+    let env = PgEnv::on(&server.admin_url());
+    let store = std::sync::Arc::new(env.open());
+    const THREADS: usize = 3;
+    let partitions: Vec<String> = (0..THREADS).map(|t| format!("p={t}")).collect();
+    let tasks: Vec<(&str, u64, i64)> = partitions.iter().map(|p| (p.as_str(), 1, 1)).collect();
+    store.declare_run(&crate::support::run_spec("restarted", "r1", "in@r1", &tasks)).expect("declare");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (store, stop, calls) = (store.clone(), stop.clone(), calls.clone());
+            std::thread::spawn(move || {
+                let task = manifestdb::TaskKey::new("restarted", "r1", format!("p={t}"));
+                let mut told = Vec::new();
+                let mut failures = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let cycle = || -> manifestdb::Result<u32> {
+                        let ticket = store.begin_attempt(&task)?;
+                        let file = crate::support::write_rows(&ticket.staging_dir, 1, 1);
+                        store.finish_attempt(&ticket.key, &crate::support::candidate("in@r1", 1, 1, file))?;
+                        store.validate_attempt(&ticket.key, manifestdb::FileCheck::Size)?;
+                        Ok(ticket.key.attempt)
+                    };
+                    match cycle() {
+                        Ok(attempt) => told.push(attempt),
+                        Err(e) => failures.push(e.to_string()),
+                    }
+                    calls.fetch_add(3, std::sync::atomic::Ordering::SeqCst);
+                }
+                (task, told, failures)
+            })
+        })
+        .collect();
+    for restart in 0..2 * torture() {
+        let before = calls.load(std::sync::atomic::Ordering::SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while calls.load(std::sync::atomic::Ordering::SeqCst) < before + 30 {
+            assert!(Instant::now() < deadline, "no progress before restart {restart}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.restart_immediate();
+    }
+    let before = calls.load(std::sync::atomic::Ordering::SeqCst);
+    while calls.load(std::sync::atomic::Ordering::SeqCst) < before + 30 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let direct = env.open();
+    let mut total = 0;
+    for worker in workers {
+        let (task, told, failures) = worker.join().expect("worker");
+        assert!(failures.is_empty(), "{task}: calls failed through the restarts: {failures:?}");
+        let stored: Vec<u32> = direct.snapshot().unwrap().attempts(&task).unwrap().iter().map(|a| a.key.attempt).collect();
+        assert_eq!(stored, told, "{task}: the attempts stored are those the thread was told of");
+        total += told.len();
+    }
+    println!("immediate restarts ridden out: {} restarts, {total} begin-finish-validate cycles, 0 failed", 2 * torture());
+}

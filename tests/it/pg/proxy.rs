@@ -13,6 +13,8 @@
 //!   forwarded either way any more (a network that stopped delivering).
 //! - [`Fault::StallNow`]: every connection open now stops forwarding at once, silently (new
 //!   connections forward: the path of the connections in use died).
+//! - [`Fault::CutSnapshotRead`]: a connection that began a read-only transaction is cut at its
+//!   next message (a snapshot's first read).
 //!
 //! A fault fires once; [`Proxy::disarm`] lets every *new* connection forward normally again
 //! (stalled connections stay stalled until the proxy is dropped, which closes them all).
@@ -40,6 +42,10 @@ pub enum Fault {
     /// after the startup: the connection was made, its first query (an open's read of the
     /// schema version) is lost.
     CutAtFirstQuery(u64),
+    /// Cut the next `n` connections (both sides) that opened a read-only transaction (a
+    /// snapshot: `BEGIN ... READ ONLY`) when their client sends its next message: the snapshot
+    /// was taken, its first read is lost.
+    CutSnapshotRead(u64),
 }
 
 struct Shared {
@@ -224,11 +230,22 @@ fn client_to_server(mut client: TcpStream, mut server: TcpStream, shared: &Share
         }
     }
     let mut first_query = true;
+    let mut snapshot_begun = false;
     loop {
         let mut head = [0u8; 5];
         if !read_exact(&mut client, &mut head) {
             let _ = server.shutdown(Shutdown::Write);
             return;
+        }
+        if std::mem::take(&mut snapshot_begun) {
+            let mut fault = shared.fault.lock().unwrap();
+            if let Fault::CutSnapshotRead(k) = *fault {
+                *fault = if k > 1 { Fault::CutSnapshotRead(k - 1) } else { Fault::None };
+                shared.fired.fetch_add(1, Ordering::SeqCst);
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                return;
+            }
         }
         if std::mem::take(&mut first_query) {
             let mut fault = shared.fault.lock().unwrap();
@@ -248,6 +265,7 @@ fn client_to_server(mut client: TcpStream, mut server: TcpStream, shared: &Share
         if conn.silent.load(Ordering::SeqCst) {
             continue;
         }
+        snapshot_begun = head[0] == b'Q' && String::from_utf8_lossy(&body).to_ascii_uppercase().contains("READ ONLY");
         if is_commit(head[0], &body) {
             shared.commits_seen.fetch_add(1, Ordering::SeqCst);
             let mut fault = shared.fault.lock().unwrap();
