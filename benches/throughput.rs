@@ -1218,6 +1218,18 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
         }
         report.put(&key("_without_views"), next(), "ms (median: the same publish, a store without views)");
         report.ratio(&format!("table_publish_ratio_{n}p"), &key(""), &key("_without_views"));
+        // The floor under the table's share, on this file system in this run: the syncs a Delta
+        // commit of one new file needs and nothing else (the data file's new link and its
+        // directory synced; the commit written, synced, linked into place, its directory synced).
+        let floor = median_ms(delta_commit_floor(&dir.join(format!("scaling-floor-{n}")), rounds)?);
+        report.put(&format!("table_floor_ms_{n}p"), floor, "ms (median: the bare syncs of a one-file Delta commit: 1 file, 2 directories)");
+        if let Some(without) = report.figures.get(&key("_without_views")).and_then(Value::as_f64) {
+            report.put(
+                &format!("table_publish_ratio_floor_{n}p"),
+                (without + floor) / without,
+                "(ratio: the publish without views plus those bare syncs, over the publish)",
+            );
+        }
         report.ratio(&format!("table_publish_file_list_ratio_{n}p"), &key("_file_list"), &key("_without_views"));
         // The Delta commit's share: the table dataset's publish less the list-only one's.
         report.difference(&format!("table_delta_share_ms_{n}p"), &key(""), &key("_file_list"));
@@ -1278,6 +1290,33 @@ fn table_scaling(dir: &Path, report: &mut Report, sizes: &[usize], rounds: usize
         report.ratio(&format!("table_open_ratio_{n}p"), &format!("table_open_ms_{n}p"), &format!("table_open_ms_{n}p_without_views"));
     }
     Ok(())
+}
+
+/// `rounds` timings of the bare syncs a Delta commit of one new data file makes: a hard link of
+/// the data file into its partition directory and that directory's fsync; a commit file
+/// written, fsynced, hard-linked to its final name and the log directory fsynced.
+fn delta_commit_floor(dir: &Path, rounds: usize) -> Res<Vec<Duration>> {
+    let (data, log) = (dir.join("data"), dir.join("log"));
+    fs::create_dir_all(&data)?;
+    fs::create_dir_all(&log)?;
+    let source = dir.join("source.parquet");
+    fs::write(&source, [0u8; 4096])?;
+    fs::File::open(&source)?.sync_all()?;
+    let mut out = Vec::with_capacity(rounds);
+    for r in 0..rounds {
+        let start = Instant::now();
+        fs::hard_link(&source, data.join(format!("f{r}.parquet")))?;
+        fs::File::open(&data)?.sync_all()?;
+        let temp = log.join(format!(".{r:020}.json.tmp"));
+        let mut file = fs::File::create(&temp)?;
+        std::io::Write::write_all(&mut file, &[b'{'; 1500])?;
+        file.sync_all()?;
+        fs::hard_link(&temp, log.join(format!("{r:020}.json")))?;
+        fs::File::open(&log)?.sync_all()?;
+        out.push(start.elapsed());
+        fs::remove_file(&temp)?;
+    }
+    Ok(out)
 }
 
 /// Bytes on disk under a store's view root that are its own: directories and files with one
@@ -1659,16 +1698,25 @@ fn main() -> Res<()> {
         return Ok(());
     }
     if args.iter().any(|a| a == "--table-scaling") {
-        // `--n 100000` measures one size alone (the full set takes long at 100,000).
-        let only: Option<usize> = args.iter().position(|a| a == "--n").and_then(|i| args.get(i + 1)).and_then(|v| v.parse().ok());
-        let only_n = only.map(|n| [n]);
-        let sizes_n: &[usize] = match &only_n {
+        // `--n 100000` (or `--n 100,1000`) measures those sizes alone, recorded under their own
+        // name when it is one size (the full set takes long at 100,000).
+        let only: Option<Vec<usize>> = args
+            .iter()
+            .position(|a| a == "--n")
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.split(',').map(str::parse).collect::<Result<Vec<usize>, _>>())
+            .transpose()
+            .map_err(|e| format!("--n takes sizes such as 100,1000: {e}"))?;
+        let sizes_n: &[usize] = match &only {
             Some(n) => n,
             None if sizes.quick => &[100, 1000],
             None => &[100, 1000, 10_000, 100_000],
         };
         table_scaling(dir, &mut report, sizes_n, if sizes.quick { 5 } else { 9 })?;
-        let name = only.map_or("table-scaling".to_owned(), |n| format!("table-scaling-{n}p"));
+        let name = match only.as_deref() {
+            Some([n]) => format!("table-scaling-{n}p"),
+            _ => "table-scaling".to_owned(),
+        };
         report.finish(&args, &name, sizes.quick)?;
         return Ok(());
     }

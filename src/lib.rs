@@ -84,6 +84,8 @@ mod grain;
 mod lifecycle;
 mod meta;
 mod model;
+#[cfg(feature = "s3")]
+mod objects;
 mod ops;
 #[cfg(feature = "postgres")]
 mod pg;
@@ -117,7 +119,7 @@ pub use progress::{Progress, ProgressStage};
 pub use rules::digest::{RowDigest, parse_measure};
 pub use store::{
     ATTEMPT_LIFETIME_MAX, CleanupApply, DEFAULT_ATTEMPT_LIFETIME, EFFECT_CLAIM_LEASE_MAX, PreparedValidation, ReadOnlyStore,
-    STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file, file_crc32,
+    STAGING_ROOT_MARKER, Snapshot, Store, StoreOptions, describe_file, file_crc32, list_staged_files,
 };
 pub use verify::{Finding, IntegrityCheck, VerifyOptions, VerifyReport};
 pub use views::{FileList, ViewFileEntry, ViewManifest, ViewMode, ViewOptions, ViewPartition, ViewPath, ViewStatus, ViewTotals, ViewTrees};

@@ -346,7 +346,10 @@ impl Snapshot {
         if let Some(check) = options.files {
             let root = self.staging_root().map(Path::to_path_buf).or_else(|| options.staging_root.clone());
             match root {
-                Some(root) => walk.check_files(&tables, &root, check, progress),
+                Some(root) => match crate::store::StagingRoot::resolve(&root) {
+                    Ok(root) => walk.check_files(&tables, &root, check, progress),
+                    Err(err) => walk.report.notes.push(format!("files not checked: the staging root cannot be used: {err}")),
+                },
                 None => walk.report.notes.push("files not checked: no staging root is known (set VerifyOptions::staging_root)".into()),
             }
         }
@@ -948,7 +951,7 @@ impl Walk {
     /// version is above g; so it is referenced by a retained generation when some stored
     /// generation lies in [v, next version). One pass over the versions, each with one binary
     /// search in the sorted generations: O(V log G), not O(G x V).
-    fn check_files(&mut self, t: &Tables, root: &Path, check: FileCheck, progress: &dyn Fn(Progress)) {
+    fn check_files(&mut self, t: &Tables, root: &crate::store::StagingRoot, check: FileCheck, progress: &dyn Fn(Progress)) {
         let mut referenced: BTreeSet<(String, String, u64, u32)> = BTreeSet::new();
         let mut versions = t.versions.iter().peekable();
         while let Some(((d, p, v), version)) = versions.next() {
@@ -974,7 +977,7 @@ impl Walk {
             let file = FileEntry { path, size_bytes, crc32 };
             self.report.files_checked += 1;
             let key = format!("{staging_rel}/{}", file.path);
-            let message = match observe(&root.join(&staging_rel), &file, check) {
+            let message = match observe(root, &staging_rel, &file, check) {
                 FileObservation::Missing => Some("file is missing or not a regular file".to_owned()),
                 FileObservation::Unreadable(message) => Some(format!("file is unreadable: {message}")),
                 FileObservation::Present { size_bytes, .. } if size_bytes != file.size_bytes => {

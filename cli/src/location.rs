@@ -35,7 +35,8 @@ pub struct LocationArgs {
     pub store: Option<PathBuf>,
 
     /// The staging root, under which every attempt gets its private directory (overrides the
-    /// one in --dir).
+    /// one in --dir); or s3://BUCKET/PREFIX on S3-compatible object storage, with credentials,
+    /// region and endpoint from the AWS_* environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP).
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_STAGING")]
     pub staging: Option<PathBuf>,
 

@@ -35,6 +35,7 @@ NOT_BOUND = {
     "view_mode": "fixed when the store is opened (Store.open(view_mode=...))",
     "views": "Store.view(dataset)",
     "view_path": "Store.view(dataset, generation).path",
+    "view_files": "Store.view(dataset, generation).files",
     "table_entries": "Store.stats()['tables']",
     # The progress hooks are for a caller that draws progress while it waits (the CLI on a
     # terminal); a Python call runs with the GIL released and reports none.
@@ -43,7 +44,7 @@ NOT_BOUND = {
     "apply_cleanup_with_progress": "apply_cleanup, without a progress hook",
     "verify_with_progress": "verify, without a progress hook",
     # The wheel is built without the `delta` feature (it would add ~150 crates, a TLS stack
-    # among them); the table lives at the view root's <dataset>/, written by a `delta` build
+    # among them); the table lives at the view root's <dataset>/table, written by a `delta` build
     # (the CLI) at its next publish, open or `view sync`.
     "delta_table": "the views' root / dataset, written by the CLI (the wheel has no Delta writer)",
 }

@@ -6,7 +6,6 @@
 //! `UnparsableRow` instead of growing the record buffer without bound.
 
 use std::cell::Cell;
-use std::fs::File;
 use std::io::{self, Read};
 use std::rc::Rc;
 
@@ -34,7 +33,7 @@ impl std::error::Error for RecordTooLong {}
 /// Counts the bytes handed to the parser and refuses to hand more once the current record
 /// (everything since the end of the last complete one) exceeds the limit.
 struct Limited {
-    inner: File,
+    inner: super::Source,
     consumed: u64,
     record_start: Rc<Cell<u64>>,
     limit: usize,
@@ -84,7 +83,7 @@ fn next(reader: &mut csv::Reader<Limited>, record: &mut csv::ByteRecord) -> Resu
 ///
 /// # Errors
 /// [`Error::Io`] on a read failure of the file or of the key spill.
-pub(super) fn read(file: File, rel: &str, grain: &Grain, record_bytes_max: usize, sink: &mut Sink) -> Result<()> {
+pub(super) fn read(file: super::Source, rel: &str, grain: &Grain, record_bytes_max: usize, sink: &mut Sink) -> Result<()> {
     let record_start = Rc::new(Cell::new(0u64));
     let limited = Limited { inner: file, consumed: 0, record_start: Rc::clone(&record_start), limit: record_bytes_max };
     let mut reader = csv::ReaderBuilder::new().has_headers(false).flexible(true).buffer_capacity(BUFFER_BYTES).from_reader(limited);

@@ -21,7 +21,7 @@ mod parquet;
 pub(crate) use parquet::typed_columns as parquet_typed_columns;
 
 use std::fs::File;
-use std::io;
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use crate::error::{Error, Result};
@@ -35,6 +35,52 @@ pub(crate) use crate::rules::digest::encode_key;
 pub(crate) const PARQUET_BATCH_ROWS: usize = 8192;
 /// Rejected rows listed one by one in a verdict; further ones are counted.
 const ROW_FAILURES_LISTED_MAX: usize = 16;
+
+/// One file's content as a reader takes it: a local file opened through directory handles, or
+/// an object of a staging root on object storage, streamed in ranged reads (feature `s3`).
+pub(crate) enum Source {
+    /// A local file.
+    File(File),
+    /// An object, its ETag pinned.
+    #[cfg(feature = "s3")]
+    Object(crate::objects::ObjectFile),
+}
+
+impl Read for Source {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Source::File(file) => file.read(buf),
+            #[cfg(feature = "s3")]
+            Source::Object(object) => object.read(buf),
+        }
+    }
+}
+
+/// What tells, after a reader is done with a [`Source`], whether one of its reads failed: the
+/// parquet crate turns an I/O failure into its own error, which must be a fault to retry, not a
+/// malformed file.
+struct FaultWatch(#[cfg(feature = "s3")] Option<crate::objects::FaultCell>);
+
+impl FaultWatch {
+    fn of(source: &Source) -> FaultWatch {
+        match source {
+            #[cfg(feature = "s3")]
+            Source::Object(object) => FaultWatch(Some(object.fault_cell())),
+            #[cfg(feature = "s3")]
+            Source::File(_) => FaultWatch(None),
+            #[cfg(not(feature = "s3"))]
+            Source::File(_) => FaultWatch(),
+        }
+    }
+
+    /// The first read failure, if any.
+    fn fault(&self) -> Option<String> {
+        #[cfg(feature = "s3")]
+        return self.0.as_ref().and_then(crate::objects::FaultCell::get);
+        #[cfg(not(feature = "s3"))]
+        None
+    }
+}
 
 /// The limits of one validation read.
 #[derive(Debug, Clone)]
@@ -175,7 +221,7 @@ pub(crate) fn read_partition(
     grain: &Grain,
     staging_rel: &str,
     files: &[FileEntry],
-    mut open: impl FnMut(&FileEntry) -> io::Result<Option<(File, u64)>>,
+    mut open: impl FnMut(&FileEntry) -> io::Result<Option<(Source, u64)>>,
     mut file_read: impl FnMut(&FileEntry),
     options: &ReadOptions,
 ) -> Result<PartitionFigures> {
@@ -193,6 +239,7 @@ pub(crate) fn read_partition(
         };
         files_read += 1;
         bytes += size;
+        let watch = FaultWatch::of(&file);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match grain.format {
             DataFormat::Csv => csv::read(file, &entry.path, grain, options.record_bytes_max, &mut sink),
             #[cfg(feature = "parquet")]
@@ -205,10 +252,17 @@ pub(crate) fn read_partition(
             }
         }));
         match outcome {
-            Ok(result) => result.map_err(|e| match e {
-                Error::Io { context, source } => Error::Io { context: format!("{context} ({path})"), source },
-                other => other,
-            })?,
+            Ok(result) => {
+                result.map_err(|e| match e {
+                    Error::Io { context, source } => Error::Io { context: format!("{context} ({path})"), source },
+                    other => other,
+                })?;
+                if let Some(fault) = watch.fault() {
+                    // A read of the object failed under the reader: whatever it concluded is not
+                    // a verdict on the file.
+                    return Err(Error::io(format!("reading {path} from object storage"), io::Error::other(fault)));
+                }
+            }
             Err(panic) => {
                 let message = panic
                     .downcast_ref::<&str>()

@@ -7,8 +7,9 @@
 //! cannot decode is `UnparsableRow` at that row group; a footer that claims more rows than
 //! the data holds is `MalformedFile`.
 
-use std::fs::File;
+use parquet::file::reader::ChunkReader;
 
+use super::Source;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Decimal128Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type};
 use arrow_array::{Array, ArrayRef};
@@ -173,12 +174,34 @@ impl<'a> MeasureColumn<'a> {
 /// failures in `sink`.
 /// The columns of a Parquet file as `name type`, in file order, from its footer (`None` if it
 /// cannot be read as Parquet).
-pub(crate) fn typed_columns(file: File) -> Option<Vec<String>> {
+pub(crate) fn typed_columns(source: Source) -> Option<Vec<String>> {
+    match source {
+        Source::File(file) => typed_columns_of(file),
+        #[cfg(feature = "s3")]
+        Source::Object(object) => typed_columns_of(object),
+    }
+}
+
+fn typed_columns_of(file: impl ChunkReader + 'static) -> Option<Vec<String>> {
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).ok()?;
     Some(builder.schema().fields().iter().map(|f| format!("{} {}", f.name(), f.data_type())).collect())
 }
 
-pub(super) fn read(file: File, rel: &str, grain: &Grain, dataset_columns: Option<&[String]>, sink: &mut Sink) -> Result<()> {
+pub(super) fn read(source: Source, rel: &str, grain: &Grain, dataset_columns: Option<&[String]>, sink: &mut Sink) -> Result<()> {
+    match source {
+        Source::File(file) => read_chunks(file, rel, grain, dataset_columns, sink),
+        #[cfg(feature = "s3")]
+        Source::Object(object) => read_chunks(object, rel, grain, dataset_columns, sink),
+    }
+}
+
+fn read_chunks(
+    file: impl ChunkReader + 'static,
+    rel: &str,
+    grain: &Grain,
+    dataset_columns: Option<&[String]>,
+    sink: &mut Sink,
+) -> Result<()> {
     let malformed = |message: String| GateFailure::MalformedFile { path: rel.to_owned(), message };
     let builder = match ParquetRecordBatchReaderBuilder::try_new(file) {
         Ok(builder) => builder,

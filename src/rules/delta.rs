@@ -271,10 +271,22 @@ pub(crate) const CHECKPOINT_GROWTH_DIVISOR: u64 = 100;
 /// hundred commits' worth of bytes per commit, whatever the table's size, and a reader replays
 /// at most a hundredth of a checkpoint's bytes in commits after it (the same 10 commits as
 /// Delta's default below about 10,000 files; 100 at 100,000 files of 1 KB commits).
-pub(crate) fn checkpoint_due(since: u64, commit_bytes: u64, checkpoint_bytes: Option<u64>) -> bool {
+///
+/// A table without a checkpoint whose first commit is large (a dataset's first publish of many
+/// partitions: `first_bytes`, at least [`FIRST_COMMIT_CHECKPOINT_BYTES`]) gets one at once: every
+/// reader, and the store's next commit, would otherwise parse that whole JSON commit to find the
+/// table's schema, where a checkpoint lets them read two Parquet columns.
+pub(crate) fn checkpoint_due(since: u64, commit_bytes: u64, checkpoint_bytes: Option<u64>, first_bytes: u64) -> bool {
+    if checkpoint_bytes.is_none() && since >= 1 && first_bytes >= FIRST_COMMIT_CHECKPOINT_BYTES {
+        return true;
+    }
     since >= CHECKPOINT_INTERVAL
         && checkpoint_bytes.is_none_or(|c| since.saturating_mul(commit_bytes).saturating_mul(CHECKPOINT_GROWTH_DIVISOR) >= c)
 }
+
+/// The size of a first commit past which a table gets a checkpoint at its next version (about
+/// 3,000 files' `add` actions).
+pub(crate) const FIRST_COMMIT_CHECKPOINT_BYTES: u64 = 1 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -289,19 +301,23 @@ mod tests {
     }
 
     #[test]
-    fn a_checkpoint_is_due_when_the_commits_since_add_up_to_a_tenth_of_the_last_one() {
+    fn a_checkpoint_is_due_when_the_commits_since_add_up_to_a_hundredth_of_the_last_one() {
         // No checkpoint yet: every 10th commit, as Delta writers do.
-        assert!(!checkpoint_due(9, 1_000, None));
-        assert!(checkpoint_due(10, 1_000, None));
+        assert!(!checkpoint_due(9, 1_000, None, 50_000));
+        assert!(checkpoint_due(10, 1_000, None, 50_000));
         // A small table: its checkpoint is small, so 10 commits suffice.
-        assert!(checkpoint_due(10, 1_000, Some(50_000)));
+        assert!(checkpoint_due(10, 1_000, Some(50_000), 0));
         // A large one (a 10 MB checkpoint, 1 KB commits): 100 commits, not 10.
-        assert!(!checkpoint_due(10, 1_000, Some(10_000_000)));
-        assert!(!checkpoint_due(99, 1_000, Some(10_000_000)));
-        assert!(checkpoint_due(100, 1_000, Some(10_000_000)));
+        assert!(!checkpoint_due(10, 1_000, Some(10_000_000), 0));
+        assert!(!checkpoint_due(99, 1_000, Some(10_000_000), 0));
+        assert!(checkpoint_due(100, 1_000, Some(10_000_000), 0));
         // Large commits bring it sooner; never before 10.
-        assert!(checkpoint_due(10, 10_000, Some(10_000_000)));
-        assert!(!checkpoint_due(9, u64::MAX, Some(1)));
+        assert!(checkpoint_due(10, 10_000, Some(10_000_000), 0));
+        assert!(!checkpoint_due(9, u64::MAX, Some(1), u64::MAX));
+        // A large first commit and no checkpoint: at once, from the next version on.
+        assert!(!checkpoint_due(0, 30_000_000, None, 30_000_000));
+        assert!(checkpoint_due(1, 1_000, None, 30_000_000));
+        assert!(!checkpoint_due(1, 1_000, None, FIRST_COMMIT_CHECKPOINT_BYTES - 1));
     }
 
     #[test]

@@ -74,7 +74,9 @@ impl Store {
                 // fails, each begin checks again and fails with its own error).
                 let begins = ops.iter().filter(|op| matches!(op, BatchOp::Begin { .. })).count();
                 let mut dirs = if begins > 0 {
-                    self.checked_staging_root().ok().and_then(|handle| BeginDirs::new(&self.staging_root, handle).ok())
+                    self.checked_staging_root()
+                        .ok()
+                        .and_then(|handle| self.staging.local().and_then(|root| BeginDirs::new(root, handle).ok()))
                 } else {
                     None
                 };

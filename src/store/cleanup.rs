@@ -10,7 +10,7 @@
 //! root; and it deletes only paths that were planned, persisted and logged first, each
 //! re-checked against the live state just before deletion.
 
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 
 use super::{Store, files, now_ms, walk};
 use crate::error::{Error, Result};
@@ -106,8 +106,7 @@ impl Store {
                 }
                 // Walk first, read the state second: every reference made before a file was seen is
                 // then visible to the decision.
-                let root = self.checked_staging_root()?;
-                let walked = walk::walk(root.as_fd(), &self.staging_root)?;
+                let walked = self.walk_staging()?;
                 let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
                 let now = now_ms();
                 let draft = cleanup::plan(&facts, &walked.found, now, age_threshold_ms);
@@ -258,9 +257,10 @@ impl Store {
             let id = apply.report.plan;
             let execute = apply.options.mode == RunMode::Execute;
             let chunk = &apply.todo[apply.taken..end];
-            // Every path is reached through this one handle of the root, checked to be this store's.
-            let root = self.checked_staging_root()?;
-            let mut applier = walk::Applier::new(root.as_fd());
+            // Every path is reached through this one handle of the root (a local root's directory
+            // handle; an object root's client), checked to be this store's.
+            let root = self.cleanup_root()?;
+            let mut applier = root.applier();
             // Re-read by key, for this batch's paths only, from a fresh snapshot.
             let refs: Vec<&PlannedPath> = chunk.iter().collect();
             let facts = self.snapshot()?.read("re-reading cleanup's facts", |meta| ops::cleanup::facts_for(meta, &refs))?;
@@ -292,14 +292,21 @@ impl Store {
                 deleting.file_done(planned.size_bytes);
             }
             if execute {
-                for path in &batch.deleted {
-                    apply.report.directories_removed += walk::remove_empty_parents(root.as_fd(), path);
+                match &root {
+                    CleanupRoot::Local(fd) => {
+                        for path in &batch.deleted {
+                            apply.report.directories_removed += walk::remove_empty_parents(fd.as_fd(), path);
+                        }
+                        // A directory removed and made again later is a new one to sync.
+                        self.durable_dirs.clear();
+                        // The removals are made durable before the batch records them as done.
+                        files::sync_after_removal(self.staging.path(), batch.deleted.iter().map(String::as_str))?;
+                    }
+                    // An object's DELETE is durable once acknowledged.
+                    #[cfg(feature = "s3")]
+                    CleanupRoot::Object(_) => {}
                 }
-                // A directory removed and made again later is a new one to sync.
-                self.durable_dirs.clear();
                 applier.forget();
-                // The removals are made durable before the batch records them as done.
-                files::sync_after_removal(&self.staging_root, batch.deleted.iter().map(String::as_str))?;
                 let number = self.next_batch_number(id)?;
                 self.record_batch(id, number, &batch)?;
                 tracing::info!(plan = id, deleted = batch.deleted.len(), skipped = batch.skipped.len(), "cleanup batch applied");
@@ -323,9 +330,9 @@ impl Store {
         self.poison.contain("apply cleanup", || {
             let mut report = apply.report;
             let execute = apply.options.mode == RunMode::Execute;
-            let root = self.checked_staging_root()?;
+            let root = self.cleanup_root()?;
             let next_batch = self.next_batch_number(report.plan)?;
-            let (removed, dirs) = self.prune_attempt_records(root.as_fd(), report.plan, next_batch, execute)?;
+            let (removed, dirs) = self.prune_attempt_records(&root, report.plan, next_batch, execute)?;
             report.attempt_records_removed = removed;
             report.directories_removed += dirs;
             Ok(report)
@@ -340,6 +347,54 @@ impl Store {
             return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
         }
         Ok(())
+    }
+
+    /// Every file below the staging root, without following symlinks (local) or as the bucket
+    /// lists the prefix (objects), the root's marker left out; the root's marker checked first.
+    fn walk_staging(&self) -> Result<walk::Walk> {
+        match &self.staging {
+            super::StagingRoot::Local(path) => {
+                let root = self.checked_staging_root()?;
+                walk::walk(root.as_fd(), path)
+            }
+            #[cfg(feature = "s3")]
+            super::StagingRoot::Object { root, .. } => {
+                self.check_staging_marker()?;
+                let listed = root.list("").map_err(|e| Error::io(format!("listing staging root {}", root.url()), e))?;
+                let mut found = Vec::with_capacity(listed.len());
+                let mut unconsidered = Vec::new();
+                for object in listed.into_iter().filter(|o| o.rel != super::handles::MARKER_NAME) {
+                    // The entity tag is the object's identity, which apply compares with a HEAD's
+                    // just before deleting: a server whose listing gives none is asked per object.
+                    let object = match object.e_tag {
+                        Some(_) => object,
+                        None => match root.head(&object.rel) {
+                            Ok(Some(seen)) => seen,
+                            // Gone since the listing: nothing to plan.
+                            Ok(None) => continue,
+                            Err(e) => {
+                                unconsidered.push(format!("{} (cannot be described: {e})", object.rel));
+                                continue;
+                            }
+                        },
+                    };
+                    found.push(object_observed(&object));
+                }
+                Ok(walk::Walk { found, unconsidered })
+            }
+        }
+    }
+
+    /// The root an apply works through, its marker checked.
+    fn cleanup_root(&self) -> Result<CleanupRoot> {
+        match &self.staging {
+            super::StagingRoot::Local(_) => Ok(CleanupRoot::Local(self.checked_staging_root()?)),
+            #[cfg(feature = "s3")]
+            super::StagingRoot::Object { root, .. } => {
+                self.check_staging_marker()?;
+                Ok(CleanupRoot::Object(std::sync::Arc::clone(root)))
+            }
+        }
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {
@@ -357,7 +412,7 @@ impl Store {
     /// files are gone: it is the run's account of what it published, and the accepted index
     /// must never name a missing attempt. Returns the attempts and the directories removed
     /// (in a dry run: the attempts that would be, and 0).
-    fn prune_attempt_records(&self, root: BorrowedFd<'_>, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
+    fn prune_attempt_records(&self, root: &CleanupRoot, plan: u64, batch: u32, execute: bool) -> Result<(Vec<AttemptKey>, u64)> {
         let facts = self.snapshot()?.read("reading cleanup's facts", ops::cleanup::gather_facts)?;
         let mut doomed: Vec<AttemptKey> = Vec::new();
         let mut dirs = 0;
@@ -366,17 +421,31 @@ impl Store {
         removable.sort_by(|a, b| a.1.key.cmp(&b.1.key));
         let mut removed_dirs: Vec<&str> = Vec::new();
         for (rel, fact) in removable {
-            if !walk::dir_is_gone_or_empty(root, rel) {
-                continue;
-            }
-            if execute && walk::remove_empty_dir(root, rel) {
-                dirs += 1 + walk::remove_empty_parents(root, rel);
-                removed_dirs.push(rel);
-                self.durable_dirs.clear();
+            match root {
+                CleanupRoot::Local(fd) => {
+                    if !walk::dir_is_gone_or_empty(fd.as_fd(), rel) {
+                        continue;
+                    }
+                    if execute && walk::remove_empty_dir(fd.as_fd(), rel) {
+                        dirs += 1 + walk::remove_empty_parents(fd.as_fd(), rel);
+                        removed_dirs.push(rel);
+                        self.durable_dirs.clear();
+                    }
+                }
+                // An attempt's prefix is gone once no object is below it (there is no directory
+                // to remove); one that cannot be listed keeps its record.
+                #[cfg(feature = "s3")]
+                CleanupRoot::Object(object) => {
+                    if !object.list(rel).is_ok_and(|listed| listed.is_empty()) {
+                        continue;
+                    }
+                }
             }
             doomed.push(fact.key.clone());
         }
-        files::sync_after_removal(&self.staging_root, removed_dirs)?;
+        if matches!(root, CleanupRoot::Local(_)) {
+            files::sync_after_removal(self.staging.path(), removed_dirs)?;
+        }
         if !execute || doomed.is_empty() {
             return Ok((doomed, dirs));
         }
@@ -390,13 +459,7 @@ impl Store {
 /// must be the very one planned (same device and inode, size, modification and status-change
 /// times to the nanosecond): a file replaced by another (a new inode renamed in) or rewritten
 /// is skipped as changed, whatever its size and modification time.
-fn recheck(
-    applier: &mut walk::Applier<'_>,
-    facts: &Facts,
-    planned: &PlannedPath,
-    now: u64,
-    age_threshold_ms: u64,
-) -> Result<(), SkipReason> {
+fn recheck(applier: &mut Applier<'_>, facts: &Facts, planned: &PlannedPath, now: u64, age_threshold_ms: u64) -> Result<(), SkipReason> {
     let observed = match applier.observe(&planned.path) {
         walk::Now::Missing => return Err(SkipReason::Missing),
         walk::Now::Other => return Err(SkipReason::Changed),
@@ -413,5 +476,86 @@ fn recheck(
             Err(SkipReason::OwnerChanged)
         }
         Class::Delete { .. } => Ok(()),
+    }
+}
+
+/// The staging root an apply deletes under.
+enum CleanupRoot {
+    /// A local root's directory handle.
+    Local(std::os::fd::OwnedFd),
+    /// An object root.
+    #[cfg(feature = "s3")]
+    Object(std::sync::Arc<crate::objects::ObjectRoot>),
+}
+
+impl CleanupRoot {
+    fn applier(&self) -> Applier<'_> {
+        match self {
+            CleanupRoot::Local(fd) => Applier::Local(walk::Applier::new(fd.as_fd())),
+            #[cfg(feature = "s3")]
+            CleanupRoot::Object(root) => Applier::Object(root.as_ref()),
+        }
+    }
+}
+
+/// What observes a planned path again and deletes it: one kind per staging root.
+enum Applier<'a> {
+    Local(walk::Applier<'a>),
+    #[cfg(feature = "s3")]
+    Object(&'a crate::objects::ObjectRoot),
+}
+
+impl Applier<'_> {
+    /// What is at `rel` now.
+    fn observe(&mut self, rel: &str) -> walk::Now {
+        match self {
+            Applier::Local(applier) => applier.observe(rel),
+            // The marker is never a candidate (nor anything that is not a plain staging path).
+            #[cfg(feature = "s3")]
+            Applier::Object(_) if rel == super::handles::MARKER_NAME || crate::rules::ids::check_file_path(rel).is_err() => {
+                walk::Now::Other
+            }
+            #[cfg(feature = "s3")]
+            Applier::Object(root) => match root.head(rel) {
+                Ok(Some(seen)) => walk::Now::Found(object_observed(&seen)),
+                Ok(None) => walk::Now::Missing,
+                Err(_) => walk::Now::Other,
+            },
+        }
+    }
+
+    /// Deletes `rel`, which [`Applier::observe`] just described.
+    fn delete(&mut self, rel: &str) -> std::result::Result<(), String> {
+        match self {
+            Applier::Local(applier) => applier.delete(rel).map_err(|e| e.to_string()),
+            #[cfg(feature = "s3")]
+            Applier::Object(root) => root.delete(rel).map_err(|e| e.to_string()),
+        }
+    }
+
+    fn forget(&mut self) {
+        match self {
+            Applier::Local(applier) => applier.forget(),
+            #[cfg(feature = "s3")]
+            Applier::Object(_) => {}
+        }
+    }
+}
+
+/// An object as cleanup's rules see a path: no device; its identity is its entity tag (a new
+/// PUT at the key gives another), its times its last-modified time; never a symlink.
+#[cfg(feature = "s3")]
+fn object_observed(seen: &crate::objects::ObjectSeen) -> crate::rules::cleanup::Observed {
+    let identity = seen.e_tag.as_deref().map_or(0, |tag| u64::from(crc32fast::hash(tag.as_bytes())));
+    let ns = seen.last_modified_ms.saturating_mul(1_000_000);
+    crate::rules::cleanup::Observed {
+        rel: seen.rel.clone(),
+        symlink: false,
+        size_bytes: seen.size_bytes,
+        modified_at_ms: seen.last_modified_ms,
+        device: 0,
+        inode: identity,
+        modified_at_ns: ns,
+        changed_at_ns: ns,
     }
 }

@@ -42,8 +42,24 @@ pub fn file_crc32(path: &Path) -> Result<u32> {
 /// # Errors
 /// [`Error::InvalidInput`] if `relative` is not a plain relative path, or names a symlink, passes
 /// through one, or is not a regular file; [`Error::Io`] if the file is missing or cannot be read.
+///
+/// With the `s3` feature, `staging_dir` may be an attempt's URL on object storage
+/// (`s3://bucket/prefix/...`, as [`crate::AttemptTicket::staging_dir`] gives it for a staging
+/// root there): the object's size and the CRC32 of its content, read whole (streamed).
 pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
     crate::rules::ids::check_file_path(relative)?;
+    #[cfg(feature = "s3")]
+    if crate::objects::is_object_url(staging_dir) {
+        let root = super::StagingRoot::resolve(staging_dir)?;
+        return match root.observe_file("", relative, true) {
+            Ok(Some((size_bytes, Some(crc32)))) => Ok(FileEntry { path: relative.to_owned(), size_bytes, crc32 }),
+            Ok(_) => Err(Error::io(
+                format!("describing {}/{relative}", staging_dir.display()),
+                io::Error::new(io::ErrorKind::NotFound, "no such object"),
+            )),
+            Err(e) => Err(Error::io(format!("reading {}/{relative}", staging_dir.display()), e)),
+        };
+    }
     let path = staging_dir.join(relative);
     match super::handles::observe_file(staging_dir, "", relative, true) {
         Ok(Some((size_bytes, Some(crc32)))) => Ok(FileEntry { path: relative.to_owned(), size_bytes, crc32 }),
@@ -59,11 +75,59 @@ pub fn describe_file(staging_dir: &Path, relative: &str) -> Result<FileEntry> {
     }
 }
 
-/// Observes a reported file under a staging directory without following symlinks (through
-/// directory handles, see `handles::observe_file`). For `verify`, which reports an I/O error
+/// Every file an attempt wrote into its staging directory, as `/`-separated paths relative to
+/// it, in sorted order: what `attempt finish --scan` reports. Symlinks and anything but regular
+/// files and directories are refused rather than followed or skipped: a candidate must not
+/// silently differ from what the worker meant to report.
+///
+/// With the `s3` feature, `staging_dir` may be an attempt's URL on object storage: every object
+/// below its prefix.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a symlink, a special file or a name that is not UTF-8;
+/// [`Error::Io`] if the directory (or the prefix) cannot be listed.
+pub fn list_staged_files(staging_dir: &Path) -> Result<Vec<String>> {
+    #[cfg(feature = "s3")]
+    if crate::objects::is_object_url(staging_dir) {
+        let root = super::StagingRoot::resolve(staging_dir)?;
+        let Some(object) = root.object() else { return Ok(Vec::new()) };
+        let listed = object.list("").map_err(|e| Error::io(format!("listing {}", staging_dir.display()), e))?;
+        return Ok(listed.into_iter().map(|o| o.rel).collect());
+    }
+    let mut found = Vec::new();
+    let mut pending = vec![(staging_dir.to_path_buf(), String::new())];
+    let listing = |path: &Path, e: io::Error| Error::io(format!("listing {}", path.display()), e);
+    while let Some((path, rel)) = pending.pop() {
+        for entry in fs::read_dir(&path).map_err(|e| listing(&path, e))? {
+            let entry = entry.map_err(|e| listing(&path, e))?;
+            let name = entry.file_name();
+            let shown = entry.path().display().to_string();
+            let Some(name) = name.to_str() else {
+                return Err(Error::invalid("staged file", &shown, "has a name that is not UTF-8"));
+            };
+            let child_rel = if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
+            let file_type = entry.file_type().map_err(|e| Error::io(format!("inspecting {shown}"), e))?;
+            if file_type.is_symlink() {
+                return Err(Error::invalid("staged file", &shown, "is a symlink; manifestdb never follows symlinks in staging"));
+            } else if file_type.is_dir() {
+                pending.push((entry.path(), child_rel));
+            } else if file_type.is_file() {
+                found.push(child_rel);
+            } else {
+                return Err(Error::invalid("staged file", &shown, "is not a regular file or directory"));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Observes a reported file of the attempt at `staging_rel` under a staging root (a local one
+/// through directory handles without following symlinks, see `handles::observe_file`; an object
+/// root by a HEAD, and a streamed read for its checksum). For `verify`, which reports an I/O error
 /// as a finding; validation and publish use `handles::observe_file` and treat one as an error.
-pub(crate) fn observe(staging_dir: &Path, file: &FileEntry, check: FileCheck) -> FileObservation {
-    match super::handles::observe_file(staging_dir, "", &file.path, check == FileCheck::SizeAndChecksum) {
+pub(crate) fn observe(root: &super::StagingRoot, staging_rel: &str, file: &FileEntry, check: FileCheck) -> FileObservation {
+    match root.observe_file(staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
         Ok(Some((size_bytes, crc32))) => FileObservation::Present { size_bytes, crc32 },
         Ok(None) => FileObservation::Missing,
         Err(e) => FileObservation::Unreadable(e.to_string()),

@@ -24,7 +24,7 @@ pub(crate) const MARKER_NAME: &str = crate::STAGING_ROOT_MARKER;
 /// The first line of a marker file; the second names the store's staging identity.
 const MARKER_HEADER: &str = "manifestdb staging root";
 /// Largest marker file read, in bytes: a marker is two short lines.
-const MARKER_BYTES_MAX: u64 = 4096;
+pub(crate) const MARKER_BYTES_MAX: u64 = 4096;
 
 /// Whether `name` is one plain path component.
 pub(crate) fn is_plain_component(name: &str) -> bool {
@@ -239,11 +239,21 @@ pub(crate) fn read_marker(root: BorrowedFd<'_>) -> io::Result<Marker> {
     if Read::by_ref(&mut file).take(MARKER_BYTES_MAX).read_to_string(&mut text).is_err() {
         return Ok(Marker::Damaged("it is not text".into()));
     }
+    Ok(parse_marker(&text))
+}
+
+/// What a marker's text says (a local root's marker file or an object root's marker object).
+pub(crate) fn parse_marker(text: &str) -> Marker {
     let mut lines = text.lines();
     match (lines.next(), lines.next().and_then(|l| l.strip_prefix("identity "))) {
-        (Some(MARKER_HEADER), Some(id)) if !id.is_empty() => Ok(Marker::Present(id.to_owned())),
-        _ => Ok(Marker::Damaged("it does not name a staging identity".into())),
+        (Some(MARKER_HEADER), Some(id)) if !id.is_empty() => Marker::Present(id.to_owned()),
+        _ => Marker::Damaged("it does not name a staging identity".into()),
     }
+}
+
+/// The text of a marker naming `identity`.
+pub(crate) fn marker_text(identity: &str) -> String {
+    format!("{MARKER_HEADER}\nidentity {identity}\n")
 }
 
 /// Writes the marker naming `identity` into the root durably: a temporary file, synced,
@@ -261,7 +271,7 @@ pub(crate) fn write_marker(root: BorrowedFd<'_>, identity: &str) -> io::Result<(
         Mode::from_raw_mode(0o644),
     )?;
     let mut file = std::fs::File::from(fd);
-    file.write_all(format!("{MARKER_HEADER}\nidentity {identity}\n").as_bytes())?;
+    file.write_all(marker_text(identity).as_bytes())?;
     file.sync_all()?;
     drop(file);
     rustix::fs::renameat(root, tmp.as_str(), root, MARKER_NAME)?;

@@ -20,6 +20,7 @@ mod meta_redb;
 mod overlay;
 mod read;
 mod retention;
+mod staging_root;
 mod tables;
 mod undo;
 mod walk;
@@ -40,7 +41,7 @@ pub(crate) use contain::{ENGINE, Poison};
 /// For the view root's creation.
 /// For `verify`: file observation without following symlinks.
 pub(crate) use files::observe;
-pub use files::{describe_file, file_crc32};
+pub use files::{describe_file, file_crc32, list_staged_files};
 use layer::{Layer, ReadLayer, RedbLayer};
 pub use read::Snapshot;
 use undo::{UndoFile, UndoLog};
@@ -55,6 +56,8 @@ use crate::rules::staging::{self, MarkerSeen, RootAction};
 use crate::schema::{ALL_TABLES, FORMAT_VERSION, META, META_FORMAT_KEY};
 use crate::views::{Check, ViewMode, ViewOptions, ViewStatus, Views};
 use meta_redb::RedbMeta;
+use staging_root::RootSeen;
+pub(crate) use staging_root::StagingRoot;
 
 /// How a store is opened.
 ///
@@ -198,7 +201,8 @@ pub struct Store {
     /// The storage layer: the engine's database and its transactions (see `layer.rs`).
     layer: Layer,
     db_path: Option<PathBuf>,
-    staging_root: PathBuf,
+    /// The staging root, local or on object storage (`staging_root.rs`).
+    staging: StagingRoot,
     /// Set by the first storage failure on a write path or panic inside redb; see
     /// [`Error::Poisoned`] and `contain.rs`.
     poison: Poison,
@@ -223,7 +227,7 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging_root).finish()
+        f.debug_struct("Store").field("db_path", &self.db_path).field("staging_root", &self.staging.path()).finish()
     }
 }
 
@@ -301,21 +305,6 @@ fn lifetime_ms(options: &StoreOptions) -> Result<Option<u64>> {
     Ok(Some(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX)))
 }
 
-/// What was found in the staging root before the store was opened.
-struct RootSeen {
-    /// The root's canonical path.
-    path: PathBuf,
-    marker: MarkerSeen,
-    /// Nothing in the root besides the marker.
-    empty_but_marker: bool,
-}
-
-fn look_at_root(path: PathBuf) -> Result<RootSeen> {
-    let fd = handles::open_root(&path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
-    let (marker, empty_but_marker) = inspect_root(&fd, &path)?;
-    Ok(RootSeen { path, marker, empty_but_marker })
-}
-
 fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
     let marker = match handles::read_marker(fd.as_fd()) {
         Ok(handles::Marker::Absent) => MarkerSeen::Absent,
@@ -328,7 +317,7 @@ fn inspect_root(fd: &OwnedFd, path: &Path) -> Result<(MarkerSeen, bool)> {
 }
 
 fn root_refused(root: &RootSeen, detail: String) -> Error {
-    Error::StagingRootMismatch { path: root.path.clone(), detail }
+    Error::StagingRootMismatch { path: root.root.path().to_path_buf(), detail }
 }
 
 /// The staging identity a new store takes for `root`, or why the root is refused.
@@ -430,7 +419,10 @@ fn initialize_records(
 impl Store {
     /// Opens the store at `db_path`, creating it if it does not exist, with `staging_root` as
     /// the directory under which every attempt gets its private staging directory (created if
-    /// missing).
+    /// missing). With the `s3` feature, `staging_root` may be `s3://bucket/prefix`: a staging
+    /// root on S3-compatible object storage, the client configured from the `AWS_*`
+    /// environment (see the book's chapter on object storage); each attempt's staging directory
+    /// is then its prefix's URL.
     ///
     /// Creation is crash-safe: the file is built under a temporary name, synced, linked into
     /// place and the directory synced, so a crash leaves either no store or a complete one.
@@ -451,7 +443,7 @@ impl Store {
         #[cfg(not(feature = "postgres"))]
         refuse_postgres_url(db_path)?;
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
+        let root = StagingRoot::open(staging_root.as_ref(), options.group_access)?;
         #[cfg(feature = "postgres")]
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store", || Store::open_postgres(url, root, lease_ms, options));
@@ -493,7 +485,7 @@ impl Store {
             ));
         }
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root, options.group_access)?)?;
+        let root = StagingRoot::open(staging_root, options.group_access)?;
         let poison = Poison::default();
         poison.contain("opening the store", || {
             // Opened for writing only because redb's byte-range write locks need it: nothing is
@@ -529,7 +521,7 @@ impl Store {
     /// As [`Store::open`].
     pub fn open_with_backend(backend: impl StorageBackend, staging_root: impl AsRef<Path>, options: &StoreOptions) -> Result<Store> {
         let lease_ms = lifetime_ms(options)?;
-        let root = look_at_root(prepare_staging_root(staging_root.as_ref(), options.group_access)?)?;
+        let root = StagingRoot::open(staging_root.as_ref(), options.group_access)?;
         let poison = Poison::default();
         poison.contain("opening the store", || {
             let (builder, repaired) = writable_builder(options);
@@ -559,7 +551,7 @@ impl Store {
             let txn = layer.db.begin_write().map_err(|e| Error::storage("checking the store format", e))?;
             let init = initialize(&txn, lease_ms, &root, None)?;
             let settled = lazy::settle_after_open(&txn, repaired)?;
-            let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.path)?;
+            let (views, configured) = configure_views(&mut RedbMeta::new(&txn), options, &root.root)?;
             // Only a store that needed a change pays a commit: reopening one costs no sync.
             if init.wrote || configured || settled {
                 txn.commit().map_err(|e| Error::storage("checking the store format", e))?;
@@ -590,7 +582,7 @@ impl Store {
         let pg = crate::pg::PgLayer::open(url, true)?;
         let (init, views) = pg.write("checking the store format", |meta, _| {
             let init = initialize_records(meta, lease_ms, &root, None)?;
-            let (views, configured) = configure_views(meta, options, &root.path)?;
+            let (views, configured) = configure_views(meta, options, &root.root)?;
             Ok(if init.wrote || configured { TxnEnd::Commit((init, views)) } else { TxnEnd::Abort((init, views)) })
         })?;
         Store::assemble(Layer::Postgres(pg), None, root, init, lease_ms, views, options, Poison::default(), false)
@@ -615,15 +607,13 @@ impl Store {
         if init.write_marker && !check_only {
             // After the commit: a marker never names an identity no store recorded, except one
             // left by a creation interrupted here, which the next creation claims.
-            let fd = handles::open_root(&root.path).map_err(|e| Error::io(format!("opening staging root {}", root.path.display()), e))?;
-            handles::write_marker(fd.as_fd(), &init.staging_identity)
-                .map_err(|e| Error::io(format!("writing the staging-root marker in {}", root.path.display()), e))?;
+            root.root.write_marker(&init.staging_identity)?;
         }
         let requested = lease_ms.unwrap_or(0);
         let store = Store {
             layer,
             db_path,
-            staging_root: root.path,
+            staging: root.root,
             poison,
             attempt_lifetime_max_ms: init.recorded_lease_ms.max(requested),
             lease_to_record: AtomicU64::new(if requested > init.recorded_lease_ms { requested } else { 0 }),
@@ -702,7 +692,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::Full)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, Check::Full)
     }
 
     /// [`Store::sync_view`] with the check `check` of the views already there.
@@ -711,7 +701,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, check)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, check)
     }
 
     /// The view of the generation just committed: built and swapped in, without checking the
@@ -720,7 +710,7 @@ impl Store {
         let Some(views) = &self.views else {
             return Ok(None);
         };
-        views.sync(&self.snapshot()?, &self.staging_root, dataset, Check::None)
+        views.sync(&self.snapshot()?, self.staging.path(), dataset, Check::None)
     }
 
     /// [`Store::sync_view`] for every dataset with a generation, in name order. Stops at the
@@ -739,7 +729,7 @@ impl Store {
         let snapshot = self.snapshot()?;
         let mut out = Vec::new();
         for dataset in snapshot.datasets()? {
-            out.extend(views.sync(&snapshot, &self.staging_root, &dataset, check)?);
+            out.extend(views.sync(&snapshot, self.staging.path(), &dataset, check)?);
         }
         Ok(out)
     }
@@ -821,12 +811,46 @@ impl Store {
     /// [`Error::StagingRootMismatch`] if the root's marker is missing, damaged or another
     /// store's; I/O errors.
     pub(crate) fn checked_staging_root(&self) -> Result<OwnedFd> {
-        let path = &self.staging_root;
+        let Some(path) = self.staging.local() else {
+            return Err(Error::invalid(
+                "staging root",
+                &self.staging.path().display().to_string(),
+                "is on object storage; this operation needs a local staging root",
+            ));
+        };
         let fd = handles::open_root(path).map_err(|e| Error::io(format!("opening staging root {}", path.display()), e))?;
         let marker =
             handles::read_marker(fd.as_fd()).map_err(|e| Error::io(format!("reading the staging-root marker in {}", path.display()), e))?;
+        self.check_marker(marker).map(|()| fd)
+    }
+
+    /// Checks the staging root's marker, local or on object storage: it must name this store's
+    /// staging identity. Every operation that deletes under the root calls it first.
+    ///
+    /// # Errors
+    /// As [`Store::checked_staging_root`].
+    #[cfg(feature = "s3")]
+    pub(crate) fn check_staging_marker(&self) -> Result<()> {
+        match &self.staging {
+            StagingRoot::Local(_) => self.checked_staging_root().map(drop),
+            #[cfg(feature = "s3")]
+            StagingRoot::Object { root, .. } => {
+                let read = root
+                    .read_small(handles::MARKER_NAME, handles::MARKER_BYTES_MAX)
+                    .map_err(|e| Error::io(format!("reading the staging-root marker in {}", root.url()), e))?;
+                let marker = match read {
+                    None => handles::Marker::Absent,
+                    Some(bytes) => handles::parse_marker(&String::from_utf8_lossy(&bytes)),
+                };
+                self.check_marker(marker)
+            }
+        }
+    }
+
+    fn check_marker(&self, marker: handles::Marker) -> Result<()> {
+        let path = self.staging.path().to_path_buf();
         match marker {
-            handles::Marker::Present(found) if found == self.staging_identity => Ok(fd),
+            handles::Marker::Present(found) if found == self.staging_identity => Ok(()),
             handles::Marker::Present(found) => Err(Error::StagingRootMismatch {
                 path: path.clone(),
                 detail: format!("its marker names staging identity {found}, but this store's is {}", self.staging_identity),
@@ -892,9 +916,20 @@ impl Store {
         }
     }
 
-    /// The staging root (canonical path).
+    /// The staging root: a local root's canonical path, or an object root's URL
+    /// (`s3://bucket/prefix`, feature `s3`) as a path, so that joining an attempt's
+    /// `staging_rel` to it gives the attempt's URL.
     pub fn staging_root(&self) -> &Path {
-        &self.staging_root
+        self.staging.path()
+    }
+
+    /// The staging root on object storage, if it is one (`s3://bucket/prefix`).
+    pub fn staging_url(&self) -> Option<&str> {
+        match &self.staging {
+            StagingRoot::Local(_) => None,
+            #[cfg(feature = "s3")]
+            StagingRoot::Object { root, .. } => Some(root.url()),
+        }
     }
 
     /// The store's identity: 32 hex digits made from what the store recorded once, when it was
@@ -920,7 +955,7 @@ impl Store {
     pub fn snapshot(&self) -> Result<Snapshot> {
         self.poison.check()?;
         self.poison.contain("beginning a read", || {
-            Ok(Snapshot::new(self.layer.begin_read()?, Some(self.staging_root.clone()), self.poison.clone()))
+            Ok(Snapshot::new(self.layer.begin_read()?, Some(self.staging.path().to_path_buf()), self.poison.clone()))
         })
     }
 
@@ -1052,7 +1087,7 @@ impl Store {
 /// Opens the store's view root: the one asked for (recorded if new or changed), else the
 /// recorded one, else none. Refused (nothing recorded) if the root cannot serve. Also says
 /// whether the record had to be written.
-fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &Path) -> Result<(Option<Views>, bool)> {
+fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging: &StagingRoot) -> Result<(Option<Views>, bool)> {
     let recorded = meta.views_config()?;
     let recorded_trees = meta.view_trees()?;
     let mut wanted = match (&options.views, &recorded) {
@@ -1063,6 +1098,15 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
             trees: None,
         },
         (None, None) => return Ok((None, false)),
+    };
+    let Some(staging_root) = staging.local() else {
+        // A view is a tree of hard links (or copies) of staging files: object storage has no
+        // directories to link into, so a store staging on it publishes no views.
+        return Err(Error::invalid(
+            "view root",
+            &wanted.root.display().to_string(),
+            format!("cannot be used with a staging root on object storage ({}): views need a local staging root", staging.path().display()),
+        ));
     };
     // Asked for, else recorded, else every dataset for a root recorded before the choice
     // existed (its readers of `current` keep working), else none.
@@ -1094,13 +1138,6 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging_root: &P
         wrote = true;
     }
     Ok((Some(views), wrote))
-}
-
-/// Creates the staging root if missing (every directory it creates synced into its parent) and
-/// resolves it.
-fn prepare_staging_root(root: &Path, group_access: bool) -> Result<PathBuf> {
-    files::create_dir_all_durable(root, created_dir_mode(group_access))?;
-    fs::canonicalize(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))
 }
 
 /// Builds a new, empty store under a temporary name and links it into place, so that a crash
@@ -1238,7 +1275,7 @@ pub struct ReadOnlyStore {
     layer: ReadLayer,
     /// Set by a panic inside redb (see `contain.rs`); a read-only handle never writes.
     poison: Poison,
-    staging_root: Option<PathBuf>,
+    staging: Option<StagingRoot>,
     /// The directories this handle's prepared validations made durable.
     durable_dirs: files::DurableDirs,
 }
@@ -1278,7 +1315,7 @@ impl ReadOnlyStore {
         if let Some(url) = crate::pg::postgres_url(db_path) {
             return contain_open("opening the store read-only", || {
                 let layer = ReadLayer::Postgres(crate::pg::PgLayer::open(url, false)?);
-                let store = ReadOnlyStore { layer, poison: Poison::default(), staging_root: None, durable_dirs: Default::default() };
+                let store = ReadOnlyStore { layer, poison: Poison::default(), staging: None, durable_dirs: Default::default() };
                 // A snapshot whose connection is lost cannot be read again: a new one is taken.
                 crate::pg::retry_lost_connection("reading the store format", || store.snapshot()?.check_format())?;
                 Ok(store)
@@ -1302,7 +1339,7 @@ impl ReadOnlyStore {
             let store = ReadOnlyStore {
                 layer: ReadLayer::Redb(DropContained::new(db)),
                 poison: Poison::default(),
-                staging_root: None,
+                staging: None,
                 durable_dirs: Default::default(),
             };
             store.snapshot()?.check_format()?;
@@ -1322,7 +1359,7 @@ impl ReadOnlyStore {
             let store = ReadOnlyStore {
                 layer: ReadLayer::Redb(DropContained::new(db)),
                 poison: Poison::default(),
-                staging_root: None,
+                staging: None,
                 durable_dirs: Default::default(),
             };
             store.snapshot()?.check_format()?;
@@ -1335,8 +1372,9 @@ impl ReadOnlyStore {
     /// # Errors
     /// Storage errors.
     pub fn snapshot(&self) -> Result<Snapshot> {
-        self.poison
-            .contain("beginning a read", || Ok(Snapshot::new(self.layer.begin_read()?, self.staging_root.clone(), self.poison.clone())))
+        self.poison.contain("beginning a read", || {
+            Ok(Snapshot::new(self.layer.begin_read()?, self.staging.as_ref().map(|s| s.path().to_path_buf()), self.poison.clone()))
+        })
     }
 
     /// Tells the handle where the staging root is, so that its snapshots give absolute file
@@ -1346,12 +1384,7 @@ impl ReadOnlyStore {
     /// # Errors
     /// [`Error::Io`] if the current directory cannot be read to make a relative path absolute.
     pub fn with_staging_root(mut self, staging_root: impl AsRef<Path>) -> Result<ReadOnlyStore> {
-        let root = staging_root.as_ref();
-        let absolute = match fs::canonicalize(root) {
-            Ok(path) => path,
-            Err(_) => std::path::absolute(root).map_err(|e| Error::io(format!("resolving staging root {}", root.display()), e))?,
-        };
-        self.staging_root = Some(absolute);
+        self.staging = Some(StagingRoot::resolve(staging_root.as_ref())?);
         Ok(self)
     }
 
@@ -1379,7 +1412,7 @@ impl ReadOnlyStore {
         check: crate::FileCheck,
         progress: &dyn Fn(crate::Progress),
     ) -> Result<PreparedValidation> {
-        let Some(root) = &self.staging_root else {
+        let Some(root) = &self.staging else {
             return Err(Error::invalid("staging root", "", "is needed to check an attempt's files (with_staging_root)"));
         };
         self.poison.contain("preparing a validation", || {
@@ -1389,7 +1422,7 @@ impl ReadOnlyStore {
                 record_bytes_max: defaults.csv_record_bytes_max,
                 key_bytes_in_memory_max: defaults.grain_key_bytes_in_memory_max,
             };
-            let work = write::FileWork { staging_root: root, limits, durable: &self.durable_dirs };
+            let work = write::FileWork { root, limits, durable: &self.durable_dirs };
             write::prepare_validation(&snapshot, &work, attempt, check, progress)
         })
     }

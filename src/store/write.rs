@@ -96,7 +96,9 @@ impl Store {
         }
         let rels =
             spec.tasks.iter().map(|task| ids::staging_parent_rel(&spec.dataset, &spec.run, &task.partition)).collect::<Result<Vec<_>>>()?;
-        files::make_task_dirs_durable(&self.staging_root, self.checked_staging_root()?, &rels, &self.durable_dirs)?;
+        // An object root has no directories: an attempt's prefix exists once an object is in it.
+        let Some(root) = self.staging.local() else { return Ok(()) };
+        files::make_task_dirs_durable(root, self.checked_staging_root()?, &rels, &self.durable_dirs)?;
         Ok(())
     }
 
@@ -131,12 +133,18 @@ impl Store {
     /// its begins; without it the root is opened and its marker checked here.
     pub(super) fn prepare_begin(&self, snapshot: &super::Snapshot, task: &TaskKey, dirs: Option<&mut BeginDirs>) -> Result<PreparedBegin> {
         let parent_rel = check_begin(snapshot, task)?;
+        let Some(root) = self.staging.local() else {
+            // On object storage a begin creates nothing: the attempt's prefix is its staging
+            // path below the root, which no other attempt is ever given (DOMAIN: injective
+            // staging paths), and exists once the worker puts an object in it.
+            return Ok(PreparedBegin { task: task.clone(), dir: None });
+        };
         // Nothing is created under a root that is not this store's (its marker checked).
         let mut own;
         let dirs = match dirs {
             Some(dirs) => dirs,
             None => {
-                own = BeginDirs::new(&self.staging_root, self.checked_staging_root()?)?;
+                own = BeginDirs::new(root, self.checked_staging_root()?)?;
                 &mut own
             }
         };
@@ -150,7 +158,10 @@ impl Store {
         let now = meta.now_ms();
         // The directory is made before the commit: if the commit fails, the number is not taken
         // and the next begin reuses the (empty, never handed out) directory.
-        ops::attempts::begin(meta, task, now, |attempt, _staging_rel| dir.create_attempt_dir(&ids::attempt_dir_name(attempt)))
+        ops::attempts::begin(meta, task, now, |attempt, staging_rel| match dir {
+            Some(dir) => dir.create_attempt_dir(&ids::attempt_dir_name(attempt)),
+            None => Ok(self.staging.path().join(staging_rel)),
+        })
     }
 
     /// Records a finished attempt's candidate. Finishing again with the identical candidate
@@ -241,7 +252,7 @@ impl Store {
                     Ok((run, task_spec(task, &record)))
                 })?;
                 let dataset_columns = match &run.grain {
-                    Some(grain) => published_columns(&snapshot, &self.staging_root, &task.dataset, grain)?,
+                    Some(grain) => published_columns(&snapshot, &self.staging, &task.dataset, grain)?,
                     None => None,
                 };
                 drop(snapshot);
@@ -339,11 +350,11 @@ impl Store {
             Decided::Stored(verdict) => return Ok(verdict.clone()),
             Decided::New { candidate, verdict, reconciliation } => (candidate, verdict, reconciliation),
         };
-        if prepared.staging_root != self.staging_root {
+        if prepared.staging_root != self.staging.path() {
             return Err(Error::invalid(
                 "prepared validation",
                 &prepared.staging_root.display().to_string(),
-                format!("was prepared under another staging root than this store's {}", self.staging_root.display()),
+                format!("was prepared under another staging root than this store's {}", self.staging.path().display()),
             ));
         }
         self.write_grouped("storing a verdict", |meta| store_verdict_body(meta, &prepared.attempt, candidate, verdict, reconciliation))
@@ -390,7 +401,7 @@ impl Store {
             // read): a file lost since validation is refused as a report naming it, and an I/O
             // error is an error to retry, never a refusal.
             let observe = |accepted: &rules::publish::Accepted| {
-                observe_files(&self.staging_root, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size, NO_PROGRESS)
+                observe_files(&self.staging, &accepted.staging_rel, &accepted.candidate.files, FileCheck::Size, NO_PROGRESS)
             };
             let now = meta.now_ms();
             ops::publish::publish(meta, dataset, run, options.accept_nondeterminism.as_deref(), now, observe)
@@ -513,7 +524,7 @@ impl Store {
     /// Where and how this handle's validations read and sync files.
     pub(super) fn file_work(&self) -> FileWork<'_> {
         FileWork {
-            staging_root: &self.staging_root,
+            root: &self.staging,
             limits: ReadLimits { record_bytes_max: self.csv_record_bytes_max, key_bytes_in_memory_max: self.grain_key_bytes_in_memory_max },
             durable: &self.durable_dirs,
         }
@@ -544,7 +555,7 @@ impl PreparedValidation {
 
 /// Where and how a validation reads an attempt's files and makes them durable.
 pub(super) struct FileWork<'a> {
-    pub(super) staging_root: &'a std::path::Path,
+    pub(super) root: &'a super::StagingRoot,
     pub(super) limits: ReadLimits,
     /// What this handle already made durable (`files::DurableDirs`).
     pub(super) durable: &'a files::DurableDirs,
@@ -573,7 +584,7 @@ pub(super) fn prepare_validation(
         let record: AttemptRecord = meta.attempt(attempt)?.ok_or_else(|| unknown_attempt(attempt))?;
         Ok((task_spec(task, &task_record), run, record))
     })?;
-    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: work.staging_root.to_path_buf(), decided };
+    let prepared = |decided| PreparedValidation { attempt: attempt.clone(), staging_root: work.root.path().to_path_buf(), decided };
     let (verdict, candidate) = (record.verdict.take(), record.candidate.take());
     let candidate = match rules::attempts::to_validate(attempt, verdict, record.abandoned_at_ms, candidate)? {
         ToValidate::Final(verdict) => return Ok(prepared(Decided::Stored(verdict))),
@@ -582,7 +593,7 @@ pub(super) fn prepare_validation(
     // A Parquet file must have the columns the dataset's published files have (read while the
     // snapshot is held).
     let dataset_columns = match &run.grain {
-        Some(grain) => published_columns(snapshot, work.staging_root, &task.dataset, grain)?,
+        Some(grain) => published_columns(snapshot, work.root, &task.dataset, grain)?,
         None => None,
     };
     let (verdict, reconciliation) =
@@ -612,7 +623,7 @@ fn decide_verdict(
     progress: &dyn Fn(Progress),
 ) -> Result<(Verdict, Reconciliation)> {
     let Against { run, spec, dataset_columns } = against;
-    let observed = observe_files(work.staging_root, staging_rel, &candidate.files, check, progress)?;
+    let observed = observe_files(work.root, staging_rel, &candidate.files, check, progress)?;
     let computed = match &run.grain {
         Some(grain) => {
             let read = read_candidate_data(work, grain, staging_rel, candidate, &observed, dataset_columns, progress)?;
@@ -624,7 +635,7 @@ fn decide_verdict(
         rules::validate::verdict(&run.snapshot, spec, candidate, &observed, computed.as_ref().map(|(f, c)| (*f, c)));
     let verdict = if verdict.is_valid() {
         let mut syncing = Tracker::start(progress, ProgressStage::SyncingFiles, candidate.files.iter().map(|f| f.size_bytes));
-        let failures = files::make_candidate_durable(work.staging_root, staging_rel, &candidate.files, work.durable, |file| {
+        let failures = work.root.make_candidate_durable(staging_rel, &candidate.files, work.durable, |file| {
             syncing.file_done(file.size_bytes);
         })?;
         rules::validate::after_sync(verdict, &failures)
@@ -640,7 +651,7 @@ fn decide_verdict(
 /// checked).
 fn published_columns(
     snapshot: &super::Snapshot,
-    staging_root: &std::path::Path,
+    root: &super::StagingRoot,
     dataset: &str,
     grain: &crate::grain::Grain,
 ) -> Result<Option<Vec<String>>> {
@@ -653,7 +664,7 @@ fn published_columns(
     else {
         return Ok(None);
     };
-    let Ok(Some((opened, _))) = super::handles::open_regular_file(staging_root, &partition.staging_rel, &file.path) else {
+    let Ok(Some((opened, _))) = root.open_file(&partition.staging_rel, &file.path) else {
         return Ok(None);
     };
     #[cfg(feature = "parquet")]
@@ -696,16 +707,16 @@ fn read_candidate_data(
         .filter(|(_, seen)| matches!(seen, FileObservation::Present { .. }))
         .map(|(file, _)| file.clone())
         .collect();
-    let (staging_root, limits) = (work.staging_root, work.limits);
+    let (root, limits) = (work.root, work.limits);
     let options = readers::ReadOptions {
         record_bytes_max: limits.record_bytes_max,
         key_bytes_in_memory_max: limits.key_bytes_in_memory_max,
-        spill_parent: staging_root.to_path_buf(),
+        spill_parent: root.spill_parent(),
         dataset_columns,
     };
     // Each file is opened through directory handles from the staging root, without
     // following a symlink: what is read is what observation saw (or the file is missing).
-    let open = |file: &FileEntry| super::handles::open_regular_file(staging_root, staging_rel, &file.path);
+    let open = |file: &FileEntry| root.open_file(staging_rel, &file.path);
     let mut reading = Tracker::start(progress, ProgressStage::ReadingRows, present.iter().map(|f| f.size_bytes));
     let computed = readers::read_partition(grain, staging_rel, &present, open, |file| reading.file_done(file.size_bytes), &options)?;
     tracing::debug!(
@@ -744,7 +755,7 @@ pub(super) fn store_verdict_body(
 /// staging root. An I/O error other than "no regular file there" (permission denied, EIO)
 /// is returned as [`Error::Io`], never turned into a verdict: the caller may retry.
 fn observe_files(
-    staging_root: &std::path::Path,
+    root: &super::StagingRoot,
     staging_rel: &str,
     files: &[FileEntry],
     check: FileCheck,
@@ -754,7 +765,7 @@ fn observe_files(
     files
         .iter()
         .map(|file| {
-            let observed = match super::handles::observe_file(staging_root, staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
+            let observed = match root.observe_file(staging_rel, &file.path, check == FileCheck::SizeAndChecksum) {
                 Ok(Some((size_bytes, crc32))) => FileObservation::Present { size_bytes, crc32 },
                 Ok(None) => FileObservation::Missing,
                 Err(e) => {
@@ -773,15 +784,16 @@ fn observe_files(
 /// A begin's state between its preparation and its write ([`Store::prepare_begin`]).
 pub(super) struct PreparedBegin {
     task: TaskKey,
-    /// The task's directory (the attempt's parent), made and checked before the write.
-    dir: TaskDir,
+    /// The task's directory (the attempt's parent), made and checked before the write; `None`
+    /// on object storage, where nothing is made.
+    dir: Option<TaskDir>,
 }
 
 impl PreparedBegin {
     /// The file work of [`Store::prepare_begin`] once [`check_begin`] passed: makes the task's
     /// directory `parent_rel` through `dirs`.
     pub(super) fn make(task: TaskKey, parent_rel: &str, dirs: &mut BeginDirs) -> Result<PreparedBegin> {
-        Ok(PreparedBegin { task, dir: dirs.prepare(parent_rel)? })
+        Ok(PreparedBegin { task, dir: Some(dirs.prepare(parent_rel)?) })
     }
 }
 

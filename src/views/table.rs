@@ -824,7 +824,8 @@ impl Views {
                 .sum()
         });
         let since = latest - newest.unwrap_or(0);
-        Ok(table_rule::checkpoint_due(since, size(&format!("{latest:020}.json")), checkpoint_bytes))
+        let first_bytes = if newest.is_none() { size(&format!("{:020}.json", 0)) } else { 0 };
+        Ok(table_rule::checkpoint_due(since, size(&format!("{latest:020}.json")), checkpoint_bytes, first_bytes))
     }
 
     fn has_checkpoint(&self, ds: BorrowedFd<'_>, dataset: &str, version: u64) -> Result<bool> {

@@ -21,6 +21,7 @@ mod inputs;
 mod io_errors;
 mod kill;
 mod lazy_begins;
+mod objects;
 mod pending;
 mod pg;
 mod progress;

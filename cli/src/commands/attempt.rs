@@ -1,10 +1,8 @@
 //! `attempt begin`, `attempt finish`, `attempt validate`, `attempt heartbeat`, `attempt abandon`,
 //! `attempt invalidate`, `attempt list`.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::Context;
 use manifestdb::{Candidate, FileCheck, TaskKey, describe_file};
 use serde_json::json;
 
@@ -37,7 +35,9 @@ pub fn begin(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> anyhow
         // `! :` fails (status 1) without ending a `set -e` shell by itself: evaluated last, the
         // eval fails; followed by a later try's assignments (a wrapper that collected every
         // try's output), it is harmless and those assignments stand.
-        out.raw(&format!("unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR; ! :  # manifestdb attempt begin failed (exit {code})\n"))?;
+        out.raw(&format!(
+            "unset MANIFESTDB_ATTEMPT MANIFESTDB_STAGING_DIR MANIFESTDB_STAGING_URL; ! :  # manifestdb attempt begin failed (exit {code})\n"
+        ))?;
     }
     result
 }
@@ -65,6 +65,11 @@ fn begin_attempt(location: &LocationArgs, out: &mut Out, args: &BeginArgs) -> an
     if args.env {
         let quoted = shell_quote(staging).map_err(|e| usage(format!("the staging directory's path cannot be shell-quoted: {e}")))?;
         out.raw(&format!("MANIFESTDB_ATTEMPT={attempt}\nMANIFESTDB_STAGING_DIR={quoted}\n"))?;
+        // On object storage the staging "directory" is the attempt's prefix, a URL: said under
+        // its own name too, so a worker writing with an S3 client need not guess.
+        if staging.starts_with("s3://") {
+            out.raw(&format!("MANIFESTDB_STAGING_URL={quoted}\n"))?;
+        }
         return Ok(Exit::Success);
     }
     out.emit(&doc, |w| {
@@ -96,32 +101,11 @@ fn attempt_document(
     }
 }
 
-/// Every regular file under `dir`, as `/`-separated relative paths in sorted order. Symlinks
-/// are refused rather than followed or skipped: a candidate must not silently differ from what
-/// the worker meant to report.
+/// Every file under the attempt's staging directory (or, on object storage, below its prefix),
+/// as `/`-separated relative paths in sorted order ([`manifestdb::list_staged_files`]: symlinks
+/// refused, never followed or skipped).
 fn scan(dir: &Path) -> anyhow::Result<Vec<String>> {
-    let mut found = Vec::new();
-    let mut pending = vec![(dir.to_path_buf(), String::new())];
-    while let Some((path, rel)) = pending.pop() {
-        for entry in fs::read_dir(&path).with_context(|| format!("listing {}", path.display()))? {
-            let entry = entry.with_context(|| format!("listing {}", path.display()))?;
-            let name = entry.file_name();
-            let name = name.to_str().ok_or_else(|| usage(format!("{} holds a file name that is not UTF-8", path.display())))?;
-            let child_rel = if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
-            let file_type = entry.file_type().with_context(|| format!("inspecting {}", entry.path().display()))?;
-            if file_type.is_symlink() {
-                return Err(usage(format!("{} is a symlink; manifestdb never follows symlinks in staging", entry.path().display())));
-            } else if file_type.is_dir() {
-                pending.push((entry.path(), child_rel));
-            } else if file_type.is_file() {
-                found.push(child_rel);
-            } else {
-                return Err(usage(format!("{} is not a regular file or directory", entry.path().display())));
-            }
-        }
-    }
-    found.sort();
-    Ok(found)
+    Ok(manifestdb::list_staged_files(dir)?)
 }
 
 /// `attempt finish`.

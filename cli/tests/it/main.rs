@@ -6,6 +6,7 @@ mod damage;
 mod grain;
 mod maintain;
 mod messages;
+mod objects;
 mod operator;
 mod progress;
 mod readonly;
