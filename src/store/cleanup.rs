@@ -339,6 +339,16 @@ impl Store {
         })
     }
 
+    /// Refuses to apply a plan whose threshold this handle's attempt lifetime now reaches
+    /// (unless the plan was forced).
+    fn check_apply_threshold(&self, age_threshold_ms: u64, forced: bool) -> Result<()> {
+        let lifetime_ms = self.attempt_lifetime_max_ms;
+        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, forced).is_err() {
+            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
+        }
+        Ok(())
+    }
+
     /// Every file below the staging root, without following symlinks (local) or as the bucket
     /// lists the prefix (objects), the root's marker left out; the root's marker checked first.
     fn walk_staging(&self) -> Result<walk::Walk> {
@@ -385,16 +395,6 @@ impl Store {
                 Ok(CleanupRoot::Object(std::sync::Arc::clone(root)))
             }
         }
-    }
-
-    /// Refuses to apply a plan whose threshold this handle's attempt lifetime now reaches
-    /// (unless the plan was forced).
-    fn check_apply_threshold(&self, age_threshold_ms: u64, forced: bool) -> Result<()> {
-        let lifetime_ms = self.attempt_lifetime_max_ms;
-        if cleanup::check_threshold(age_threshold_ms, lifetime_ms, forced).is_err() {
-            return Err(Error::CleanupThresholdTooShort { age_threshold_ms, attempt_lifetime_max_ms: lifetime_ms });
-        }
-        Ok(())
     }
 
     fn next_batch_number(&self, plan: u64) -> Result<u32> {
