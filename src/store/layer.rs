@@ -258,9 +258,11 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     /// The files (relative to `src/`) that may name redb's API: the redb layer, its open path,
-    /// verify's integrity check and the testing backend.
+    /// verify's integrity check (and the in-memory overlay backend it runs on), and the testing
+    /// backend.
     const REDB_FILES: &[&str] = &[
         "store/meta_redb.rs",
+        "store/overlay.rs",
         "store/tables.rs",
         "store/group.rs",
         "store/layer.rs",
