@@ -256,6 +256,28 @@ pub struct ViewStatus {
     pub foreign_versions: Vec<u64>,
 }
 
+impl ViewStatus {
+    /// The status of a sync of a dataset without directory trees that built, swapped, repaired
+    /// and removed nothing: its table at `table_version` (`None`: no table).
+    pub(crate) fn unchanged_without_trees(dataset: &str, generation: u64, table_version: Option<u64>) -> ViewStatus {
+        ViewStatus {
+            dataset: dataset.to_owned(),
+            generation,
+            trees: false,
+            current: None,
+            path: None,
+            built: false,
+            swapped: false,
+            repaired: Vec::new(),
+            removed: Vec::new(),
+            table_version,
+            table_repaired: Vec::new(),
+            table_restored: 0,
+            foreign_versions: Vec::new(),
+        }
+    }
+}
+
 /// What a sync did to the table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[cfg_attr(not(feature = "delta"), allow(dead_code))] // reason: only the Delta table makes one
@@ -727,21 +749,7 @@ impl Views {
         if names.iter().any(|n| n != rule::MARKER) {
             return Ok(None);
         }
-        Ok(Some(ViewStatus {
-            dataset: dataset.to_owned(),
-            generation: generation.number,
-            trees: false,
-            current: None,
-            path: None,
-            built: false,
-            swapped: false,
-            repaired: Vec::new(),
-            removed: Vec::new(),
-            table_version: None,
-            table_repaired: Vec::new(),
-            table_restored: 0,
-            foreign_versions: Vec::new(),
-        }))
+        Ok(Some(ViewStatus::unchanged_without_trees(dataset, generation.number, None)))
     }
 
     /// [`Views::sync`] for a dataset without directory trees: removes what trees it had

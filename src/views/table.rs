@@ -245,21 +245,7 @@ impl Views {
         }
         let last = table_rule::last_ours(&read.log).map(|(_, g)| g);
         let stored = source.stored_numbers(dataset)?;
-        let status = |version: u64| ViewStatus {
-            dataset: dataset.to_owned(),
-            generation: number,
-            trees: false,
-            current: None,
-            path: None,
-            built: false,
-            swapped: false,
-            repaired: Vec::new(),
-            removed: Vec::new(),
-            table_version: Some(version),
-            table_repaired: Vec::new(),
-            table_restored: 0,
-            foreign_versions: Vec::new(),
-        };
+        let status = |version: u64| ViewStatus::unchanged_without_trees(dataset, number, Some(version));
         if last == Some(number) {
             let Some(version) = read.latest else {
                 return Ok(None);
