@@ -43,6 +43,14 @@ NOT_BOUND = {
     "prepare_validation_with_progress": "validate_attempt runs both halves with the GIL released",
     "apply_cleanup_with_progress": "apply_cleanup, without a progress hook",
     "verify_with_progress": "verify, without a progress hook",
+    # One call applies every batch on the Python handle; the three steps are for a caller that
+    # closes the store between batches (the CLI's gc apply).
+    "start_cleanup_apply": "apply_cleanup runs every batch",
+    "apply_cleanup_batch": "apply_cleanup runs every batch",
+    "finish_cleanup_apply": "apply_cleanup runs every batch",
+    "verify_without_writing": "the CLI's verify --integrity on a handle of its own; Store.verify checks through the open handle",
+    # The wheel is built without the `s3` feature: its staging root is always local.
+    "staging_url": "the wheel stages on local roots only (Store.staging_root)",
     # The wheel is built without the `delta` feature (it would add ~150 crates, a TLS stack
     # among them); the table lives at the view root's <dataset>/table, written by a `delta` build
     # (the CLI) at its next publish, open or `view sync`.
