@@ -85,8 +85,10 @@ pub(crate) trait Generations {
     /// The dataset's current generation (its record, not its partitions).
     fn current_generation(&self, dataset: &str) -> Result<Option<crate::model::Generation>>;
     /// The partitions run `run` declared, in partition order (`None`: no such run).
+    #[cfg_attr(not(feature = "delta"), allow(dead_code, reason = "only the Delta table's change commit reads them"))]
     fn run_partitions(&self, dataset: &str, run: &str) -> Result<Option<Vec<String>>>;
     /// One partition as generation `number` holds it (`None`: it holds no such partition).
+    #[cfg_attr(not(feature = "delta"), allow(dead_code, reason = "only the Delta table's change commit reads them"))]
     fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>>;
 }
 
@@ -636,14 +638,10 @@ impl Views {
     /// and swapped in whole. `None` if nothing is published.
     pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
         let _one_build = self.lock.lock();
-        if !self.trees.includes(dataset) {
-            if let Some(status) = self.sync_list_only(source, dataset)? {
-                return Ok(Some(status));
-            }
-            #[cfg(feature = "delta")]
-            if let Some(status) = self.sync_table_change(source, staging_root, dataset, check)? {
-                return Ok(Some(status));
-            }
+        if !self.trees.includes(dataset)
+            && let Some(status) = self.sync_what_changed(source, staging_root, dataset, check)?
+        {
+            return Ok(Some(status));
         }
         let Some(manifest) = source.generation_manifest(dataset, None)? else {
             return Ok(None);
@@ -720,6 +718,23 @@ impl Views {
             table_restored: table.as_ref().map_or(0, |t| t.restored),
             foreign_versions: table.map(|t| t.foreign).unwrap_or_default(),
         }))
+    }
+
+    /// [`Views::sync`] for a dataset without directory trees, reading only what its newest
+    /// generation changed: [`Views::sync_list_only`], or the Delta table's change commit
+    /// (`Views::sync_table_change`). `None` when the full sync must decide.
+    fn sync_what_changed(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
+        if let Some(status) = self.sync_list_only(source, dataset)? {
+            return Ok(Some(status));
+        }
+        #[cfg(feature = "delta")]
+        let status = self.sync_table_change(source, staging_root, dataset, check)?;
+        #[cfg(not(feature = "delta"))]
+        let status = {
+            let _ = (staging_root, check);
+            None
+        };
+        Ok(status)
     }
 
     /// [`Views::sync`] for a dataset without directory trees whose newest generation cannot be
