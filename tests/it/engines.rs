@@ -582,7 +582,8 @@ while not os.path.exists(stop):
 /// every third one (6 s, or `MANIFESTDB_VIEW_STRESS_SECS`). Every read that answers holds one
 /// generation's partitions exactly: deltalake's the generation its version maps to (version + 1),
 /// polars' some generation's; 0 mixed. A read that fails (a version expired under it) is
-/// counted as retryable, never as an answer.
+/// counted as retryable, never as an answer. In the default configuration (no directory trees),
+/// so each publish is the table's change commit.
 #[test]
 fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
     if !readers_available() || !deltalake_available() {
@@ -591,10 +592,7 @@ fn delta_readers_during_publishes_and_expiry_read_one_generation_each() {
     let seconds: f64 = std::env::var("MANIFESTDB_VIEW_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(6.0);
     let dir = TestDir::new();
     let store = dir
-        .open_with(&StoreOptions {
-            views: Some(ViewOptions::hard_links(dir.path().join("views")).with_trees(manifestdb::ViewTrees::All)),
-            ..StoreOptions::default()
-        })
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
         .expect("open");
     let table = store.view_root().unwrap().join(DATASET).join("table");
     // Generation g's partitions, as `store_says` gives them; index 0 is unused.
