@@ -800,20 +800,13 @@ impl Views {
             let _ = (source, staging_root, stored, check);
             None
         };
+        let unchanged = ViewStatus::unchanged_without_trees(dataset, manifest.generation.number, table.as_ref().map(|t| t.version));
         Ok(Some(ViewStatus {
-            dataset: dataset.to_owned(),
-            generation: manifest.generation.number,
-            trees: false,
-            current: None,
-            path: None,
-            built: false,
-            swapped: false,
-            repaired: Vec::new(),
             removed: listing.views.clone(),
-            table_version: table.as_ref().map(|t| t.version),
             table_repaired: table.as_ref().map(|t| t.repaired.clone()).unwrap_or_default(),
             table_restored: table.as_ref().map_or(0, |t| t.restored),
             foreign_versions: table.map(|t| t.foreign).unwrap_or_default(),
+            ..unchanged
         }))
     }
 }
