@@ -11,7 +11,7 @@ process writes. ``manifestdb.airflow`` and ``manifestdb.dagster`` are the schedu
 integrations. The book's Python chapter (docs/src/python.md) has the guide.
 """
 
-from . import errors
+from . import _native, errors
 from ._native import __version__
 from .client import Client
 from .errors import Busy, Conflict, Corrupt, Corrupted, Error, Fault, NotFound, Unauthorized, Usage
@@ -26,6 +26,7 @@ __all__ = [
     "ReadOnlyStore",
     "Client",
     "describe_file",
+    "features",
     "Error",
     "Fault",
     "Usage",
@@ -37,3 +38,16 @@ __all__ = [
     "Unauthorized",
     *_types_all,
 ]
+
+
+def features() -> dict[str, bool]:
+    """What this build of the package includes, by the Rust crate's feature names.
+
+    ``parquet`` (validation of Parquet partitions) and ``postgres`` (``Store.open`` on a
+    ``postgres://`` URL) are in every build; ``delta`` (the Delta Lake table beside a Parquet
+    dataset's views, ``<views>/<dataset>/_delta_log``) and ``s3`` (staging roots on S3-compatible
+    object storage, ``s3://bucket/prefix``) are in the published wheel and in ``pip install
+    ./python``. A build without ``delta`` syncs views with no table (``table_version`` is
+    ``None``); one without ``s3`` refuses an ``s3://`` staging root with :class:`Usage`.
+    """
+    return dict(_native.features())

@@ -176,6 +176,7 @@ class ManifestdbIOManager(ConfigurableIOManager):  # type: ignore[misc]
         return (root or own), own
 
     def handle_output(self, context: OutputContext, obj: PartitionOutput) -> None:
+        """Publishes the partition the asset wrote (Dagster calls it after the asset returns)."""
         if not isinstance(obj, PartitionOutput):
             raise TypeError(f"an asset written by ManifestdbIOManager returns a PartitionOutput, not {type(obj).__name__}")
         if not context.has_asset_partitions:
@@ -242,6 +243,7 @@ class ManifestdbIOManager(ConfigurableIOManager):  # type: ignore[misc]
         )
 
     def load_input(self, context: InputContext) -> list[Path]:
+        """The published files of the upstream partition (Dagster calls it for a downstream asset)."""
         dataset = self._dataset(context)
         with self._connect() as store:
             manifest = store.manifest(dataset)

@@ -124,6 +124,14 @@ def run_attempt(
     The store is opened for each step, not held while ``write`` runs."""
     with connect() as store:
         ticket = store.begin_attempt(task)
+        if ticket.staging_url is not None:
+            # write() takes a local directory; an object root's attempt is a prefix (a URL).
+            store.abandon_attempt(ticket.key)
+            raise errors.Usage(
+                f"the staging root is on object storage ({ticket.staging_url}): the integrations hand write() "
+                "a local directory, so open the store with a local staging root (or write the objects yourself: "
+                "begin_attempt, then describe_file(ticket.staging_url, name))"
+            )
     try:
         result = write(ticket.staging_dir)
     except BaseException:

@@ -26,6 +26,8 @@ def _path(what: str, value: object) -> str:
 
 
 class _Handle(_Operations):
+    """The in-process calls shared by :class:`Store` and :class:`ReadOnlyStore`."""
+
     _native: Any
 
     def _call(self, method: str, route: str, body: dict[str, Any] | None = None) -> Mapping[str, Any]:
@@ -174,8 +176,16 @@ class Store(_Handle):
 
     @property
     def staging_root(self) -> Path:
-        """The staging root."""
+        """The staging root: a local directory, or for a root on object storage its URL as a path
+        (a ``Path`` folds the URL's ``//``: use :attr:`staging_url` there)."""
         return Path(self._native.staging_root)
+
+    @property
+    def staging_url(self) -> str | None:
+        """The staging root's URL, ``s3://bucket/prefix``, when it is on object storage (a build
+        with the ``s3`` feature, as the published wheel is: see :func:`manifestdb.features`);
+        None for a local root."""
+        return self._native.staging_url  # type: ignore[no-any-return]
 
     def __enter__(self) -> Store:
         return self
@@ -204,6 +214,8 @@ class ReadOnlyStore(_Handle):
 
 def describe_file(staging_dir: PathLike, relative: str) -> FileEntry:
     """The :class:`FileEntry` of a file a worker wrote into its staging directory: its size and
-    CRC32, read by the library (the GIL is released while it reads)."""
+    CRC32, read by the library (the GIL is released while it reads). On a staging root on object
+    storage, ``staging_dir`` is the attempt's URL (:attr:`AttemptTicket.staging_url`) and the
+    object is read whole, streamed."""
     _check("relative", relative, str)
     return FileEntry._of(_native.describe(_path("staging_dir", staging_dir), relative))

@@ -444,34 +444,40 @@ class BatchOp:
 
     @staticmethod
     def begin(task: TaskKey) -> BatchOp:
+        """Begins an attempt of ``task`` (as :meth:`Store.begin_attempt`)."""
         _check("task", task, TaskKey)
         return BatchOp("begin", task._body())
 
     @staticmethod
     def finish(attempt: AttemptKey, candidate: Candidate) -> BatchOp:
+        """Records the attempt's candidate (as :meth:`Store.finish_attempt`)."""
         _check("attempt", attempt, AttemptKey)
         _check("candidate", candidate, Candidate)
         return BatchOp("finish", {**attempt._body(), "candidate": candidate._body()})
 
     @staticmethod
     def validate(attempt: AttemptKey, check: FileCheck = FileCheck.SIZE) -> BatchOp:
+        """Validates the attempt's candidate (as :meth:`Store.validate_attempt`)."""
         _check("attempt", attempt, AttemptKey)
         _check("check", check, FileCheck)
         return BatchOp("validate", {**attempt._body(), "checksums": check is FileCheck.SIZE_AND_CHECKSUM})
 
     @staticmethod
     def record_effect(effect: EffectKey, payload: bytes | str = b"") -> BatchOp:
+        """Records an effect to emit once (as :meth:`Store.record_effect`)."""
         _check("effect", effect, EffectKey)
         return BatchOp("record_effect", {**effect._body(), **_payload(payload)})
 
     @staticmethod
     def claim_effect(effect: EffectKey, claimant: str, lease: timedelta | float) -> BatchOp:
+        """Claims an effect for ``lease`` (as :meth:`Store.claim_effect`)."""
         _check("effect", effect, EffectKey)
         _check("claimant", claimant, str)
         return BatchOp("claim_effect", {**effect._body(), "claimant": claimant, "lease_ms": _ms_of(lease, "lease")})
 
     @staticmethod
     def mark_emitted(effect: EffectKey, claimant: str | None = None) -> BatchOp:
+        """Marks an effect emitted (as :meth:`Store.mark_emitted`)."""
         _check("effect", effect, EffectKey)
         _check("claimant", claimant, str, optional=True)
         return BatchOp("mark_emitted", {**effect._body(), "claimant": claimant})
@@ -501,15 +507,23 @@ class FinishOutcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class AttemptTicket:
     """A begun attempt: its key and its private staging directory (it exists, and no other
-    attempt shares it)."""
+    attempt shares it).
+
+    On a staging root on object storage (``Store.open(path, "s3://bucket/prefix")``) the attempt's
+    private place is a prefix, ``staging_url`` (``s3://bucket/prefix/<dataset>/...``): the worker
+    writes its objects below it with any S3 client and describes them with
+    ``describe_file(ticket.staging_url, name)``; ``staging_dir`` is then that URL as a path, not a
+    directory. ``staging_url`` is None on a local root."""
 
     key: AttemptKey
     staging_dir: Path
     started_at: datetime
+    staging_url: str | None = None
 
     @staticmethod
     def _of(doc: Document) -> AttemptTicket:
-        return AttemptTicket(AttemptKey._of(doc), Path(doc["staging_dir"]), _time_required(doc["started_at_ms"]))
+        d: str = doc["staging_dir"]
+        return AttemptTicket(AttemptKey._of(doc), Path(d), _time_required(doc["started_at_ms"]), _object_url(d))
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,6 +584,7 @@ class Verdict:
     reconciliation: Reconciliation | None = None
 
     def is_valid(self) -> bool:
+        """Whether the candidate passed every gate (the field ``valid``)."""
         return self.valid
 
     @staticmethod
@@ -694,11 +709,17 @@ class Refused(PublishOutcome):
         return "\n".join(lines)
 
 
+def _object_url(location: str | None) -> str | None:
+    """A staging location on object storage is a URL, kept as text (a ``Path`` folds its ``//``)."""
+    return location if location is not None and location.startswith("s3://") else None
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionEntry:
     """One partition of a generation: the accepted attempt that fills it and its files.
     ``staging_dir`` is absolute when the staging root is known; :meth:`paths` gives the files'
-    absolute paths."""
+    absolute paths. On a staging root on object storage, ``staging_url`` is the attempt's URL
+    and :meth:`urls` gives the objects' URLs instead."""
 
     partition: str
     since_generation: int
@@ -716,11 +737,24 @@ class PartitionEntry:
     #: reported and not checked (``trust_reported_figures=True``), what ``manifestdb show``
     #: prints as "reported, not checked".
     figures_checked: bool
+    #: The attempt's URL (``s3://bucket/prefix/...``) when the staging root is on object storage.
+    staging_url: str | None = None
 
     def paths(self) -> list[Path]:
+        """The partition's files as paths under its attempt's staging directory (ValueError when the
+        staging root is not known, or is on object storage: see :meth:`urls`)."""
+        if self.staging_url is not None:
+            raise ValueError(f"the partition's files are objects under {self.staging_url}: use urls()")
         if self.staging_dir is None:
             raise ValueError("the staging root is not known (open the read-only store with staging=...)")
         return [self.staging_dir / f.path for f in self.files]
+
+    def urls(self) -> list[str]:
+        """The partition's objects' URLs, when the staging root is on object storage (ValueError
+        for a local root: see :meth:`paths`)."""
+        if self.staging_url is None:
+            raise ValueError("the partition's files are local files: use paths()")
+        return [f"{self.staging_url}/{f.path}" for f in self.files]
 
     @staticmethod
     def _of(doc: Document) -> PartitionEntry:
@@ -728,7 +762,7 @@ class PartitionEntry:
         return PartitionEntry(
             doc["partition"], doc["since_generation"], doc["run"], doc["attempt"], doc["snapshot"], doc["rows"], doc["total"],
             doc["digest"], doc["staging_rel"], None if d is None else Path(d), tuple(FileEntry._of(f) for f in doc["files"]),
-            doc["figures"] == "computed",
+            doc["figures"] == "computed", _object_url(d),
         )
 
 
@@ -756,6 +790,11 @@ class Manifest:
     def paths(self) -> list[Path]:
         """Every file of the generation, as absolute paths (what an engine reads)."""
         return [p for part in self.partitions for p in part.paths()]
+
+    def urls(self) -> list[str]:
+        """Every object of the generation, as URLs, when the staging root is on object storage
+        (what an engine reads there, with the endpoint and credentials in its storage options)."""
+        return [u for part in self.partitions for u in part.urls()]
 
     @staticmethod
     def _of(doc: Document) -> Manifest:

@@ -265,6 +265,14 @@ impl NativeStore {
         })
     }
 
+    /// The staging root's URL when it is on object storage (`s3://bucket/prefix`, a build with
+    /// the `s3` feature), else None: the URL kept as text, since a Python `Path` folds its `//`.
+    #[getter]
+    fn staging_url(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        let root = self.staging_root(py)?;
+        Ok(root.and_then(|r| r.to_str().filter(|s| s.starts_with("s3://")).map(str::to_owned)))
+    }
+
     /// True once closed.
     #[getter]
     fn closed(&self) -> bool {
@@ -738,12 +746,29 @@ fn bench_rust_cycles(
     result.map_err(|e| Failure::from(e).into_py(py))
 }
 
+/// What this build includes, by the names of the Cargo features: `parquet` (validation of
+/// Parquet partitions) and `postgres` (a `postgres://` store) always; `delta` (the Delta Lake
+/// table in a Parquet dataset's views) and `s3` (`s3://bucket/prefix` staging roots) when the
+/// package was built with them, as the published wheel is. Without `delta` a view sync builds
+/// no table (its `table_version` stays `None`); without `s3` an `s3://` root is refused.
+#[pyfunction]
+fn features(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    let built = json!({
+        "parquet": true,
+        "postgres": true,
+        "delta": cfg!(feature = "delta"),
+        "s3": cfg!(feature = "s3"),
+    });
+    to_py(py, &built).map(Bound::unbind)
+}
+
 /// The native module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeStore>()?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
     m.add_function(wrap_pyfunction!(bench_rust_cycles, m)?)?;
+    m.add_function(wrap_pyfunction!(features, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -49,15 +49,12 @@ NOT_BOUND = {
     "apply_cleanup_batch": "apply_cleanup runs every batch",
     "finish_cleanup_apply": "apply_cleanup runs every batch",
     "verify_without_writing": "the CLI's verify --integrity on a handle of its own; Store.verify checks through the open handle",
-    # The wheel is built without the `s3` feature: its staging root is always local.
-    "staging_url": "the wheel stages on local roots only (Store.staging_root)",
-    # The wheel is built without the `delta` feature (it would add ~150 crates, a TLS stack
-    # among them); the table lives at the view root's <dataset>/table, written by a `delta` build
-    # (the CLI) at its next publish, open or `view sync`.
-    "delta_table": "the views' root / dataset, written by the CLI (the wheel has no Delta writer)",
+    # The wheel writes the table (feature `delta`, manifestdb.features()); the view document has
+    # its path and the version holding each generation.
+    "delta_table": "Store.view(dataset).table['path'] (and ['version'])",
 }
 
-ONLY_EMBEDDED = {"open", "recover", "staging_root", "path", "close", "closed"}
+ONLY_EMBEDDED = {"open", "recover", "staging_root", "staging_url", "path", "close", "closed"}
 
 
 def rust_methods(type_name: str) -> set[str]:
