@@ -45,9 +45,10 @@ def features() -> dict[str, bool]:
 
     ``parquet`` (validation of Parquet partitions) and ``postgres`` (``Store.open`` on a
     ``postgres://`` URL) are in every build; ``delta`` (the Delta Lake table beside a Parquet
-    dataset's views, ``<views>/<dataset>/_delta_log``) and ``s3`` (staging roots on S3-compatible
-    object storage, ``s3://bucket/prefix``) are in the published wheel and in ``pip install
-    ./python``. A build without ``delta`` syncs views with no table (``table_version`` is
-    ``None``); one without ``s3`` refuses an ``s3://`` staging root with :class:`Usage`.
+    dataset's views, ``<views>/<dataset>/table``) and ``s3`` (staging roots on S3-compatible
+    object storage, ``s3://bucket/prefix``) are in ``scripts/python-wheel``'s wheel and in ``pip
+    install ./python`` unless built with ``--no-default-features``. A build without ``delta``
+    writes no table (``Store.view(dataset).table`` says it lags, and why); one without ``s3``
+    refuses an ``s3://`` staging root with :class:`Usage`.
     """
     return dict(_native.features())
