@@ -13,6 +13,8 @@
 //! - Python blocks run under the wheel's pytest suite (`python/tests/test_docs.py`, same
 //!   directives); this test counts them.
 //! - `text` blocks (and blocks without a language) are output, not code.
+//! - A `manifestdb ...` command named in running text (inline code) must parse: its verb and
+//!   flags exist (run with `--help` appended).
 //!
 //! A block that cannot run as printed carries an HTML comment right above its fence, which the
 //! rendered book does not show:
@@ -524,4 +526,66 @@ fn the_book_harness_reports_a_failing_line_where_the_chapter_has_it() {
 #[should_panic(expected = "must sit right above a block's fence")]
 fn a_book_test_directive_away_from_a_block_is_refused() {
     parse("c.md", "<!-- book-test: not run: x -->\n\nSome text.\n```sh\ntrue\n```\n");
+}
+
+/// The `manifestdb ...` commands the chapters name in running text (inline code, outside the
+/// blocks): each parses, its verb and flags existing, checked by running it with `--help`
+/// appended (the part before a `|`, `>`, `&&` or `;`). An all-caps word where a number is due
+/// (`--generation N`) is a placeholder, not a wrong line.
+#[test]
+fn every_command_the_chapters_name_in_running_text_parses() {
+    let bin_dir = Path::new(BIN).parent().expect("binary's directory");
+    let path = std::env::join_paths(
+        std::iter::once(bin_dir.to_path_buf()).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+    )
+    .expect("PATH");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for (file, text) in sources() {
+        // Running text only: the lines outside the fenced blocks.
+        let mut inside: Option<String> = None;
+        let mut prose = String::new();
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            match &inside {
+                Some(fence) if trimmed.trim_end() == fence => inside = None,
+                Some(_) => {}
+                None if trimmed.starts_with("```") => {
+                    inside = Some("`".repeat(3 + trimmed[3..].len() - trimmed[3..].trim_start_matches('`').len()));
+                }
+                None => {
+                    prose.push_str(line);
+                    prose.push('\n');
+                }
+            }
+        }
+        for span in prose.split('`').skip(1).step_by(2) {
+            // A span may wrap across lines of the Markdown source.
+            let span = span.split_whitespace().collect::<Vec<_>>().join(" ");
+            let Some(command) = span.strip_prefix("manifestdb ") else { continue };
+            let command = command.split(['|', '>', ';']).next().unwrap_or("").split("&&").next().unwrap_or("").trim();
+            let out = std::process::Command::new("bash")
+                .arg("-c")
+                .arg(format!("manifestdb {command} --help"))
+                .current_dir(scratch.path())
+                .env("PATH", &path)
+                .env_remove("MANIFESTDB_DIR")
+                .env_remove("MANIFESTDB_STORE")
+                .output()
+                .expect("run bash");
+            checked += 1;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let placeholder = stderr
+                .split("invalid value '")
+                .nth(1)
+                .and_then(|rest| rest.split('\'').next())
+                .is_some_and(|value| !value.is_empty() && value.chars().all(|c| c.is_ascii_uppercase() || c == '_'));
+            if !out.status.success() && !placeholder {
+                wrong.push(format!("{file}: `{span}`: {}", stderr.lines().next().unwrap_or("")));
+            }
+        }
+    }
+    assert!(checked >= 30, "the chapters name {checked} commands in running text; the test finds them no longer?");
+    assert!(wrong.is_empty(), "commands in the book's running text that do not parse:\n{}", wrong.join("\n"));
 }
