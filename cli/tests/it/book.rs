@@ -515,6 +515,12 @@ fn the_book_harness_reports_a_failing_line_where_the_chapter_has_it() {
     let why = explain(&ran, &origin);
     assert!(why.starts_with("the command at chapter.md:17 exited 2"), "{why}");
 
+    // A console block runs its `$ ` lines only, not the output printed under them.
+    let blocks = parse("c.md", "```console\n$ echo one\none\nfalse output line\n$ echo two\ntwo\n```\n");
+    let (script, _) = chapter_script(&blocks.iter().collect::<Vec<_>>());
+    let ran = run_bash(scratch.path(), &script);
+    assert_eq!((ran.code, ran.stdout.as_str()), (Some(0), "one\ntwo\n"), "{}", ran.stderr);
+
     // A hidden line that fails is named as hidden.
     let blocks = parse("c.md", "<!-- book-test: before\ntrue\nfalse\n-->\n```sh\necho hi\n```\n");
     let (script, origin) = chapter_script(&blocks.iter().collect::<Vec<_>>());
