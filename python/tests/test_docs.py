@@ -143,6 +143,19 @@ def test_the_book_has_python_blocks_and_each_is_accounted_for() -> None:
         print(f"  {b.file}:{b.line}: needs {missing_modules(b)} (run where it is installed)")
 
 
+NOT_RUN_EVERYWHERE = [b for blocks in CHAPTERS.values() for b in blocks if b.directives.skip is not None or b.directives.needs]
+
+
+@pytest.mark.parametrize("block", NOT_RUN_EVERYWHERE, ids=[f"{b.file}:{b.line}" for b in NOT_RUN_EVERYWHERE])
+def test_a_block_not_run_here_says_why(block: Block) -> None:
+    """One line per such block under ``pytest -rs``: why it did not run here (a block whose
+    modules are installed here ran in its chapter's test and passes)."""
+    if block.directives.skip is not None:
+        pytest.skip(f"{block.file}:{block.line}: not run: {block.directives.skip}")
+    if missing_modules(block):
+        pytest.skip(f"{block.file}:{block.line}: needs {missing_modules(block)}: run in the .ci/run environment that installs it")
+
+
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_the_chapters_python_blocks_run_as_printed(chapter: str, tmp_path: Path) -> None:
     blocks = CHAPTERS[chapter]
