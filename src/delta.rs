@@ -11,7 +11,7 @@
 //! file it wrote and of the log directory.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, StringArray, StructArray};
@@ -75,6 +75,19 @@ type DResult<T> = std::result::Result<T, DeltaError>;
 /// runtime of its own, which the kernel's checkpoint writer needs). One per `Views`.
 pub(crate) struct DeltaEngine {
     engine: DefaultEngine<TokioMultiThreadExecutor>,
+    /// Per table, the snapshot of the version this engine committed last (the kernel's
+    /// post-commit snapshot), and the log's listing the caller vouched for after that commit
+    /// (see [`DeltaEngine::keep_listing`]). [`DeltaEngine::head_kept`] hands it out again only
+    /// while the log lists exactly those names, so the next change commit reads no log.
+    kept: parking_lot::Mutex<HashMap<PathBuf, Kept>>,
+}
+
+/// A snapshot kept between commits.
+struct Kept {
+    snapshot: delta_kernel::snapshot::SnapshotRef,
+    /// The log's names (sorted) right after the commit and its retention; `None` until the
+    /// caller vouches for them, which only the change commit does.
+    listing: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for DeltaEngine {
@@ -125,6 +138,7 @@ impl DeltaEngine {
             engine: DefaultEngineBuilder::new(Arc::new(LocalFileSystem::new().with_fsync(true)))
                 .with_task_executor(Arc::new(executor))
                 .build(),
+            kept: parking_lot::Mutex::new(HashMap::new()),
         })
     }
 
@@ -140,6 +154,33 @@ impl DeltaEngine {
             return Ok(Head { snapshot: None });
         }
         Ok(Head { snapshot: Some(Snapshot::builder_for(table_url(table)?).build(self.engine())?) })
+    }
+
+    /// [`DeltaEngine::head`] without reading the log when this engine committed `latest` itself
+    /// and the log lists exactly `listing` (sorted), as it did when the caller last called
+    /// [`DeltaEngine::keep_listing`] after that commit: the kept post-commit snapshot is then
+    /// the table's latest version (a log entry written, removed or replaced by a name since,
+    /// by anyone, changes the listing). Otherwise the log is read.
+    pub(crate) fn head_kept(&self, table: &Path, latest: u64, listing: &[String]) -> DResult<Head> {
+        let kept = self
+            .kept
+            .lock()
+            .get(table)
+            .and_then(|k| (k.snapshot.version() == latest && k.listing.as_deref() == Some(listing)).then(|| Arc::clone(&k.snapshot)));
+        match kept {
+            Some(snapshot) => Ok(Head { snapshot: Some(snapshot) }),
+            None => self.head(table),
+        }
+    }
+
+    /// Vouches that `table`'s log lists exactly `listing` (sorted) right after this engine's
+    /// last commit to it and whatever the caller then did to the log (its retention): the next
+    /// [`DeltaEngine::head_kept`] that finds the same listing reuses the commit's snapshot.
+    /// Does nothing unless this engine's last commit to `table` was version `version`.
+    pub(crate) fn keep_listing(&self, table: &Path, version: u64, listing: Vec<String>) {
+        if let Some(kept) = self.kept.lock().get_mut(table).filter(|k| k.snapshot.version() == version) {
+            kept.listing = Some(listing);
+        }
     }
 
     /// The first half of a commit of generation `generation` over the table as `head` read it
@@ -166,7 +207,7 @@ impl DeltaEngine {
                 if !selection.get(i).copied().unwrap_or(true) {
                     continue;
                 }
-                let rel = decode(path);
+                let rel = crate::rules::delta::decode_path(path);
                 if wanted.contains(&rel) {
                     present.insert(rel);
                 } else {
@@ -273,17 +314,23 @@ impl DeltaEngine {
                     let add = add_metadata(&url, &txn.write_state()?, file)?;
                     txn.add_files(add);
                 }
-                committed_version(txn.commit(engine)?)?
+                committed(txn.commit(engine)?)?
             }
             Some(mut txn) => {
                 for file in files {
                     let add = add_metadata(&url, &txn.write_state()?, file)?;
                     txn.add_files(add);
                 }
-                committed_version(txn.commit(engine)?)?
+                committed(txn.commit(engine)?)?
             }
         };
-        let committed = result;
+        let (committed, snapshot) = result;
+        let mut kept = self.kept.lock();
+        match snapshot {
+            Some(snapshot) => kept.insert(table.to_path_buf(), Kept { snapshot, listing: None }),
+            None => kept.remove(table),
+        };
+        drop(kept);
         if prepared.base.is_some_and(|base| committed != base + 1) {
             return Err(DeltaError(format!("committed version {committed} over a table read at {:?}", prepared.base)));
         }
@@ -299,7 +346,7 @@ impl DeltaEngine {
             let (data, selection) = meta?.scan_files.into_parts();
             for (i, path) in paths_of_ref(data.as_ref())?.iter().enumerate() {
                 if selection.get(i).copied().unwrap_or(true) {
-                    out.insert(decode(path));
+                    out.insert(crate::rules::delta::decode_path(path));
                 }
             }
         }
@@ -314,10 +361,10 @@ impl DeltaEngine {
     }
 }
 
-/// The version a commit wrote, or why it wrote none.
-fn committed_version<S: std::fmt::Debug>(result: CommitResult<S>) -> DResult<u64> {
+/// The version a commit wrote and the kernel's snapshot of it, or why it wrote none.
+fn committed<S: std::fmt::Debug>(result: CommitResult<S>) -> DResult<(u64, Option<delta_kernel::snapshot::SnapshotRef>)> {
     match result {
-        CommitResult::Committed(c) => Ok(c.commit_version()),
+        CommitResult::Committed(c) => Ok((c.commit_version(), c.post_commit_snapshot().cloned())),
         CommitResult::Conflicted(c) => Err(DeltaError(format!(
             "version {} was written by another writer meanwhile; the next sync commits on top of it",
             c.conflict_version()
@@ -335,30 +382,6 @@ fn has_commits(table: &Path) -> bool {
             entries.flatten().any(|e| matches!(log_name(&e.file_name().to_string_lossy()), LogName::Commit(_) | LogName::Checkpoint(_)))
         })
         .unwrap_or(false)
-}
-
-/// A URL path component as a file path component (`%3D` to `=`, ...).
-fn decode(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex_digit(bytes[i + 1]), hex_digit(bytes[i + 2]))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_digit(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
 fn paths_of_ref(data: &dyn delta_kernel::EngineData) -> DResult<Vec<String>> {
@@ -400,4 +423,60 @@ fn add_metadata(
     )]);
     let meta = FileMeta { location, last_modified: file.modified_ms, size: file.size };
     Ok(build_add_file_metadata(DataFileMetadata::new(meta, stats), &context)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory of the test's own, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn names(table: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(table.join(crate::rules::delta::LOG_DIR))
+            .expect("listing the log")
+            .map(|e| e.expect("a log entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_kept_snapshot_is_handed_out_only_while_the_log_lists_what_was_vouched_for() {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let scratch = Scratch(std::env::temp_dir().join(format!("manifestdb-kept-{}-{nanos}", std::process::id())));
+        let table = scratch.0.join("table");
+        std::fs::create_dir_all(&table).expect("making the table directory");
+        let engine = DeltaEngine::new().expect("starting the kernel");
+        let schema = ArrowSchema::new(vec![Field::new("units", DataType::Int64, true)]);
+        let commit = |generation: u64| {
+            let head = engine.head(&table).expect("reading the log");
+            let prepared = engine.prepare(&head, generation, &BTreeSet::new()).expect("preparing");
+            engine.finish(prepared, &table, &schema, &[], &[]).expect("committing")
+        };
+        let v0 = commit(1);
+        let listing = names(&table);
+        // Not vouched for yet: the log is read (and holds the version).
+        assert_eq!(engine.head_kept(&table, v0, &listing).expect("head").version(), Some(v0));
+        engine.keep_listing(&table, v0, listing.clone());
+        // With the log moved away, a head that reads finds no table: only the kept one has v0.
+        std::fs::rename(table.join(crate::rules::delta::LOG_DIR), scratch.0.join("moved")).expect("moving the log");
+        assert_eq!(engine.head_kept(&table, v0, &listing).expect("kept head").version(), Some(v0), "the kept snapshot");
+        let other: Vec<String> = listing.iter().cloned().chain(["00000000000000000001.json".to_owned()]).collect();
+        assert_eq!(engine.head_kept(&table, v0, &other).expect("head").version(), None, "another listing reads the log");
+        assert_eq!(engine.head_kept(&table, v0 + 1, &listing).expect("head").version(), None, "another version reads the log");
+        // Vouching for a version this engine did not commit last keeps nothing.
+        std::fs::rename(scratch.0.join("moved"), table.join(crate::rules::delta::LOG_DIR)).expect("moving the log back");
+        let v1 = commit(2);
+        let listing = names(&table);
+        engine.keep_listing(&table, v0, listing.clone());
+        std::fs::rename(table.join(crate::rules::delta::LOG_DIR), scratch.0.join("moved")).expect("moving the log");
+        assert_eq!(engine.head_kept(&table, v1, &listing).expect("head").version(), None, "v1 was not vouched for");
+    }
 }
