@@ -266,7 +266,9 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
         // generation's `manifests/v<N>/_manifest.json` there says.
         #[cfg(all(feature = "s3", feature = "delta"))]
         let manifest = match root.to_str() {
-            Some(url) if url.starts_with("s3://") => manifest.with_table_urls(&format!("{url}/{dataset}/{}", crate::rules::delta::TABLE_DIR)),
+            Some(url) if url.starts_with("s3://") => {
+                manifest.with_table_urls(&format!("{url}/{dataset}/{}", crate::rules::delta::TABLE_DIR))
+            }
             _ => manifest,
         };
         (None, None, Some(list.generation), manifest, false)

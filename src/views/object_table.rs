@@ -26,8 +26,8 @@
 //! before the commit naming it was sent; a commit whose answer never came is settled from the
 //! log on the server, never assumed.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use url::Url;
 
@@ -44,6 +44,12 @@ use crate::rules::views::{self as rule, ViewFile};
 /// The most of one log entry (a commit, `_last_checkpoint`) read into memory.
 const LOG_ENTRY_BYTES_MAX: u64 = 1 << 30;
 
+/// A copied data file's Parquet footer: its schema and row count.
+struct Footer {
+    schema: arrow_schema::Schema,
+    rows: i64,
+}
+
 /// Where each dataset's generation manifests are, below its prefix.
 const MANIFESTS_DIR: &str = "manifests";
 
@@ -55,6 +61,10 @@ pub(crate) struct ObjectViews {
     staging: Arc<ObjectRoot>,
     /// The Delta kernel's engine on the bucket's client, made on first use.
     engine: OnceLock<DeltaEngine>,
+    /// What the last retention of each dataset left: its log's oldest commit and the oldest
+    /// generation the store held. While both are the same nothing expired, so a publish reads
+    /// no old commit to find the retention's boundary and lists no manifests.
+    retained: Mutex<HashMap<String, (u64, u64)>>,
 }
 
 impl std::fmt::Debug for ObjectViews {
@@ -94,7 +104,7 @@ impl ObjectViews {
             )));
         }
         let root = ObjectRoot::connect(url).map_err(|e| refuse(e.to_string()))?;
-        Ok(ObjectViews { root: Arc::new(root), staging: Arc::clone(staging), engine: OnceLock::new() })
+        Ok(ObjectViews { root: Arc::new(root), staging: Arc::clone(staging), engine: OnceLock::new(), retained: Mutex::default() })
     }
 
     /// `s3://bucket/prefix`.
@@ -166,7 +176,7 @@ impl ObjectViews {
         let stored = source.stored_numbers(dataset)?;
         let mut status = ViewStatus::unchanged_without_trees(dataset, number, None);
         let scope_all = check == Check::Full;
-        let mut read = self.read_log(dataset, scope_all)?;
+        let mut read = read_log(&self.root, &Self::log_rel(dataset), scope_all)?;
         if read.is_none() || check == Check::Full {
             self.claim(dataset)?;
         }
@@ -187,12 +197,12 @@ impl ObjectViews {
                 let manifest = if n == number { Some(current.clone()) } else { source.generation_manifest(dataset, Some(n))? };
                 if let Some(m) = manifest {
                     let plan = rule::plan(&m).map_err(|r| self.refused(dataset, r.path, r.reason))?;
-                    status.table_restored += self.place(dataset, &plan.files.iter().collect::<Vec<_>>(), true)?;
+                    status.table_restored += self.place(dataset, &plan.files.iter().collect::<Vec<_>>(), true)?.len();
                 }
             }
         }
         let engine = self.engine()?;
-        let mut log = read.take().unwrap_or_default();
+        let (mut log, mut sizes) = read.take().unwrap_or_default();
         let last = table_rule::last_ours(&log.log).map(|(_, g)| g);
         let generations = table_rule::generations_to_commit(last, log.latest_is_ours(), &stored, number);
         let mut latest = log.latest;
@@ -206,7 +216,7 @@ impl ObjectViews {
                 }
             };
             if i > 0 {
-                log = self.read_log(dataset, false)?.unwrap_or_default();
+                (log, sizes) = read_log(&self.root, &Self::log_rel(dataset), false)?.unwrap_or_default();
             }
             let head = engine.head_url(&table, log.latest.is_some()).map_err(self.delta_err(dataset, "reading"))?;
             let plan = rule::plan(&manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
@@ -218,13 +228,12 @@ impl ObjectViews {
             };
             let mut prepared = None;
             let mut new_files: Vec<&ViewFile> = Vec::new();
-            if let Some((added, removed)) = change {
-                if let Some(p) =
+            if let Some((added, removed)) = change
+                && let Some(p) =
                     engine.prepare_change_url(&head, &table, generation, &columns, &removed).map_err(self.delta_err(dataset, "reading"))?
-                {
-                    new_files = plan.files.iter().filter(|f| added.contains(&f.partition)).collect();
-                    prepared = Some(p);
-                }
+            {
+                new_files = plan.files.iter().filter(|f| added.contains(&f.partition)).collect();
+                prepared = Some(p);
             }
             let prepared = match prepared {
                 Some(p) => p,
@@ -237,14 +246,14 @@ impl ObjectViews {
                 }
             };
             // Every new data file copied and checked against its record before the commit names it.
-            self.place(dataset, &new_files, false)?;
-            let (files, mut schema) = self.describe(dataset, &new_files, &manifest)?;
+            let footers = self.place(dataset, &new_files, false)?;
+            let (files, mut schema) = self.describe(dataset, &new_files, footers, &manifest)?;
             if schema.is_none() && head.version().is_none() {
                 // A new table whose first generation has no file: the schema is the current one's.
                 let plan = rule::plan(&current).map_err(|r| self.refused(dataset, r.path, r.reason))?;
                 let first: Vec<&ViewFile> = plan.files.iter().take(1).collect();
-                self.place(dataset, &first, false)?;
-                schema = self.describe(dataset, &first, &current)?.1;
+                let footers = self.place(dataset, &first, false)?;
+                schema = self.describe(dataset, &first, footers, &current)?.1;
             }
             let file_schema = match schema {
                 Some(s) => s,
@@ -256,15 +265,24 @@ impl ObjectViews {
                 .map_err(self.delta_err(dataset, &format!("committing generation {generation} to")))?;
             let version = self.settle(dataset, generation, finished)?;
             tracing::debug!(dataset, generation, version, "committed a generation to the Delta table on object storage");
+            // The log as it now is, for the retention: the listing read before, and the new
+            // commit with its size (a HEAD), which decides whether a checkpoint is due.
+            let name = format!("{version:020}.json");
+            let rel = format!("{}/{name}", Self::log_rel(dataset));
+            let seen = self.root.head(&rel).map_err(self.read_err(format!("reading {}", self.root.url_of(&rel))))?;
+            sizes.insert(name.clone(), seen.map_or(0, |s| s.size_bytes));
+            if !log.names.contains(&name) {
+                log.names.push(name);
+                log.names.sort();
+            }
+            log.latest = log.latest.max(Some(version));
             latest = Some(version);
         }
-        let latest = match latest {
-            Some(v) => v,
-            None => return Ok(Some(status)),
+        let Some(latest) = latest else {
+            return Ok(Some(status));
         };
         status.table_version = Some(latest);
-        self.retain(dataset, source, &stored, latest)?;
-        self.remove_stale_manifests(dataset, &stored)?;
+        self.retain(dataset, source, &stored, latest, &log.names, &sizes)?;
         if check != Check::None
             && let Some(read) = self.read_log(dataset, scope_all)?
         {
@@ -452,13 +470,14 @@ impl ObjectViews {
     }
 
     /// Copies `files` from the accepted attempts' objects into the table's data prefix (a
-    /// server-side copy each), then reads each copy back and checks its size and CRC32 against
-    /// the generation's record, so the table never names bytes the store did not validate (a
-    /// worker may replace its staging object after validation: object storage cannot forbid
-    /// it). With `only_missing`, a copy already there with the recorded size is kept (a HEAD
-    /// each). Returns how many were copied.
-    fn place(&self, dataset: &str, files: &[&ViewFile], only_missing: bool) -> Result<usize> {
-        let mut placed = 0;
+    /// server-side copy each), then reads each copy back once (its ETag pinned): its size and
+    /// CRC32 checked against the generation's record, so the table never names bytes the store
+    /// did not validate (a worker may replace its staging object after validation: object
+    /// storage cannot forbid it), and its Parquet footer read from the same bytes. With
+    /// `only_missing`, a copy already there with the recorded size is kept (a HEAD each).
+    /// Returns the footers (schema, rows) of the files copied, in order.
+    fn place(&self, dataset: &str, files: &[&ViewFile], only_missing: bool) -> Result<Vec<Footer>> {
+        let mut footers = Vec::with_capacity(files.len());
         for file in files {
             let dest = Self::data_rel(dataset, &file.rel);
             if only_missing {
@@ -475,15 +494,32 @@ impl ObjectViews {
             if !self.root.copy_from(&self.staging, &source, &dest)? {
                 return Err(self.refused(dataset, self.staging.url_of(&source), "the accepted object is missing"));
             }
-            let copied = self.root.observe(&dest, true).map_err(self.read_err(format!("reading back {}", self.root.url_of(&dest))))?;
-            match copied {
-                Some((size, Some(crc))) if size == file.size_bytes && crc == file.crc32 => {}
-                other => {
+            let url = self.root.url_of(&dest);
+            let reading = |e: std::io::Error| Error::io(format!("reading back {url}"), e);
+            let opened = self.root.open(&dest).map_err(reading)?;
+            let checked = match &opened {
+                Some(object) => {
+                    use parquet::file::reader::ChunkReader;
+                    let mut reader =
+                        object.get_read(0).map_err(|e| Error::io(format!("reading back {url}"), std::io::Error::other(e.to_string())))?;
+                    let mut hasher = crc32fast::Hasher::new();
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = std::io::Read::read(&mut reader, &mut buf).map_err(reading)?;
+                        if n == 0 {
+                            break;
+                        }
+                        hasher.update(&buf[..n]);
+                    }
+                    Some((object.len(), hasher.finalize()))
+                }
+                None => None,
+            };
+            let object = match (opened, checked) {
+                (Some(object), Some((size, crc))) if size == file.size_bytes && crc == file.crc32 => object,
+                (_, checked) => {
                     self.root.delete(&dest)?;
-                    let found = match other {
-                        Some((size, crc)) => format!("{size} bytes and crc32 {:#010x}", crc.unwrap_or(0)),
-                        None => "nothing".to_owned(),
-                    };
+                    let found = checked.map_or("nothing".to_owned(), |(size, crc)| format!("{size} bytes and crc32 {crc:#010x}"));
                     return Err(self.refused(
                         dataset,
                         self.staging.url_of(&source),
@@ -494,42 +530,41 @@ impl ObjectViews {
                         ),
                     ));
                 }
-            }
-            placed += 1;
-        }
-        Ok(placed)
-    }
-
-    /// The `add` descriptions of `files` (copied into the table) of generation `manifest`: row
-    /// counts and the schema from each copy's Parquet footer (all the same columns).
-    fn describe(&self, dataset: &str, files: &[&ViewFile], manifest: &Manifest) -> Result<(Vec<DeltaFile>, Option<arrow_schema::Schema>)> {
-        let mut schema: Option<arrow_schema::Schema> = None;
-        let mut out = Vec::with_capacity(files.len());
-        for file in files {
-            let rel = Self::data_rel(dataset, &file.rel);
-            let url = self.root.url_of(&rel);
-            let opened = self.root.open(&rel).map_err(self.read_err(format!("reading {url}")))?;
-            let Some(object) = opened else {
-                return Err(self.refused(dataset, url, "the copy vanished before its footer was read"));
             };
+            // The footer, from the windows the check just read (the same, pinned, bytes).
             let meta = parquet::arrow::arrow_reader::ArrowReaderMetadata::load(&object, Default::default());
             if let Some(fault) = object.fault_cell().get() {
                 return Err(Error::io(format!("reading the Parquet footer of {url}"), std::io::Error::other(fault)));
             }
             let meta =
                 meta.map_err(|e| self.refused(dataset, url.clone(), format!("cannot be read as Parquet for the Delta table: {e}")))?;
-            let file_schema = meta.schema().as_ref().clone();
-            let rows = meta.metadata().file_metadata().num_rows();
+            footers.push(Footer { schema: meta.schema().as_ref().clone(), rows: meta.metadata().file_metadata().num_rows() });
+        }
+        Ok(footers)
+    }
+
+    /// The `add` descriptions of `files` (copied into the table, `footers` theirs, in order) of
+    /// generation `manifest`, and the table's schema from them (all the same columns).
+    fn describe(
+        &self,
+        dataset: &str,
+        files: &[&ViewFile],
+        footers: Vec<Footer>,
+        manifest: &Manifest,
+    ) -> Result<(Vec<DeltaFile>, Option<arrow_schema::Schema>)> {
+        let mut schema: Option<arrow_schema::Schema> = None;
+        let mut out = Vec::with_capacity(files.len());
+        for (file, footer) in files.iter().zip(footers) {
             match &schema {
-                None => schema = Some(file_schema),
-                Some(s) if super::table::same_columns(s, &file_schema) => {}
+                None => schema = Some(footer.schema),
+                Some(s) if super::table::same_columns(s, &footer.schema) => {}
                 Some(s) => {
                     return Err(self.refused(
                         dataset,
-                        url,
+                        self.root.url_of(&Self::data_rel(dataset, &file.rel)),
                         format!(
                             "its schema {} differs from the table's {}",
-                            super::table::columns_text(&file_schema),
+                            super::table::columns_text(&footer.schema),
                             super::table::columns_text(s)
                         ),
                     ));
@@ -541,16 +576,15 @@ impl ObjectViews {
                 rel: table_rule::data_rel(&file.rel),
                 partition_values: values,
                 size: file.size_bytes,
-                num_records: rows,
+                num_records: footer.rows,
                 modified_ms: i64::try_from(manifest.generation.published_at_ms).unwrap_or(i64::MAX),
             });
         }
         Ok((out, schema))
     }
 
-    /// The log as on the server (`None`: no log yet), with each entry's size: every name listed,
-    /// the commits read from the newest back to the newest of the store's own (`all`: every
-    /// commit).
+    /// The log as on the server (`None`: no log yet): every name listed, the commits read from
+    /// the newest back to the newest of the store's own (`all`: every commit).
     fn read_log(&self, dataset: &str, all: bool) -> Result<Option<LogRead>> {
         Ok(read_log(&self.root, &Self::log_rel(dataset), all)?.map(|(read, _)| read))
     }
@@ -559,19 +593,23 @@ impl ObjectViews {
     /// checkpoint of `latest` when due; once the oldest version holding a retained generation
     /// is past 0, a checkpoint of it, then the older log entries and every copy no retained
     /// generation names are deleted. Returns how many objects were deleted.
-    fn retain(&self, dataset: &str, source: &dyn Generations, stored: &BTreeSet<u64>, latest: u64) -> Result<usize> {
+    fn retain(
+        &self,
+        dataset: &str,
+        source: &dyn Generations,
+        stored: &BTreeSet<u64>,
+        latest: u64,
+        names: &[String],
+        sizes: &BTreeMap<String, u64>,
+    ) -> Result<usize> {
         let log_rel = Self::log_rel(dataset);
         let table = self.table_url(dataset)?;
         let engine = self.engine()?;
-        let Some((read, sizes)) = read_log(&self.root, &log_rel, false)? else {
-            return Ok(0);
-        };
-        if checkpoint_wanted(&read.names, &sizes, latest) {
+        if checkpoint_wanted(names, sizes, latest) {
             engine.checkpoint_url(&table, latest).map_err(self.delta_err(dataset, "checkpointing"))?;
         }
         // The oldest version holding a retained generation, read from the oldest commit up.
-        let mut commits: Vec<u64> = read
-            .names
+        let mut commits: Vec<u64> = names
             .iter()
             .filter_map(|n| match table_rule::log_name(n) {
                 LogName::Commit(v) => Some(v),
@@ -579,8 +617,22 @@ impl ObjectViews {
             })
             .collect();
         commits.sort_unstable();
+        let oldest_stored = stored.first().copied().unwrap_or(0);
+        let unchanged = |oldest_commit: Option<&u64>| -> bool {
+            let known = self.retained.lock().ok().and_then(|m| m.get(dataset).copied());
+            oldest_commit.is_some_and(|&v| known == Some((v, oldest_stored)))
+        };
+        if unchanged(commits.first()) {
+            return Ok(0);
+        }
+        let remember = |oldest_commit: Option<u64>| {
+            if let (Some(v), Ok(mut known)) = (oldest_commit, self.retained.lock()) {
+                known.insert(dataset.to_owned(), (v, oldest_stored));
+            }
+        };
+        self.remove_stale_manifests(dataset, stored)?;
         let mut boundary = None;
-        for v in commits {
+        for &v in &commits {
             let rel = format!("{log_rel}/{v:020}.json");
             let Some(bytes) =
                 self.root.read_small(&rel, LOG_ENTRY_BYTES_MAX).map_err(self.read_err(format!("reading {}", self.root.url_of(&rel))))?
@@ -596,11 +648,12 @@ impl ObjectViews {
         let Some(boundary) = boundary else {
             return Ok(0);
         };
-        let doomed = table_rule::log_entries_to_remove(&read.names, boundary);
+        let doomed = table_rule::log_entries_to_remove(names, boundary);
         if doomed.is_empty() {
+            remember(commits.first().copied());
             return Ok(0);
         }
-        let has_checkpoint = read.names.iter().any(|n| table_rule::log_entry_version(n) == Some(boundary) && n.contains(".checkpoint."));
+        let has_checkpoint = names.iter().any(|n| table_rule::log_entry_version(n) == Some(boundary) && n.contains(".checkpoint."));
         if !has_checkpoint {
             engine.checkpoint_url(&table, boundary).map_err(self.delta_err(dataset, "checkpointing"))?;
         }
@@ -626,6 +679,7 @@ impl ObjectViews {
         for rel in &gone {
             self.root.delete(&format!("{data}/{rel}"))?;
         }
+        remember(Some(boundary));
         Ok(doomed.len() + gone.len())
     }
 }

@@ -274,3 +274,127 @@ fn a_view_root_on_s3_is_refused_for_local_staging_another_bucket_or_directory_tr
         other => panic!("a local view root for staging on S3: {other:?}"),
     }
 }
+
+/// deltalake's side of the figure: a table of `partitions` partitions of `rows` rows each on
+/// S3, then `repeats` overwrites of one partition (`mode="overwrite", predicate=...`), each
+/// timed inside the process; prints `{"create_s", "overwrite_s": [...]}`. Put-if-absent
+/// commits (`conditional_put: etag`), as the store's.
+const DELTALAKE_FIGURE: &str = r#"
+import json, os, sys, time
+import pyarrow as pa
+from deltalake import write_deltalake
+url, partitions, rows, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+opts = {k: os.environ[k] for k in ["AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"]}
+opts["AWS_ALLOW_HTTP"] = "true"
+opts["conditional_put"] = "etag"
+def part(p, units):
+    return pa.table({"id": pa.array(range(rows), pa.int64()), "units": pa.array([units] * rows, pa.int64()),
+                     "region": ["r%d" % p] * rows})
+t0 = time.perf_counter()
+write_deltalake(url, pa.concat_tables([part(p, 1) for p in range(partitions)]), partition_by=["region"], storage_options=opts)
+create = time.perf_counter() - t0
+times = []
+for i in range(repeats):
+    data = part(7, i + 2)
+    t0 = time.perf_counter()
+    write_deltalake(url, data, mode="overwrite", predicate="region = 'r7'", partition_by=["region"], storage_options=opts)
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"create_s": create, "overwrite_s": times}))
+sys.stdout.flush()
+os._exit(0)
+"#;
+
+/// Figure (printed, not asserted; quick by default): a publish of 1 of 100 partitions with the
+/// Delta table on S3 beside deltalake's `write_deltalake(..., mode="overwrite", predicate=...)`
+/// of the same partition, against the same server in one run. The store's publish is timed
+/// from the call to its return (the store's commit, the server-side copy and its read-back
+/// check, the footer read, the Delta commit and the retention's listing); the attempt's
+/// staging and validation happen before it, as deltalake's data is in memory before its call.
+/// `MANIFESTDB_S3_FIGURES_ROWS` sets the rows per partition (default 10,000). It stages 200
+/// partitions (about 40 s on two shared cores), so it runs only when asked
+/// (`MANIFESTDB_S3_TABLE_FIGURE=1`, as `.ci/run`'s figures step does): `MANIFESTDB_S3_TABLE_FIGURE=1
+/// cargo test -p manifestdb-tests --test it -- --nocapture objects::table::figures`. s3s-fs
+/// answers a LIST by walking the whole bucket, so take it in a bucket holding little else.
+#[test]
+fn figures_publish_of_one_of_100_partitions_with_the_table_on_s3_beside_write_deltalake() {
+    let Some(s3) = s3_prefix() else { return };
+    if std::env::var("MANIFESTDB_S3_TABLE_FIGURE").map_or(true, |v| v != "1") {
+        eprintln!("\n*** SKIPPED the Delta-table-on-S3 figure: set MANIFESTDB_S3_TABLE_FIGURE=1 to take it ***\n");
+        return;
+    }
+    if !deltalake_available() {
+        return;
+    }
+    let rows: i64 = std::env::var("MANIFESTDB_S3_FIGURES_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(10_000);
+    let (partitions, repeats) = (100usize, 5usize);
+    let dir = tempfile::tempdir().unwrap();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let file = |units: i64| -> Vec<u8> {
+        let data: Vec<(i64, i64)> = (0..rows).map(|i| (i, units)).collect();
+        parquet_bytes(&data)
+    };
+    // The store: one run of 100 partitions, then `repeats` runs of partition r7.
+    let mut publish_s: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for (label, views) in [("with the Delta table on S3", true), ("without views (baseline)", false)] {
+        let options = StoreOptions {
+            views: views.then(|| ViewOptions::copies(format!("{}/{label:.4}-views", s3.url).replace(' ', "_"))),
+            ..StoreOptions::default()
+        };
+        let staging = format!("{}/{}-staging", s3.url, label.split(' ').next().unwrap_or("x"));
+        let store = Store::open_with_options(dir.path().join(format!("{views}.redb")), &staging, &options).unwrap();
+        let stage = |run: &str, parts: &[usize], units: i64| {
+            let mut spec = RunSpec::new(DATASET, run, format!("snap@{run}")).with_grain(Grain::new(DataFormat::Parquet, &["id"], "units"));
+            for &p in parts {
+                spec = spec.with_task(TaskSpec::new(format!("region=r{p}"), rows as u64).with_total(units * rows));
+            }
+            store.declare_run(&spec).unwrap();
+            let body = file(units);
+            for &p in parts {
+                let ticket = store.begin_attempt(&TaskKey::new(DATASET, run, format!("region=r{p}"))).unwrap();
+                let rel = s3.rel_of(&ticket.staging_dir);
+                s3.put(&format!("{rel}/part-0.parquet"), &body);
+                let candidate = scanned_as(&ticket.staging_dir, &format!("snap@{run}"));
+                assert!(store.finish_and_validate(&ticket.key, &candidate, FileCheck::SizeAndChecksum).unwrap().is_valid());
+            }
+        };
+        stage("r0", &(0..partitions).collect::<Vec<_>>(), 1);
+        assert!(matches!(store.publish(DATASET, "r0", &PublishOptions::default()).unwrap(), PublishOutcome::Published(_)));
+        for i in 0..repeats {
+            let run = format!("r{}", i + 1);
+            stage(&run, &[7], i as i64 + 2);
+            let t0 = std::time::Instant::now();
+            let outcome = store.publish(DATASET, &run, &PublishOptions::default()).unwrap();
+            publish_s.entry(label).or_default().push(t0.elapsed().as_secs_f64());
+            assert!(matches!(outcome, PublishOutcome::Published(_)), "{outcome:?}");
+        }
+        if views {
+            let doc = table_doc(&store, None);
+            assert_eq!(doc["lagging"], false, "{doc}");
+        }
+        store.close().unwrap();
+    }
+    let url = format!("{}/deltalake/{DATASET}", s3.url);
+    let out: serde_json::Value =
+        serde_json::from_str(&python(DELTALAKE_FIGURE, &[&url, &partitions.to_string(), &rows.to_string(), &repeats.to_string()]))
+            .expect("the figure's JSON");
+    let deltalake: Vec<f64> = out["overwrite_s"].as_array().expect("times").iter().filter_map(serde_json::Value::as_f64).collect();
+    let bytes = file(1).len();
+    println!(
+        "\nFIGURE publish of 1 of {partitions} partitions ({rows} rows, {bytes} bytes of Parquet each), s3s-fs on loopback, \
+         median of {repeats} (min):"
+    );
+    println!("| what | median | min |\n|---|---|---|");
+    for (label, times) in &publish_s {
+        let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+        println!("| manifestdb publish, {label} | {:.1} ms | {:.1} ms |", median(times.clone()) * 1e3, min * 1e3);
+    }
+    let min = deltalake.iter().copied().fold(f64::INFINITY, f64::min);
+    println!(
+        "| deltalake write_deltalake(mode=\"overwrite\", predicate=\"region = 'r7'\") | {:.1} ms | {:.1} ms |",
+        median(deltalake.clone()) * 1e3,
+        min * 1e3
+    );
+}
