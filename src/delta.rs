@@ -11,7 +11,7 @@
 //! file it wrote and of the log directory.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{Array, ArrayRef, Int64Array, StringArray, StructArray};
@@ -75,6 +75,19 @@ type DResult<T> = std::result::Result<T, DeltaError>;
 /// runtime of its own, which the kernel's checkpoint writer needs). One per `Views`.
 pub(crate) struct DeltaEngine {
     engine: DefaultEngine<TokioMultiThreadExecutor>,
+    /// Per table, the snapshot of the version this engine committed last (the kernel's
+    /// post-commit snapshot), and the log's listing the caller vouched for after that commit
+    /// (see [`DeltaEngine::keep_listing`]). [`DeltaEngine::head_kept`] hands it out again only
+    /// while the log lists exactly those names, so the next change commit reads no log.
+    kept: parking_lot::Mutex<HashMap<PathBuf, Kept>>,
+}
+
+/// A snapshot kept between commits.
+struct Kept {
+    snapshot: delta_kernel::snapshot::SnapshotRef,
+    /// The log's names (sorted) right after the commit and its retention; `None` until the
+    /// caller vouches for them, which only the change commit does.
+    listing: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for DeltaEngine {
@@ -134,7 +147,10 @@ impl DeltaEngine {
 
     fn on_store(store: Arc<dyn delta_kernel::object_store::ObjectStore>) -> DResult<DeltaEngine> {
         let executor = TokioMultiThreadExecutor::new_owned_runtime(Some(2), Some(4))?;
-        Ok(DeltaEngine { engine: DefaultEngineBuilder::new(store).with_task_executor(Arc::new(executor)).build() })
+        Ok(DeltaEngine {
+            engine: DefaultEngineBuilder::new(store).with_task_executor(Arc::new(executor)).build(),
+            kept: parking_lot::Mutex::new(HashMap::new()),
+        })
     }
 
     fn engine(&self) -> &dyn Engine {
@@ -155,6 +171,33 @@ impl DeltaEngine {
             return Ok(Head { snapshot: None });
         }
         Ok(Head { snapshot: Some(Snapshot::builder_for(table.clone()).build(self.engine())?) })
+    }
+
+    /// [`DeltaEngine::head`] without reading the log when this engine committed `latest` itself
+    /// and the log lists exactly `listing` (sorted), as it did when the caller last called
+    /// [`DeltaEngine::keep_listing`] after that commit: the kept post-commit snapshot is then
+    /// the table's latest version (a log entry written, removed or replaced by a name since,
+    /// by anyone, changes the listing). Otherwise the log is read.
+    pub(crate) fn head_kept(&self, table: &Path, latest: u64, listing: &[String]) -> DResult<Head> {
+        let kept = self
+            .kept
+            .lock()
+            .get(table)
+            .and_then(|k| (k.snapshot.version() == latest && k.listing.as_deref() == Some(listing)).then(|| Arc::clone(&k.snapshot)));
+        match kept {
+            Some(snapshot) => Ok(Head { snapshot: Some(snapshot) }),
+            None => self.head(table),
+        }
+    }
+
+    /// Vouches that `table`'s log lists exactly `listing` (sorted) right after this engine's
+    /// last commit to it and whatever the caller then did to the log (its retention): the next
+    /// [`DeltaEngine::head_kept`] that finds the same listing reuses the commit's snapshot.
+    /// Does nothing unless this engine's last commit to `table` was version `version`.
+    pub(crate) fn keep_listing(&self, table: &Path, version: u64, listing: Vec<String>) {
+        if let Some(kept) = self.kept.lock().get_mut(table).filter(|k| k.snapshot.version() == version) {
+            kept.listing = Some(listing);
+        }
     }
 
     /// The first half of a commit of generation `generation` over the table as `head` read it
@@ -279,7 +322,14 @@ impl DeltaEngine {
         files: &[DeltaFile],
     ) -> DResult<u64> {
         let base = prepared.base;
-        match self.finish_url(prepared, &table_url(table)?, schema, partition_columns, files)? {
+        let (finished, snapshot) = self.finish_kept(prepared, &table_url(table)?, schema, partition_columns, files)?;
+        let mut kept = self.kept.lock();
+        match snapshot {
+            Some(snapshot) => kept.insert(table.to_path_buf(), Kept { snapshot, listing: None }),
+            None => kept.remove(table),
+        };
+        drop(kept);
+        match finished {
             Finished::Committed(committed) => {
                 if base.is_some_and(|base| committed != base + 1) {
                     return Err(DeltaError(format!("committed version {committed} over a table read at {base:?}")));
@@ -305,6 +355,18 @@ impl DeltaEngine {
         partition_columns: &[String],
         files: &[DeltaFile],
     ) -> DResult<Finished> {
+        Ok(self.finish_kept(prepared, table, schema, partition_columns, files)?.0)
+    }
+
+    /// [`DeltaEngine::finish_url`], with the kernel's snapshot of the version it committed.
+    fn finish_kept(
+        &self,
+        prepared: Prepared,
+        table: &Url,
+        schema: &ArrowSchema,
+        partition_columns: &[String],
+        files: &[DeltaFile],
+    ) -> DResult<(Finished, Option<delta_kernel::snapshot::SnapshotRef>)> {
         let url = table.clone();
         let engine = self.engine();
         let version = prepared.base.map_or(0, |b| b + 1);
@@ -393,13 +455,17 @@ pub(crate) enum Finished {
     },
 }
 
-/// What a commit's result says, `version` being the version it was for.
-fn finished<S: std::fmt::Debug>(result: std::result::Result<CommitResult<S>, delta_kernel::KernelError>, version: u64) -> Finished {
+/// What a commit's result says, `version` being the version it was for, and the kernel's
+/// snapshot of a version it committed.
+fn finished<S: std::fmt::Debug>(
+    result: std::result::Result<CommitResult<S>, delta_kernel::KernelError>,
+    version: u64,
+) -> (Finished, Option<delta_kernel::snapshot::SnapshotRef>) {
     match result {
-        Ok(CommitResult::Committed(c)) => Finished::Committed(c.commit_version()),
-        Ok(CommitResult::Conflicted(c)) => Finished::Conflicted(c.conflict_version()),
-        Ok(other) => Finished::Unknown { version, reason: format!("the commit failed: {other:?}") },
-        Err(e) => Finished::Unknown { version, reason: e.to_string() },
+        Ok(CommitResult::Committed(c)) => (Finished::Committed(c.commit_version()), c.post_commit_snapshot().cloned()),
+        Ok(CommitResult::Conflicted(c)) => (Finished::Conflicted(c.conflict_version()), None),
+        Ok(other) => (Finished::Unknown { version, reason: format!("the commit failed: {other:?}") }, None),
+        Err(e) => (Finished::Unknown { version, reason: e.to_string() }, None),
     }
 }
 
@@ -477,4 +543,60 @@ fn add_metadata(
     )]);
     let meta = FileMeta { location, last_modified: file.modified_ms, size: file.size };
     Ok(build_add_file_metadata(DataFileMetadata::new(meta, stats), &context)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A scratch directory of the test's own, removed when dropped.
+    struct Scratch(PathBuf);
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn names(table: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(table.join(crate::rules::delta::LOG_DIR))
+            .expect("listing the log")
+            .map(|e| e.expect("a log entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_kept_snapshot_is_handed_out_only_while_the_log_lists_what_was_vouched_for() {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let scratch = Scratch(std::env::temp_dir().join(format!("manifestdb-kept-{}-{nanos}", std::process::id())));
+        let table = scratch.0.join("table");
+        std::fs::create_dir_all(&table).expect("making the table directory");
+        let engine = DeltaEngine::new().expect("starting the kernel");
+        let schema = ArrowSchema::new(vec![Field::new("units", DataType::Int64, true)]);
+        let commit = |generation: u64| {
+            let head = engine.head(&table).expect("reading the log");
+            let prepared = engine.prepare(&head, generation, &BTreeSet::new()).expect("preparing");
+            engine.finish(prepared, &table, &schema, &[], &[]).expect("committing")
+        };
+        let v0 = commit(1);
+        let listing = names(&table);
+        // Not vouched for yet: the log is read (and holds the version).
+        assert_eq!(engine.head_kept(&table, v0, &listing).expect("head").version(), Some(v0));
+        engine.keep_listing(&table, v0, listing.clone());
+        // With the log moved away, a head that reads finds no table: only the kept one has v0.
+        std::fs::rename(table.join(crate::rules::delta::LOG_DIR), scratch.0.join("moved")).expect("moving the log");
+        assert_eq!(engine.head_kept(&table, v0, &listing).expect("kept head").version(), Some(v0), "the kept snapshot");
+        let other: Vec<String> = listing.iter().cloned().chain(["00000000000000000001.json".to_owned()]).collect();
+        assert_eq!(engine.head_kept(&table, v0, &other).expect("head").version(), None, "another listing reads the log");
+        assert_eq!(engine.head_kept(&table, v0 + 1, &listing).expect("head").version(), None, "another version reads the log");
+        // Vouching for a version this engine did not commit last keeps nothing.
+        std::fs::rename(scratch.0.join("moved"), table.join(crate::rules::delta::LOG_DIR)).expect("moving the log back");
+        let v1 = commit(2);
+        let listing = names(&table);
+        engine.keep_listing(&table, v0, listing.clone());
+        std::fs::rename(table.join(crate::rules::delta::LOG_DIR), scratch.0.join("moved")).expect("moving the log");
+        assert_eq!(engine.head_kept(&table, v1, &listing).expect("head").version(), None, "v1 was not vouched for");
+    }
 }

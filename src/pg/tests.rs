@@ -800,3 +800,18 @@ fn a_write_call_whose_snapshot_read_lost_its_connection_runs_again_only_while_no
     assert!(text.contains("nothing of this call was committed; calling it again is safe"), "{text}");
     assert_eq!(err.kind(), crate::ErrorKind::Fault, "{text}");
 }
+
+/// A port nobody listens on: the open's error names the cause ("Connection refused"), and it
+/// counts as a lost connection, which the open rides out for
+/// [`super::RECONNECT_TIME_MAX`] (a server restarting refuses connections too). No server needed.
+#[test]
+fn a_refused_connection_names_its_cause_and_counts_as_lost() {
+    // A free port, closed again: nothing listens on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let Err(refused) = connect(&format!("postgres://manifestdb@127.0.0.1:{port}/pipelines")) else {
+        panic!("a connection to port {port}, where nothing listens");
+    };
+    let err = Error::postgres("connecting to PostgreSQL", &refused);
+    assert!(err.to_string().contains("Connection refused"), "{err}");
+    assert!(super::is_lost_connection(&err), "{err}");
+}

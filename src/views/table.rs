@@ -21,7 +21,7 @@ use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::build::Syncer;
 use super::dirs::{dir_flags, errno, is_errno, list_entries, list_names, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
-use super::log::{LogRead, Scope, first_holding, read_log};
+use super::log::{LogRead, Scope, first_holding, log_names, read_log};
 use super::{Check, Generations, TableSync, ViewStatus, Views};
 use crate::delta::{DeltaEngine, DeltaFile};
 use crate::error::{Error, Result};
@@ -300,8 +300,13 @@ impl Views {
         }
         let engine = self.delta_engine(dataset)?;
         let table = self.table_path(dataset);
-        let head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
-        if head.version() != read.latest {
+        let Some(latest) = read.latest else {
+            return Ok(None);
+        };
+        // The snapshot this engine kept from its own commit of `latest`, if the log still lists
+        // what it did then; else the log is read.
+        let head = engine.head_kept(&table, latest, &read.names).map_err(self.delta_err(dataset, "reading"))?;
+        if head.version() != Some(latest) {
             return Ok(None);
         }
         let Some(prepared) =
@@ -318,6 +323,11 @@ impl Views {
             .map_err(self.delta_err(dataset, &format!("committing generation {number} to")))?;
         tracing::debug!(dataset, generation = number, version, "committed the publish's change to the Delta table");
         self.retain_table(tfd, dataset, source, &stored, version)?;
+        // The log as this commit and its retention left it: while it lists just that, the next
+        // change commit starts from this commit's snapshot.
+        if let Some(names) = log_names(tfd).map_err(self.io_err(format!("listing {}", table.join(table_rule::LOG_DIR).display())))? {
+            engine.keep_listing(&table, version, names);
+        }
         Ok(Some(status(version)))
     }
 

@@ -1,6 +1,7 @@
 //! Integration tests of the built `manifestdb` binary: one test binary, a module per concern.
 
 mod batch;
+mod book;
 mod concurrent;
 mod damage;
 mod grain;

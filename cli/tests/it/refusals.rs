@@ -148,6 +148,9 @@ fn a_second_writer_is_busy_and_a_damaged_store_is_corrupt() {
         let run = garbage.json(args);
         run.code(7);
         assert_eq!(run.error_json()["error"]["kind"], "corrupt");
+        // The message says what to do, not only that the file is damaged.
+        let message = run.error_json()["error"]["message"].as_str().unwrap_or_default().to_owned();
+        assert!(message.contains("put back the last good copy") && message.contains("`manifestdb verify --json` lists"), "{message}");
     }
 }
 
