@@ -478,6 +478,105 @@ fn a_parquet_publish_killed_at_each_sync_leaves_every_delta_version_exact() {
     }
 }
 
+/// Issue 37 item 4, checkpoints: the publish whose commit makes the table's first checkpoint
+/// due (version 10, in the default configuration: the change commit) killed (SIGKILL) at each
+/// of its syncs in turn, the checkpoint's Parquet file and `_last_checkpoint` among them: after
+/// the next `view sync`, every version deltalake opens holds exactly the generation `view
+/// --generation N --json` maps to it, and `verify` passes. The state before the publish is
+/// built once and put back before each kill.
+#[test]
+fn a_publish_that_checkpoints_killed_at_each_sync_leaves_every_delta_version_exact() {
+    if crate::support::on_postgres() || crate::support::is_served() || !strace_available() || !python_has("pyarrow, deltalake") {
+        return;
+    }
+    // Reads each (version, total) pair given and prints what it found.
+    const READ: &str = "import json, os, sys\n\
+                        from deltalake import DeltaTable\n\
+                        out = [[DeltaTable(sys.argv[1]).version()]]\n\
+                        for v in json.loads(sys.argv[2]):\n\
+                        \x20   out.append([v, sum(DeltaTable(sys.argv[1], version=v).to_pyarrow_table()['units'].to_pylist())])\n\
+                        print(json.dumps(out), flush=True)\n\
+                        os._exit(0)";
+    let env = Env::new();
+    let views = env.tmp.path().join("views");
+    env.run(&["--views", views.to_str().unwrap(), "init"]).code(0);
+    let total = |g: i64| g * 100 + 1;
+    for g in 1..=10 {
+        parquet_run(&env, &format!("r{g}"), &[g * 100, 1]);
+        env.run(&["publish", "-d", "daily", "-r", &format!("r{g}")]).code(0);
+    }
+    parquet_run(&env, "r11", &[1100, 1]);
+    let log = views.join("daily/table/_delta_log");
+    let checkpoints = |dir: &Path| -> usize {
+        std::fs::read_dir(dir)
+            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().contains(".checkpoint.")).count())
+            .unwrap_or(0)
+    };
+    assert_eq!(checkpoints(&log), 0, "no checkpoint before version 10");
+    let saved = tempfile::tempdir().expect("a directory for the saved state");
+    let places = [env.dir(), views.clone()];
+    let copy = |from: &Path, to: &Path| {
+        let status = Command::new("cp").arg("-a").arg(from).arg(to).status().expect("run cp");
+        assert!(status.success(), "copying {} to {}", from.display(), to.display());
+    };
+    for (i, place) in places.iter().enumerate() {
+        copy(place, &saved.path().join(i.to_string()));
+    }
+    let mut killed = 0;
+    for k in 1.. {
+        if k > 1 {
+            for (i, place) in places.iter().enumerate() {
+                std::fs::remove_dir_all(place).expect("removing the state");
+                copy(&saved.path().join(i.to_string()), place);
+            }
+        }
+        let trace = saved.path().join("trace");
+        let mut cmd = Command::new("strace");
+        cmd.args(["-f", "-qq", "-o"])
+            .arg(&trace)
+            .arg("-etrace=fsync,fdatasync")
+            .arg(format!("-einject=fsync,fdatasync:signal=SIGKILL:when={k}"));
+        for var in ["MANIFESTDB_DIR", "MANIFESTDB_STORE", "MANIFESTDB_STAGING", "MANIFESTDB_VIEWS"] {
+            cmd.env_remove(var);
+        }
+        cmd.arg(BIN).args(env.store_args()).args(["--json", "publish", "-d", "daily", "-r", "r11"]);
+        let output = cmd.output().expect("run strace");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let run = if stderr.contains("+++ killed by SIGKILL") || output.status.code().is_none() { None } else { output.status.code() };
+        assert!(run.is_none() || run == Some(0), "sync {k}: publish exited {run:?}: {stderr}");
+        if run == Some(0) {
+            assert!(checkpoints(&log) >= 1, "the uninterrupted publish wrote a checkpoint itself");
+        }
+        env.run(&["view", "sync"]).code(0);
+        let store_generation = env.json(&["view", "daily"]).code(0).json()["store_generation"].as_u64().unwrap();
+        let mut versions = Vec::new();
+        for generation in 1..=store_generation {
+            let doc = env.json(&["view", "daily", "--generation", &generation.to_string()]).code(0).json();
+            let version =
+                doc["table"]["version"].as_u64().unwrap_or_else(|| panic!("sync {k}: no version holds generation {generation}: {doc}"));
+            versions.push((generation, version));
+        }
+        let list = serde_json::to_string(&versions.iter().map(|(_, v)| v).collect::<Vec<_>>()).unwrap();
+        let out = Command::new("python3").args(["-c", READ]).arg(views.join("daily/table")).arg(&list).output().expect("run python3");
+        assert!(out.status.success(), "sync {k}: {}", String::from_utf8_lossy(&out.stderr));
+        let read: Vec<Vec<i64>> = serde_json::from_slice(&out.stdout).unwrap();
+        for ((generation, version), found) in versions.iter().zip(&read[1..]) {
+            assert_eq!(found[1], total(*generation as i64), "sync {k}: version {version} holds generation {generation}");
+        }
+        let latest = versions.last().map(|(_, v)| *v as i64);
+        assert_eq!(Some(read[0][0]), latest, "sync {k}: the latest version holds the current generation");
+        env.run(&["verify"]).code(0);
+        if run == Some(0) {
+            assert_eq!(store_generation, 11);
+            break;
+        }
+        killed += 1;
+        assert!(k < 200, "publish never finished");
+    }
+    assert!(killed >= 6, "a publish that checkpoints makes at least 6 syncs: {killed}");
+    println!("checkpointing publish syncs killed at: {killed}, every Delta version exact after each");
+}
+
 /// A new view root keeps no directory trees: `view` says so, `view --files` lists each
 /// generation's exact files, and DuckDB (PyPI) reading a list taken before later publishes
 /// sums exactly its generation, the retried partition once.
