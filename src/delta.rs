@@ -190,6 +190,26 @@ impl DeltaEngine {
         }
     }
 
+    /// [`DeltaEngine::head_kept`] of the table at `table` (a directory URL, whose log holds a
+    /// version): the snapshot [`DeltaEngine::finish_url`] kept, while the log lists exactly what
+    /// [`DeltaEngine::keep_listing_url`] vouched for.
+    pub(crate) fn head_kept_url(&self, table: &Url, latest: u64, listing: &[String]) -> DResult<Head> {
+        let kept = self
+            .kept
+            .lock()
+            .get(Path::new(table.as_str()))
+            .and_then(|k| (k.snapshot.version() == latest && k.listing.as_deref() == Some(listing)).then(|| Arc::clone(&k.snapshot)));
+        match kept {
+            Some(snapshot) => Ok(Head { snapshot: Some(snapshot) }),
+            None => self.head_url(table, true),
+        }
+    }
+
+    /// [`DeltaEngine::keep_listing`] of the table at `table` (a directory URL).
+    pub(crate) fn keep_listing_url(&self, table: &Url, version: u64, listing: Vec<String>) {
+        self.keep_listing(Path::new(table.as_str()), version, listing);
+    }
+
     /// Vouches that `table`'s log lists exactly `listing` (sorted) right after this engine's
     /// last commit to it and whatever the caller then did to the log (its retention): the next
     /// [`DeltaEngine::head_kept`] that finds the same listing reuses the commit's snapshot.
@@ -355,7 +375,15 @@ impl DeltaEngine {
         partition_columns: &[String],
         files: &[DeltaFile],
     ) -> DResult<Finished> {
-        Ok(self.finish_kept(prepared, table, schema, partition_columns, files)?.0)
+        let (finished, snapshot) = self.finish_kept(prepared, table, schema, partition_columns, files)?;
+        // Kept under the URL (never a local path: it starts with a scheme).
+        let key = PathBuf::from(table.as_str());
+        let mut kept = self.kept.lock();
+        match snapshot {
+            Some(snapshot) => kept.insert(key, Kept { snapshot, listing: None }),
+            None => kept.remove(&key),
+        };
+        Ok(finished)
     }
 
     /// [`DeltaEngine::finish_url`], with the kernel's snapshot of the version it committed.

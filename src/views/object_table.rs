@@ -218,7 +218,13 @@ impl ObjectViews {
             if i > 0 {
                 (log, sizes) = read_log(&self.root, &Self::log_rel(dataset), false)?.unwrap_or_default();
             }
-            let head = engine.head_url(&table, log.latest.is_some()).map_err(self.delta_err(dataset, "reading"))?;
+            // The snapshot the engine kept from its own last commit, while the log lists what it
+            // did after that commit and its retention; else the log is read.
+            let head = match log.latest {
+                Some(latest) => engine.head_kept_url(&table, latest, &log.names),
+                None => engine.head_url(&table, false),
+            }
+            .map_err(self.delta_err(dataset, "reading"))?;
             let plan = rule::plan(&manifest).map_err(|r| self.refused(dataset, r.path, r.reason))?;
             let change = if log.latest_is_ours() && head.version() == log.latest {
                 let last = table_rule::last_ours(&log.log).map(|(_, g)| g);
@@ -282,7 +288,11 @@ impl ObjectViews {
             return Ok(Some(status));
         };
         status.table_version = Some(latest);
-        self.retain(dataset, source, &stored, latest, &log.names, &sizes)?;
+        if !self.retain(dataset, source, &stored, latest, &log.names, &sizes)? {
+            // The log lists what it did before this sync, and this sync's commits: while it
+            // lists just that, the next publish starts from the commit's snapshot.
+            engine.keep_listing_url(&table, latest, log.names.clone());
+        }
         if check != Check::None
             && let Some(read) = self.read_log(dataset, scope_all)?
         {
@@ -592,7 +602,8 @@ impl ObjectViews {
     /// The store's retention applied to the table, as locally (`Views::retain_table`): a
     /// checkpoint of `latest` when due; once the oldest version holding a retained generation
     /// is past 0, a checkpoint of it, then the older log entries and every copy no retained
-    /// generation names are deleted. Returns how many objects were deleted.
+    /// generation names are deleted. Returns whether the log changed (a checkpoint written, an
+    /// entry deleted).
     fn retain(
         &self,
         dataset: &str,
@@ -601,12 +612,14 @@ impl ObjectViews {
         latest: u64,
         names: &[String],
         sizes: &BTreeMap<String, u64>,
-    ) -> Result<usize> {
+    ) -> Result<bool> {
         let log_rel = Self::log_rel(dataset);
         let table = self.table_url(dataset)?;
         let engine = self.engine()?;
+        let mut changed = false;
         if checkpoint_wanted(names, sizes, latest) {
             engine.checkpoint_url(&table, latest).map_err(self.delta_err(dataset, "checkpointing"))?;
+            changed = true;
         }
         // The oldest version holding a retained generation, read from the oldest commit up.
         let mut commits: Vec<u64> = names
@@ -623,7 +636,7 @@ impl ObjectViews {
             oldest_commit.is_some_and(|&v| known == Some((v, oldest_stored)))
         };
         if unchanged(commits.first()) {
-            return Ok(0);
+            return Ok(changed);
         }
         let remember = |oldest_commit: Option<u64>| {
             if let (Some(v), Ok(mut known)) = (oldest_commit, self.retained.lock()) {
@@ -646,12 +659,12 @@ impl ObjectViews {
             }
         }
         let Some(boundary) = boundary else {
-            return Ok(0);
+            return Ok(changed);
         };
         let doomed = table_rule::log_entries_to_remove(names, boundary);
         if doomed.is_empty() {
             remember(commits.first().copied());
-            return Ok(0);
+            return Ok(changed);
         }
         let has_checkpoint = names.iter().any(|n| table_rule::log_entry_version(n) == Some(boundary) && n.contains(".checkpoint."));
         if !has_checkpoint {
@@ -680,7 +693,7 @@ impl ObjectViews {
             self.root.delete(&format!("{data}/{rel}"))?;
         }
         remember(Some(boundary));
-        Ok(doomed.len() + gone.len())
+        Ok(true)
     }
 }
 

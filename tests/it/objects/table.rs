@@ -137,7 +137,9 @@ fn check_every_retained_version(store: &Store, table: &str) -> Vec<u64> {
             .collect();
         assert_eq!(found, store_says(store, generation), "version {version} (generation {generation}) as deltalake reads it");
     }
-    versions.keys().map(|v| v.parse().unwrap()).collect()
+    let mut read: Vec<u64> = versions.keys().map(|v| v.parse().unwrap()).collect();
+    read.sort_unstable();
+    read
 }
 
 /// Opens the store staging at `<prefix>/staging` with its views at `<prefix>/views`.
@@ -397,4 +399,25 @@ fn figures_publish_of_one_of_100_partitions_with_the_table_on_s3_beside_write_de
         median(deltalake.clone()) * 1e3,
         min * 1e3
     );
+}
+
+/// Twelve publishes in one handle (the kernel's snapshot of each commit reused by the next
+/// while the log lists what that commit left), across the checkpoint of version 10: every
+/// version reads in deltalake as its generation, and the log has its checkpoint.
+#[test]
+fn twelve_publishes_in_one_handle_cross_a_checkpoint_and_every_version_reads_as_its_generation() {
+    let Some(s3) = s3_prefix() else { return };
+    if !deltalake_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&s3, &dir.path().join("store.redb"));
+    let table = format!("{}/views/{DATASET}/table", s3.url);
+    publish(&store, &s3, "r0", &[(0, 1), (1, 2), (2, 3)]);
+    for i in 1..12usize {
+        publish(&store, &s3, &format!("r{i}"), &[(i % 3, 10 * i as i64)]);
+    }
+    let log = s3.list("views/sales/table/_delta_log");
+    assert!(log.iter().any(|n| n.ends_with(&format!("{:020}.checkpoint.parquet", 10))), "no checkpoint at version 10: {log:?}");
+    assert_eq!(check_every_retained_version(&store, &table), (0..12).collect::<Vec<u64>>());
 }
