@@ -244,7 +244,7 @@ impl DeltaEngine {
                 if !selection.get(i).copied().unwrap_or(true) {
                     continue;
                 }
-                let rel = decode(path);
+                let rel = crate::rules::delta::decode_path(path);
                 if wanted.contains(&rel) {
                     present.insert(rel);
                 } else {
@@ -445,7 +445,7 @@ impl DeltaEngine {
             let (data, selection) = meta?.scan_files.into_parts();
             for (i, path) in paths_of_ref(data.as_ref())?.iter().enumerate() {
                 if selection.get(i).copied().unwrap_or(true) {
-                    out.insert(decode(path));
+                    out.insert(crate::rules::delta::decode_path(path));
                 }
             }
         }
@@ -506,30 +506,6 @@ fn has_commits(table: &Path) -> bool {
             entries.flatten().any(|e| matches!(log_name(&e.file_name().to_string_lossy()), LogName::Commit(_) | LogName::Checkpoint(_)))
         })
         .unwrap_or(false)
-}
-
-/// A URL path component as a file path component (`%3D` to `=`, ...).
-fn decode(path: &str) -> String {
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && i + 2 < bytes.len()
-            && let (Some(h), Some(l)) = (hex_digit(bytes[i + 1]), hex_digit(bytes[i + 2]))
-        {
-            out.push(h * 16 + l);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn hex_digit(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
 }
 
 fn paths_of_ref(data: &dyn delta_kernel::EngineData) -> DResult<Vec<String>> {

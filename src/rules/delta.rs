@@ -288,8 +288,106 @@ pub(crate) fn checkpoint_due(since: u64, commit_bytes: u64, checkpoint_bytes: Op
 /// 3,000 files' `add` actions).
 pub(crate) const FIRST_COMMIT_CHECKPOINT_BYTES: u64 = 1 << 20;
 
+/// A log path (a URI reference, percent-encoded) as a path relative to the table root: `%3D`
+/// to `=` and so on.
+pub(crate) fn decode_path(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(h), Some(l)) = (hex_digit(bytes[i + 1]), hex_digit(bytes[i + 2]))
+        {
+            out.push(h * 16 + l);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex_digit(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).and_then(|d| u8::try_from(d).ok())
+}
+
+/// The data files no version from `boundary` on names, read from the commits present
+/// (`commits`: each version's text): the files under [`DATA_DIR`] whose last action in the log
+/// is a `remove` at a version at or before `boundary` (a file added again later, or added and
+/// removed by the same commit, stays). Paths relative to the table's data directory, decoded.
+/// What the retention removes after an expiry, in what the log holds, not the table's size: the
+/// first commit's `add`s are not even parsed (no file is removed before it). Conservative: a
+/// line that names a file but cannot be read makes the answer empty (nothing is removed), and
+/// a path that leaves the data directory is never returned. A file the log never named (left by
+/// a crash before its commit) is not found here: a full `view sync` walks the data directory.
+pub(crate) fn unnamed_data_files(commits: &BTreeMap<u64, String>, boundary: u64) -> Vec<String> {
+    fn path_of<'a>(action: &'a serde_json::Value, kind: &str) -> Option<&'a str> {
+        action.get(kind)?.get("path")?.as_str()
+    }
+    // The newest removal of each path; then, from the oldest removal on, the newest add.
+    let mut removed: BTreeMap<String, u64> = BTreeMap::new();
+    for (&version, text) in commits {
+        for line in text.lines().filter(|l| l.starts_with("{\"remove\"")) {
+            let Some(path) =
+                serde_json::from_str::<serde_json::Value>(line).ok().as_ref().and_then(|a| path_of(a, "remove")).map(decode_path)
+            else {
+                return Vec::new();
+            };
+            removed.insert(path, version);
+        }
+    }
+    let Some(&first_removal) = removed.values().min() else { return Vec::new() };
+    let mut added: BTreeMap<String, u64> = BTreeMap::new();
+    for (&version, text) in commits.range(first_removal..) {
+        for line in text.lines().filter(|l| l.starts_with("{\"add\"")) {
+            let Some(path) = serde_json::from_str::<serde_json::Value>(line).ok().as_ref().and_then(|a| path_of(a, "add")).map(decode_path)
+            else {
+                return Vec::new();
+            };
+            added.insert(path, version);
+        }
+    }
+    removed
+        .into_iter()
+        .filter(|(path, version)| *version <= boundary && added.get(path).is_none_or(|a| a < version))
+        .filter_map(|(path, _)| {
+            let rel = path.strip_prefix(DATA_DIR)?.strip_prefix('/')?;
+            rel.split('/').all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\0')).then(|| rel.to_owned())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_files_no_retained_version_names_are_read_from_the_log() {
+        let add = |p: &str| format!("{{\"add\":{{\"path\":\"{p}\",\"size\":1}}}}");
+        let remove = |p: &str| format!("{{\"remove\":{{\"path\":\"{p}\",\"size\":1}}}}");
+        let commit = |lines: &[String]| lines.join("\n") + "\n";
+        let commits: BTreeMap<u64, String> = [
+            (0, commit(&[add("data/p=1/g1-a1-x"), add("data/p=2/g1-a1-x"), add("data/p=3/g1-a1-x")])),
+            (1, commit(&[add("data/p=1/g2-a1-x"), remove("data/p=1/g1-a1-x")])),
+            (2, commit(&[add("data/p%3D2/g3-a1-x"), remove("data/p%3D2/g1-a1-x")])),
+            // A rollback to generation 1's p=1 adds its file again.
+            (3, commit(&[add("data/p=1/g1-a1-x"), remove("data/p=1/g2-a1-x")])),
+            (4, commit(&[add("data/p=3/g5-a1-x"), remove("data/p=3/g1-a1-x"), remove("../outside"), remove("data/../x")])),
+        ]
+        .into_iter()
+        .collect();
+        // Versions from 3 on are kept: g1's p=2 went at 2; g2's p=1 went at 3; p=1's g1 is back.
+        assert_eq!(unnamed_data_files(&commits, 3), vec!["p=1/g2-a1-x".to_owned(), "p=2/g1-a1-x".to_owned()]);
+        // From 2 on: only what went by version 2.
+        assert_eq!(unnamed_data_files(&commits, 2), vec!["p=2/g1-a1-x".to_owned()]);
+        // From 4 on: also g1's p=3, never a path outside the data directory.
+        assert_eq!(unnamed_data_files(&commits, 4), vec!["p=1/g2-a1-x".to_owned(), "p=2/g1-a1-x".to_owned(), "p=3/g1-a1-x".to_owned()]);
+        // A line naming a file that cannot be read: nothing is removed.
+        let mut damaged = commits.clone();
+        damaged.insert(5, "{\"add\":{\"path\":\n".to_owned());
+        assert!(unnamed_data_files(&damaged, 4).is_empty());
+    }
+
     use super::*;
 
     fn ours(generation: u64) -> Commit {

@@ -121,7 +121,7 @@ pub(crate) fn read_log(table: BorrowedFd<'_>, scope: Scope) -> io::Result<Option
     Ok(Some(out))
 }
 
-fn read_text(dir: BorrowedFd<'_>, name: &str) -> io::Result<String> {
+pub(crate) fn read_text(dir: BorrowedFd<'_>, name: &str) -> io::Result<String> {
     let fd = rustix::fs::openat(dir, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty()).map_err(errno)?;
     let mut text = String::new();
     std::fs::File::from(fd).read_to_string(&mut text)?;

@@ -21,7 +21,7 @@ use rustix::fs::{AtFlags, FileType, Mode};
 
 use super::build::Syncer;
 use super::dirs::{dir_flags, errno, is_errno, list_entries, list_names, open_dir_at, open_dirs, split_parent, stat_kind, walk_view};
-use super::log::{LogRead, Scope, first_holding, log_names, read_log};
+use super::log::{LogRead, Scope, first_holding, log_names, read_log, read_text};
 use super::{Check, Generations, TableSync, ViewStatus, Views};
 use crate::delta::{DeltaEngine, DeltaFile};
 use crate::error::{Error, Result};
@@ -177,7 +177,7 @@ impl Views {
                 head = engine.head(&table).map_err(self.delta_err(dataset, "reading"))?;
             }
         }
-        out.removed = self.retain_table(ds, dataset, source, stored, out.version)?;
+        out.removed = self.retain_table(ds, dataset, source, stored, out.version, true)?;
         // Right after a commit nothing is reported (the sync's caller drops the status), so the
         // log is not read again on the publish path; a checking sync lists every foreign version.
         if check != Check::None
@@ -250,7 +250,7 @@ impl Views {
             let Some(version) = read.latest else {
                 return Ok(None);
             };
-            self.retain_table(tfd, dataset, source, &stored, version)?;
+            self.retain_table(tfd, dataset, source, &stored, version, false)?;
             return Ok(Some(status(version)));
         }
         if !matches!(generation.kind, crate::model::GenerationKind::Publish)
@@ -322,7 +322,7 @@ impl Views {
             .finish(prepared, &table, &schema.unwrap_or_else(arrow_schema::Schema::empty), &columns, &files)
             .map_err(self.delta_err(dataset, &format!("committing generation {number} to")))?;
         tracing::debug!(dataset, generation = number, version, "committed the publish's change to the Delta table");
-        self.retain_table(tfd, dataset, source, &stored, version)?;
+        self.retain_table(tfd, dataset, source, &stored, version, false)?;
         // The log as this commit and its retention left it: while it lists just that, the next
         // change commit starts from this commit's snapshot.
         if let Some(names) = log_names(tfd).map_err(self.io_err(format!("listing {}", table.join(table_rule::LOG_DIR).display())))? {
@@ -713,11 +713,16 @@ impl Views {
 
     /// The store's retention applied to the table: once the oldest version holding a retained
     /// generation is past 0, a checkpoint of that version (so the table reads without the older
-    /// log), then the older log entries and every data file no retained generation names go.
+    /// log), then the older log entries and the data files no retained version names go.
     /// A checkpoint of the latest version is also written when due (see
     /// `table_rule::checkpoint_due`: every 10th version, as Delta writers do, until the table
-    /// is large; then as often as keeps its cost per commit flat). Returns how many entries and
-    /// files were removed.
+    /// is large; then as often as keeps its cost per commit flat). Which data files go: with
+    /// `walk`, every file of the data directory that no retained generation's manifest names
+    /// (a full sync: this also finds what a crash left before its commit named it; it costs the
+    /// dataset times the retained generations); without, the files the log itself says no
+    /// version from the boundary on names (`table_rule::unnamed_data_files`, read from the
+    /// commits before they go: it costs what the log holds). Returns how many entries and files
+    /// were removed.
     fn retain_table(
         &self,
         ds: BorrowedFd<'_>,
@@ -725,6 +730,7 @@ impl Views {
         source: &dyn Generations,
         stored: &BTreeSet<u64>,
         latest: u64,
+        walk: bool,
     ) -> Result<usize> {
         let table = self.table_path(dataset);
         let log_path = table.join(table_rule::LOG_DIR);
@@ -746,6 +752,19 @@ impl Views {
         if doomed.is_empty() {
             return Ok(0);
         }
+        // Read while every commit is still there: the files they remove for good.
+        let unnamed = if walk {
+            None
+        } else {
+            let mut commits = std::collections::BTreeMap::new();
+            for name in &names {
+                if let table_rule::LogName::Commit(v) = table_rule::log_name(name) {
+                    let text = read_text(log.as_fd(), name).map_err(self.io_err(format!("reading {}", log_path.join(name).display())))?;
+                    commits.insert(v, text);
+                }
+            }
+            Some(table_rule::unnamed_data_files(&commits, boundary))
+        };
         if !self.has_checkpoint(ds, dataset, boundary)? {
             self.op(&|| format!("checkpointing {}", log_path.display()))?;
             engine.checkpoint(&table, boundary).map_err(self.delta_err(dataset, "checkpointing"))?;
@@ -757,35 +776,47 @@ impl Views {
                 .map_err(self.io_err(format!("removing {}", log_path.join(name).display())))?;
         }
         rustix::fs::fsync(&log).map_err(errno).map_err(self.io_err(format!("syncing {}", log_path.display())))?;
-        // Data files: only those a retained generation names stay.
-        let mut named = BTreeSet::new();
-        for &n in stored {
-            if let Some(m) = source.generation_manifest(dataset, Some(n))? {
-                let plan = rule::plan(&m).map_err(|r| self.refused(dataset, r.path, r.reason))?;
-                named.extend(plan.files.into_iter().map(|f| f.rel));
-            }
-        }
         let data_path = table.join(table_rule::DATA_DIR);
         let data = match open_dir_at(ds, table_rule::DATA_DIR) {
             Ok(fd) => fd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(doomed.len()),
             Err(e) => return Err(Error::io(format!("opening {}", data_path.display()), e)),
         };
-        let found: BTreeSet<String> = walk_view(data.as_fd())
-            .map_err(self.io_err(format!("walking {}", data_path.display())))?
-            .into_iter()
-            .filter(|(_, found)| !matches!(found, rule::Found::Dir))
-            .map(|(rel, _)| rel)
-            .collect();
-        let gone = table_rule::data_files_to_remove(&found, &named);
+        let gone = match unnamed {
+            Some(unnamed) => unnamed,
+            None => {
+                // Only the files a retained generation names stay.
+                let mut named = BTreeSet::new();
+                for &n in stored {
+                    if let Some(m) = source.generation_manifest(dataset, Some(n))? {
+                        let plan = rule::plan(&m).map_err(|r| self.refused(dataset, r.path, r.reason))?;
+                        named.extend(plan.files.into_iter().map(|f| f.rel));
+                    }
+                }
+                let found: BTreeSet<String> = walk_view(data.as_fd())
+                    .map_err(self.io_err(format!("walking {}", data_path.display())))?
+                    .into_iter()
+                    .filter(|(_, found)| !matches!(found, rule::Found::Dir))
+                    .map(|(rel, _)| rel)
+                    .collect();
+                table_rule::data_files_to_remove(&found, &named)
+            }
+        };
         let mut dirs = BTreeSet::new();
         for rel in &gone {
             let (dir_rel, name) = split_parent(rel);
-            let dir = open_dirs(data.as_fd(), dir_rel).map_err(self.io_err(format!("opening {}", data_path.join(dir_rel).display())))?;
+            let dir = match open_dirs(data.as_fd(), dir_rel) {
+                Ok(dir) => dir,
+                // Read from the log: a file (or its directory) may be gone already.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io(format!("opening {}", data_path.join(dir_rel).display()), e)),
+            };
             self.op(&|| format!("removing {}", data_path.join(rel).display()))?;
-            rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty())
-                .map_err(errno)
-                .map_err(self.io_err(format!("removing {}", data_path.join(rel).display())))?;
+            match rustix::fs::unlinkat(dir.as_fd(), name, AtFlags::empty()) {
+                Ok(()) => {}
+                Err(rustix::io::Errno::NOENT) => continue,
+                Err(e) => return Err(Error::io(format!("removing {}", data_path.join(rel).display()), errno(e))),
+            }
             dirs.insert(dir_rel.to_owned());
         }
         for rel in &dirs {

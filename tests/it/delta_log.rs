@@ -411,3 +411,91 @@ fn a_publish_commits_only_its_change_and_every_version_holds_its_generation() {
     );
     check_every_version(&store, &table);
 }
+
+/// Every data file any of `versions` of the table holds (deltalake's own list), relative to the
+/// table's data directory.
+fn files_of_versions(table: &Path, versions: &[u64]) -> std::collections::BTreeSet<String> {
+    const FILES: &str = "import json, os, sys, urllib.parse\n\
+                         from deltalake import DeltaTable\n\
+                         data = os.path.join(sys.argv[1], 'data')\n\
+                         def rel(u):\n\
+                         \x20   p = urllib.parse.unquote(urllib.parse.urlparse(u).path) if u.startswith('file:') else u\n\
+                         \x20   return os.path.relpath(p, data)\n\
+                         print(json.dumps(sorted({rel(u) for v in json.loads(sys.argv[2]) for u in DeltaTable(sys.argv[1], version=v).file_uris()})))";
+    let out = python(FILES, &[table.to_str().unwrap(), &serde_json::to_string(versions).unwrap()]);
+    let files: Vec<String> = serde_json::from_str(&out).expect("a list of files");
+    files.into_iter().collect()
+}
+
+/// The files under the table's data directory, relative to it.
+fn table_data_files(table: &Path) -> std::collections::BTreeSet<String> {
+    let data = table.join("data");
+    let mut out = std::collections::BTreeSet::new();
+    let mut stack = vec![data.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("listing the data directory") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(path.strip_prefix(&data).unwrap().display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Issue 37, "expiry removes O(what expired)": in the default configuration (the change
+/// commit), an expiry's retention finds the data files to remove in the log (the files whose
+/// last action is a `remove` at or before the oldest retained version), not by walking the
+/// data directory against every retained manifest: after publishes, a rollback (which adds
+/// older files again) and expiries, the data directory holds exactly the files deltalake lists
+/// for the retained versions, every retained version reads its generation, and `verify` finds
+/// nothing.
+#[test]
+fn an_expiry_removes_the_data_files_the_log_says_no_retained_version_names() {
+    use manifestdb::{RetentionPolicy, RollbackOutcome, RunMode};
+    if !deltalake_available() {
+        return;
+    }
+    let dir = TestDir::new();
+    let mut store = dir
+        .open_with(&StoreOptions { views: Some(ViewOptions::hard_links(dir.path().join("views"))), ..StoreOptions::default() })
+        .expect("open");
+    let table = store.view_root().unwrap().join(DATASET).join("table");
+    assert_eq!(publish_to(&store, DATASET, "r0", &[(0, 100), (1, 70), (2, 50), (3, 30)]), 1);
+    assert_eq!(publish_to(&store, DATASET, "r1", &[(1, 71), (2, 51)]), 2);
+    assert_eq!(publish_to(&store, DATASET, "r2", &[(3, 33)]), 3);
+    // A rollback to generation 2 adds generation 1's partition 3 files again.
+    let RollbackOutcome::RolledBack(rolled) = store.rollback(DATASET, 2, "ops", "bad upstream").expect("rollback") else {
+        panic!("refused");
+    };
+    assert_eq!(rolled.number, 4);
+    assert_eq!(publish_to(&store, DATASET, "r4", &[(0, 104)]), 5);
+    let versions = |store: &Store| -> Vec<u64> {
+        store
+            .snapshot()
+            .unwrap()
+            .history(DATASET)
+            .unwrap()
+            .iter()
+            .map(|g| table_doc(store, Some(g.number))["version"].as_u64().expect("a version holds it"))
+            .collect()
+    };
+    let before = table_data_files(&table);
+    assert_eq!(before, files_of_versions(&table, &versions(&store)), "before any expiry");
+    for (keep, expired) in [(3, vec![1, 2]), (1, vec![3, 4])] {
+        let report = store
+            .expire_generations(DATASET, &RetentionPolicy { keep_last: keep, rollback_window: std::time::Duration::ZERO }, RunMode::Execute)
+            .expect("expire");
+        assert_eq!(report.expired, expired);
+        let retained = versions(&store);
+        let left = table_data_files(&table);
+        assert_eq!(left, files_of_versions(&table, &retained), "after expiring {expired:?}: exactly what the retained versions hold");
+        check_every_version(&store, &table);
+        assert!(views_findings(&mut store).is_empty(), "{:?}", views_findings(&mut store));
+    }
+    let after = table_data_files(&table);
+    assert_eq!(after.len(), 4, "one file per partition of generation 5: {after:?}");
+    assert!(before.len() > after.len());
+}
