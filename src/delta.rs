@@ -190,6 +190,7 @@ impl DeltaEngine {
         }
     }
 
+    #[cfg(feature = "s3")]
     /// [`DeltaEngine::head_kept`] of the table at `table` (a directory URL, whose log holds a
     /// version): the snapshot [`DeltaEngine::finish_url`] kept, while the log lists exactly what
     /// [`DeltaEngine::keep_listing_url`] vouched for.
@@ -205,6 +206,7 @@ impl DeltaEngine {
         }
     }
 
+    #[cfg(feature = "s3")]
     /// [`DeltaEngine::keep_listing`] of the table at `table` (a directory URL).
     pub(crate) fn keep_listing_url(&self, table: &Url, version: u64, listing: Vec<String>) {
         self.keep_listing(Path::new(table.as_str()), version, listing);
@@ -363,6 +365,7 @@ impl DeltaEngine {
         }
     }
 
+    #[cfg(feature = "s3")]
     /// [`DeltaEngine::finish`] of the table at `table` (a directory URL), saying what became of
     /// the commit: committed, refused because the version exists (put-if-absent), or unknown
     /// (the write failed after its retries: it may have landed; only the log on the server can

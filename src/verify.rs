@@ -356,11 +356,9 @@ impl Snapshot {
         if options.views {
             match self.views() {
                 Ok(Some(views)) if views.root.to_str().is_some_and(|r| r.starts_with("s3://")) => {
-                    walk.report.notes.push(format!(
-                        "views not checked: the view root {} is on object storage; `manifestdb view sync` checks its Delta tables \
-                         (every retained generation's copies present, other writers' versions listed)",
-                        views.root.display()
-                    ));
+                    for (path, message) in crate::views::check_objects(self, &views.root) {
+                        walk.find("views", path, message);
+                    }
                 }
                 Ok(Some(views)) => {
                     let trees = views.trees.clone().unwrap_or(crate::ViewTrees::All);

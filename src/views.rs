@@ -70,6 +70,21 @@ use expiry::Reaper;
 pub use manifest::{ViewFileEntry, ViewManifest, ViewPartition, ViewTotals};
 pub(crate) use repair::check;
 
+/// `verify`'s check of a view root on object storage (its Delta tables: damaged, foreign and
+/// lagging versions, missing copies); a build without object storage says it cannot check it.
+pub(crate) fn check_objects(source: &dyn Generations, root: &Path) -> Vec<(String, String)> {
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    return object_table::check(source, &root.to_string_lossy());
+    #[cfg(not(all(feature = "s3", feature = "delta")))]
+    {
+        let _ = source;
+        vec![(
+            root.display().to_string(),
+            "is on object storage, which this build cannot read (the crate's `s3` and `delta` features)".to_owned(),
+        )]
+    }
+}
+
 /// What the views read of the store, as plain values of one consistent read. The store's
 /// `Snapshot` implements it; views never name the store, so the store can own views without an
 /// import circle.

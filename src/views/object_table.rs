@@ -781,3 +781,104 @@ pub(crate) fn table_state(root_url: &str, dataset: &str, generation: Option<u64>
     let log_rel = format!("{dataset}/{}/{}", table_rule::TABLE_DIR, table_rule::LOG_DIR);
     Ok(read_log(&root, &log_rel, true)?.map(|(read, _)| super::state_of(&read, generation)))
 }
+
+/// `verify`'s check of a view root on object storage (`s3://...`): for each dataset with a
+/// Delta table, its log read from the server (damaged and other writers' versions, a latest
+/// version that is not the store's current generation) and every copy a retained generation
+/// names present with its recorded size (one listing of the data prefix). Findings as
+/// `(where, what)`; reads only.
+pub(crate) fn check(source: &dyn Generations, root_url: &str) -> Vec<(String, String)> {
+    let mut findings = Vec::new();
+    let root = match ObjectRoot::connect(root_url) {
+        Ok(root) => Arc::new(root),
+        Err(e) => {
+            findings.push((root_url.to_owned(), format!("the view root cannot be used: {e}")));
+            return findings;
+        }
+    };
+    let datasets = match source.dataset_names() {
+        Ok(d) => d,
+        Err(e) => {
+            findings.push((root_url.to_owned(), format!("datasets cannot be listed: {e}")));
+            return findings;
+        }
+    };
+    for dataset in &datasets {
+        let Ok(Some(current)) = source.generation_manifest(dataset, None) else { continue };
+        if !matches!(Views::not_a_table(source, dataset, &current), Ok(None)) {
+            continue;
+        }
+        let number = current.generation.number;
+        let log_rel = ObjectViews::log_rel(dataset);
+        let log_url = root.url_of(&log_rel);
+        let read = match read_log(&root, &log_rel, true) {
+            Ok(Some((read, _))) => read,
+            Ok(None) => {
+                findings.push((log_url, "missing: the Parquet dataset has no Delta table yet (run `manifestdb view sync`)".into()));
+                continue;
+            }
+            Err(e) => {
+                findings.push((log_url, format!("cannot be read: {e}")));
+                continue;
+            }
+        };
+        for (&v, commit) in &read.log {
+            let here = format!("{log_url}/{v:020}.json");
+            match commit {
+                Commit::Damaged { reason } => findings.push((here, format!("version {v} {reason}"))),
+                Commit::Foreign { operation, engine } => findings.push((
+                    here,
+                    format!(
+                        "version {v} was committed by another writer ({}, {}); the store commits its generation's exact files on top",
+                        operation.as_deref().unwrap_or("no operation recorded"),
+                        engine.as_deref().unwrap_or("no engine recorded")
+                    ),
+                )),
+                Commit::Ours { .. } => {}
+            }
+        }
+        let latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
+            Some(Commit::Ours { generation }) => Some(*generation),
+            _ => None,
+        });
+        if latest_generation != Some(number) {
+            findings.push((
+                log_url.clone(),
+                format!(
+                    "the latest version ({}) holds {}, not the store's current generation {number} (the table lags: run `manifestdb \
+                     view sync`)",
+                    read.latest.map_or("none".to_owned(), |v| v.to_string()),
+                    latest_generation.map_or("no generation of the store".to_owned(), |g| format!("generation {g}"))
+                ),
+            ));
+        }
+        let data = format!("{}/{}", ObjectViews::table_rel(dataset), table_rule::DATA_DIR);
+        let found: BTreeMap<String, u64> = match root.list(&data) {
+            Ok(objects) => {
+                objects.into_iter().filter_map(|o| o.rel.strip_prefix(&format!("{data}/")).map(|r| (r.to_owned(), o.size_bytes))).collect()
+            }
+            Err(e) => {
+                findings.push((root.url_of(&data), format!("cannot be listed: {e}")));
+                continue;
+            }
+        };
+        let Ok(stored) = source.stored_numbers(dataset) else { continue };
+        for n in stored {
+            let Ok(Some(m)) = source.generation_manifest(dataset, Some(n)) else { continue };
+            let Ok(plan) = rule::plan(&m) else { continue };
+            for file in &plan.files {
+                if found.get(&file.rel) != Some(&file.size_bytes) {
+                    findings.push((
+                        root.url_of(&ObjectViews::data_rel(dataset, &file.rel)),
+                        format!(
+                            "named by generation {n} but missing or not of its {} bytes (another writer's vacuum?); `manifestdb view \
+                             sync` copies it again from staging",
+                            file.size_bytes
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    findings
+}

@@ -181,6 +181,9 @@ fn publishes_with_the_delta_table_on_s3_read_the_same_in_deltalake_at_every_reta
     assert!(log.iter().all(|n| !n.contains(".tmp")), "{log:?}");
     let versions = check_every_retained_version(&store, &table);
     assert_eq!(versions, vec![0, 1, 2, 3]);
+    // verify reads the table on the server: nothing to report.
+    let report = store.snapshot().unwrap().verify(&manifestdb::VerifyOptions { views: true, ..Default::default() });
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
     // The generation manifests, with each file's URL in the table.
     let manifest: serde_json::Value = serde_json::from_slice(&s3.get("views/sales/manifests/v4/_manifest.json")).unwrap();
     let url = manifest["partitions"][2]["files"][0]["url"].as_str().expect("a URL").to_owned();
@@ -212,6 +215,18 @@ fn publishes_with_the_delta_table_on_s3_read_the_same_in_deltalake_at_every_reta
     assert_eq!(again.view_root().map(PathBuf::from), Some(PathBuf::from(format!("{}/views", s3.url))));
     let status = again.sync_view(DATASET).unwrap().expect("a status");
     assert_eq!((status.table_version, status.foreign_versions.len(), status.table_restored), (Some(3), 0, 0), "{status:?}");
+
+    // A copy another writer's vacuum took: verify names it, `view sync` copies it again.
+    let taken = data.iter().find(|n| n.contains("region=r1/")).expect("a copy of region=r1").clone();
+    s3.runtime.block_on(object_store::ObjectStoreExt::delete(&s3.store, &s3.key(&taken))).expect("DELETE");
+    let report = again.snapshot().unwrap().verify(&manifestdb::VerifyOptions { views: true, ..Default::default() });
+    assert!(format!("{:?}", report.findings).contains("missing or not of its"), "{:?}", report.findings);
+    let status = again.sync_view(DATASET).unwrap().expect("a status");
+    assert_eq!(status.table_restored, 1, "{status:?}");
+    assert!(s3.exists(&taken));
+    let report = again.snapshot().unwrap().verify(&manifestdb::VerifyOptions { views: true, ..Default::default() });
+    assert!(report.findings.is_empty(), "{:?}", report.findings);
+    assert_eq!(check_every_retained_version(&again, &table), vec![2, 3]);
 }
 
 #[test]
@@ -225,6 +240,10 @@ fn a_foreign_append_to_the_table_on_s3_is_reported_never_absorbed() {
     let table = format!("{}/views/{DATASET}/table", s3.url);
     publish(&store, &s3, "r1", &[(0, 10), (1, 20)]);
     python(APPEND, &[&table]);
+    // verify reports the other writer's version and the lagging table, from the server.
+    let report = store.snapshot().unwrap().verify(&manifestdb::VerifyOptions { views: true, ..Default::default() });
+    let found = format!("{:?}", report.findings);
+    assert!(found.contains("another writer") && found.contains("the table lags"), "{found}");
     // The view document says the table lags behind another writer's version.
     let doc = table_doc(&store, None);
     assert_eq!((doc["foreign_versions"][0]["version"].as_u64(), doc["lagging"].as_bool()), (Some(1), Some(true)), "{doc}");
