@@ -133,11 +133,22 @@ fn table_url(table: &Path) -> DResult<Url> {
 
 impl DeltaEngine {
     pub(crate) fn new() -> DResult<DeltaEngine> {
+        Self::on_store(Arc::new(LocalFileSystem::new().with_fsync(true)))
+    }
+
+    /// The engine over `store` (an S3 bucket's client, for a table on object storage: every log
+    /// entry is written with a PUT `If-None-Match: *`, the object store's `PutMode::Create`, so
+    /// a commit that lost the race for its version is refused by the server, never overwrites).
+    /// Tables are then named by URL (`s3://bucket/prefix/`), the `*_url` methods.
+    #[cfg(feature = "s3")]
+    pub(crate) fn on_object_store(store: Arc<dyn delta_kernel::object_store::ObjectStore>) -> DResult<DeltaEngine> {
+        Self::on_store(store)
+    }
+
+    fn on_store(store: Arc<dyn delta_kernel::object_store::ObjectStore>) -> DResult<DeltaEngine> {
         let executor = TokioMultiThreadExecutor::new_owned_runtime(Some(2), Some(4))?;
         Ok(DeltaEngine {
-            engine: DefaultEngineBuilder::new(Arc::new(LocalFileSystem::new().with_fsync(true)))
-                .with_task_executor(Arc::new(executor))
-                .build(),
+            engine: DefaultEngineBuilder::new(store).with_task_executor(Arc::new(executor)).build(),
             kept: parking_lot::Mutex::new(HashMap::new()),
         })
     }
@@ -150,10 +161,16 @@ impl DeltaEngine {
     /// Delta log yet). The snapshot read is kept for the next [`DeltaEngine::commit`], which
     /// then need not read the log again.
     pub(crate) fn head(&self, table: &Path) -> DResult<Head> {
-        if !has_commits(table) {
+        self.head_url(&table_url(table)?, has_commits(table))
+    }
+
+    /// [`DeltaEngine::head`] of the table at `table` (a directory URL), whose log the caller
+    /// found to hold a commit or checkpoint (`has_log`) or not.
+    pub(crate) fn head_url(&self, table: &Url, has_log: bool) -> DResult<Head> {
+        if !has_log {
             return Ok(Head { snapshot: None });
         }
-        Ok(Head { snapshot: Some(Snapshot::builder_for(table_url(table)?).build(self.engine())?) })
+        Ok(Head { snapshot: Some(Snapshot::builder_for(table.clone()).build(self.engine())?) })
     }
 
     /// [`DeltaEngine::head`] without reading the log when this engine committed `latest` itself
@@ -171,6 +188,28 @@ impl DeltaEngine {
             Some(snapshot) => Ok(Head { snapshot: Some(snapshot) }),
             None => self.head(table),
         }
+    }
+
+    #[cfg(feature = "s3")]
+    /// [`DeltaEngine::head_kept`] of the table at `table` (a directory URL, whose log holds a
+    /// version): the snapshot [`DeltaEngine::finish_url`] kept, while the log lists exactly what
+    /// [`DeltaEngine::keep_listing_url`] vouched for.
+    pub(crate) fn head_kept_url(&self, table: &Url, latest: u64, listing: &[String]) -> DResult<Head> {
+        let kept = self
+            .kept
+            .lock()
+            .get(Path::new(table.as_str()))
+            .and_then(|k| (k.snapshot.version() == latest && k.listing.as_deref() == Some(listing)).then(|| Arc::clone(&k.snapshot)));
+        match kept {
+            Some(snapshot) => Ok(Head { snapshot: Some(snapshot) }),
+            None => self.head_url(table, true),
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    /// [`DeltaEngine::keep_listing`] of the table at `table` (a directory URL).
+    pub(crate) fn keep_listing_url(&self, table: &Url, version: u64, listing: Vec<String>) {
+        self.keep_listing(Path::new(table.as_str()), version, listing);
     }
 
     /// Vouches that `table`'s log lists exactly `listing` (sorted) right after this engine's
@@ -237,6 +276,18 @@ impl DeltaEngine {
         partition_columns: &[String],
         removed: &[DeltaFile],
     ) -> DResult<Option<Prepared>> {
+        self.prepare_change_url(head, &table_url(table)?, generation, partition_columns, removed)
+    }
+
+    /// [`DeltaEngine::prepare_change`] of the table at `table` (a directory URL).
+    pub(crate) fn prepare_change_url(
+        &self,
+        head: &Head,
+        table: &Url,
+        generation: u64,
+        partition_columns: &[String],
+        removed: &[DeltaFile],
+    ) -> DResult<Option<Prepared>> {
         let Some(snapshot) = &head.snapshot else {
             return Ok(None);
         };
@@ -249,7 +300,7 @@ impl DeltaEngine {
             return Ok(None);
         }
         if !removed.is_empty() {
-            let url = table_url(table)?;
+            let url = table.clone();
             let mut rows = Vec::with_capacity(removed.len());
             for file in removed {
                 let location = location(&url, &file.rel)?;
@@ -292,8 +343,64 @@ impl DeltaEngine {
         partition_columns: &[String],
         files: &[DeltaFile],
     ) -> DResult<u64> {
-        let url = table_url(table)?;
+        let base = prepared.base;
+        let (finished, snapshot) = self.finish_kept(prepared, &table_url(table)?, schema, partition_columns, files)?;
+        let mut kept = self.kept.lock();
+        match snapshot {
+            Some(snapshot) => kept.insert(table.to_path_buf(), Kept { snapshot, listing: None }),
+            None => kept.remove(table),
+        };
+        drop(kept);
+        match finished {
+            Finished::Committed(committed) => {
+                if base.is_some_and(|base| committed != base + 1) {
+                    return Err(DeltaError(format!("committed version {committed} over a table read at {base:?}")));
+                }
+                Ok(committed)
+            }
+            Finished::Conflicted(version) => {
+                Err(DeltaError(format!("version {version} was written by another writer meanwhile; the next sync commits on top of it")))
+            }
+            Finished::Unknown { reason, .. } => Err(DeltaError(reason)),
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    /// [`DeltaEngine::finish`] of the table at `table` (a directory URL), saying what became of
+    /// the commit: committed, refused because the version exists (put-if-absent), or unknown
+    /// (the write failed after its retries: it may have landed; only the log on the server can
+    /// tell, see [`Finished::Unknown`]). An error is a failure before the commit was sent.
+    pub(crate) fn finish_url(
+        &self,
+        prepared: Prepared,
+        table: &Url,
+        schema: &ArrowSchema,
+        partition_columns: &[String],
+        files: &[DeltaFile],
+    ) -> DResult<Finished> {
+        let (finished, snapshot) = self.finish_kept(prepared, table, schema, partition_columns, files)?;
+        // Kept under the URL (never a local path: it starts with a scheme).
+        let key = PathBuf::from(table.as_str());
+        let mut kept = self.kept.lock();
+        match snapshot {
+            Some(snapshot) => kept.insert(key, Kept { snapshot, listing: None }),
+            None => kept.remove(&key),
+        };
+        Ok(finished)
+    }
+
+    /// [`DeltaEngine::finish_url`], with the kernel's snapshot of the version it committed.
+    fn finish_kept(
+        &self,
+        prepared: Prepared,
+        table: &Url,
+        schema: &ArrowSchema,
+        partition_columns: &[String],
+        files: &[DeltaFile],
+    ) -> DResult<(Finished, Option<delta_kernel::snapshot::SnapshotRef>)> {
+        let url = table.clone();
         let engine = self.engine();
+        let version = prepared.base.map_or(0, |b| b + 1);
         let result = match prepared.txn {
             None => {
                 let mut fields: Vec<StructField> = StructType::try_from_arrow(schema)?.fields().cloned().collect();
@@ -314,33 +421,28 @@ impl DeltaEngine {
                     let add = add_metadata(&url, &txn.write_state()?, file)?;
                     txn.add_files(add);
                 }
-                committed(txn.commit(engine)?)?
+                finished(txn.commit(engine), version)
             }
             Some(mut txn) => {
                 for file in files {
                     let add = add_metadata(&url, &txn.write_state()?, file)?;
                     txn.add_files(add);
                 }
-                committed(txn.commit(engine)?)?
+                finished(txn.commit(engine), version)
             }
         };
-        let (committed, snapshot) = result;
-        let mut kept = self.kept.lock();
-        match snapshot {
-            Some(snapshot) => kept.insert(table.to_path_buf(), Kept { snapshot, listing: None }),
-            None => kept.remove(table),
-        };
-        drop(kept);
-        if prepared.base.is_some_and(|base| committed != base + 1) {
-            return Err(DeltaError(format!("committed version {committed} over a table read at {:?}", prepared.base)));
-        }
-        Ok(committed)
+        Ok(result)
     }
 
     /// The files version `version` of the table holds (paths relative to the table root).
     pub(crate) fn files_at(&self, table: &Path, version: u64) -> DResult<BTreeSet<String>> {
+        self.files_at_url(&table_url(table)?, version)
+    }
+
+    /// [`DeltaEngine::files_at`] of the table at `table` (a directory URL).
+    pub(crate) fn files_at_url(&self, table: &Url, version: u64) -> DResult<BTreeSet<String>> {
         let engine = self.engine();
-        let snapshot = Snapshot::builder_for(table_url(table)?).at_version(version).build(engine)?;
+        let snapshot = Snapshot::builder_for(table.clone()).at_version(version).build(engine)?;
         let mut out = BTreeSet::new();
         for meta in snapshot.scan_builder().build()?.scan_metadata(engine)? {
             let (data, selection) = meta?.scan_files.into_parts();
@@ -355,21 +457,46 @@ impl DeltaEngine {
 
     /// Writes a (classic, single-file) checkpoint of `version` unless one exists.
     pub(crate) fn checkpoint(&self, table: &Path, version: u64) -> DResult<()> {
-        let snapshot = Snapshot::builder_for(table_url(table)?).at_version(version).build(self.engine())?;
+        self.checkpoint_url(&table_url(table)?, version)
+    }
+
+    /// [`DeltaEngine::checkpoint`] of the table at `table` (a directory URL).
+    pub(crate) fn checkpoint_url(&self, table: &Url, version: u64) -> DResult<()> {
+        let snapshot = Snapshot::builder_for(table.clone()).at_version(version).build(self.engine())?;
         snapshot.checkpoint(self.engine(), None)?;
         Ok(())
     }
 }
 
-/// The version a commit wrote and the kernel's snapshot of it, or why it wrote none.
-fn committed<S: std::fmt::Debug>(result: CommitResult<S>) -> DResult<(u64, Option<delta_kernel::snapshot::SnapshotRef>)> {
+/// What became of a commit ([`DeltaEngine::finish_url`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Finished {
+    /// Committed as this version.
+    Committed(u64),
+    /// Refused: this version exists (another writer's, or this commit's own whose first
+    /// answer was lost and whose retry the server refused: read it to tell).
+    Conflicted(u64),
+    /// The write of `version`'s log entry failed after the client's retries: it may or may not
+    /// be on the server.
+    Unknown {
+        /// The version the commit was for.
+        version: u64,
+        /// The kernel's (and the client's) words.
+        reason: String,
+    },
+}
+
+/// What a commit's result says, `version` being the version it was for, and the kernel's
+/// snapshot of a version it committed.
+fn finished<S: std::fmt::Debug>(
+    result: std::result::Result<CommitResult<S>, delta_kernel::KernelError>,
+    version: u64,
+) -> (Finished, Option<delta_kernel::snapshot::SnapshotRef>) {
     match result {
-        CommitResult::Committed(c) => Ok((c.commit_version(), c.post_commit_snapshot().cloned())),
-        CommitResult::Conflicted(c) => Err(DeltaError(format!(
-            "version {} was written by another writer meanwhile; the next sync commits on top of it",
-            c.conflict_version()
-        ))),
-        other => Err(DeltaError(format!("the commit failed: {other:?}"))),
+        Ok(CommitResult::Committed(c)) => (Finished::Committed(c.commit_version()), c.post_commit_snapshot().cloned()),
+        Ok(CommitResult::Conflicted(c)) => (Finished::Conflicted(c.conflict_version()), None),
+        Ok(other) => (Finished::Unknown { version, reason: format!("the commit failed: {other:?}") }, None),
+        Err(e) => (Finished::Unknown { version, reason: e.to_string() }, None),
     }
 }
 

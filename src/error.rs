@@ -567,6 +567,9 @@ impl Error {
                 StorageErrorKind::Io | StorageErrorKind::Other => ErrorKind::Fault,
                 StorageErrorKind::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             },
+            // A view that lags because its commit's outcome is unknown (a table on object storage
+            // whose commit's answer never came) says so: the next open or `view sync` settles it.
+            Error::ViewLagging { source, .. } if source.kind() == ErrorKind::OutcomeUnknown => ErrorKind::OutcomeUnknown,
             Error::Io { .. } | Error::Poisoned { .. } | Error::ViewLagging { .. } | Error::NeedsRecovery { .. } => ErrorKind::Fault,
         }
     }

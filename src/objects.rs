@@ -75,6 +75,8 @@ pub(crate) struct ObjectRoot {
     url: String,
     /// The prefix inside the bucket ("" for the bucket's root).
     prefix: String,
+    /// The bucket.
+    bucket: String,
     store: Arc<dyn ObjectStore>,
     runtime: &'static tokio::runtime::Runtime,
 }
@@ -145,12 +147,48 @@ impl ObjectRoot {
         })?;
         let runtime = runtime()?;
         let url = if prefix.is_empty() { format!("{S3_SCHEME}{bucket}") } else { format!("{S3_SCHEME}{bucket}/{prefix}") };
-        Ok(ObjectRoot { url, prefix, store: Arc::new(store), runtime })
+        Ok(ObjectRoot { url, prefix, bucket, store: Arc::new(store), runtime })
     }
 
     /// The root's URL, `s3://bucket/prefix`.
     pub(crate) fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The bucket the root is in.
+    #[cfg_attr(not(feature = "delta"), allow(dead_code, reason = "only a Delta table on object storage reads it"))]
+    pub(crate) fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The prefix inside the bucket (`""` for the bucket's root).
+    #[cfg_attr(not(feature = "delta"), allow(dead_code, reason = "only a Delta table on object storage reads it"))]
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The root's client (scoped to its bucket, with its retries and time-outs), for the Delta
+    /// kernel's engine on a table below a view root.
+    #[cfg(feature = "delta")]
+    pub(crate) fn client(&self) -> Arc<dyn ObjectStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// A server-side copy of `from`'s object `from_rel` to `to_rel` below this root (both roots
+    /// in one bucket: S3's `CopyObject`, no data through the client). `Ok(false)` if the source
+    /// is missing. A copy replaces what is at `to_rel`, so a copy again is harmless.
+    ///
+    /// # Errors
+    /// As [`ObjectRoot::put`] (a copy whose answer never came may or may not have landed).
+    #[cfg(feature = "delta")]
+    pub(crate) fn copy_from(&self, from: &ObjectRoot, from_rel: &str, to_rel: &str) -> Result<bool> {
+        let source = from.key(from_rel).map_err(|e| Error::io(format!("copying {}", from.url_of(from_rel)), e))?;
+        let dest = self.key(to_rel).map_err(|e| Error::io(format!("copying to {}", self.url_of(to_rel)), e))?;
+        match self.block_on(self.store.copy(&source, &dest)) {
+            Ok(()) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(write_error("copying an object", &self.url_of(to_rel), e)),
+        }
     }
 
     /// The URL of `rel` below the root.

@@ -74,7 +74,12 @@ pub(crate) struct ViewsRecord {
 impl Checked for ViewsRecord {
     const TABLE: Def = schema::META;
     fn check(&self) -> Result<(), String> {
-        if self.root.starts_with('/') { Ok(()) } else { Err(format!("view root {:?} is not absolute", self.root)) }
+        // A local directory (canonical) or a root on object storage (`s3://bucket/prefix`).
+        if self.root.starts_with('/') || self.root.starts_with("s3://") {
+            Ok(())
+        } else {
+            Err(format!("view root {:?} is neither an absolute path nor an s3:// URL", self.root))
+        }
     }
 }
 

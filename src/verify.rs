@@ -355,6 +355,11 @@ impl Snapshot {
         }
         if options.views {
             match self.views() {
+                Ok(Some(views)) if views.root.to_str().is_some_and(|r| r.starts_with("s3://")) => {
+                    for (path, message) in crate::views::check_objects(self, &views.root) {
+                        walk.find("views", path, message);
+                    }
+                }
                 Ok(Some(views)) => {
                     let trees = views.trees.clone().unwrap_or(crate::ViewTrees::All);
                     let (findings, notes) = crate::views::check(self, &views.root, &trees, options.files);

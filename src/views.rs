@@ -59,6 +59,8 @@ mod expiry;
 mod layout;
 mod log;
 mod manifest;
+#[cfg(all(feature = "s3", feature = "delta"))]
+mod object_table;
 mod repair;
 #[cfg(feature = "delta")]
 mod table;
@@ -67,6 +69,21 @@ use dirs::{dir_flags, errno, inside};
 use expiry::Reaper;
 pub use manifest::{ViewFileEntry, ViewManifest, ViewPartition, ViewTotals};
 pub(crate) use repair::check;
+
+/// `verify`'s check of a view root on object storage (its Delta tables: damaged, foreign and
+/// lagging versions, missing copies); a build without object storage says it cannot check it.
+pub(crate) fn check_objects(source: &dyn Generations, root: &Path) -> Vec<(String, String)> {
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    return object_table::check(source, &root.to_string_lossy());
+    #[cfg(not(all(feature = "s3", feature = "delta")))]
+    {
+        let _ = source;
+        vec![(
+            root.display().to_string(),
+            "is on object storage, which this build cannot read (the crate's `s3` and `delta` features)".to_owned(),
+        )]
+    }
+}
 
 /// What the views read of the store, as plain values of one consistent read. The store's
 /// `Snapshot` implements it; views never name the store, so the store can own views without an
@@ -91,6 +108,11 @@ pub(crate) trait Generations {
     #[cfg_attr(not(feature = "delta"), allow(dead_code, reason = "only the Delta table's change commit reads them"))]
     fn partition_at(&self, dataset: &str, partition: &str, number: u64) -> Result<Option<crate::model::PartitionEntry>>;
 }
+
+/// Why a view root on object storage has no directory trees (refused when asked for).
+pub(crate) const NO_TREES_ON_OBJECTS: &str = "is on object storage, where directory views cannot exist (no directories to link into, \
+     no symlink for `current`): a Parquet dataset is read through its Delta table, any dataset through the exact file list of \
+     a generation (`manifestdb view DATASET --json` files, the table's `manifests/v<N>/_manifest.json`); drop --view-trees";
 
 /// How a view holds its files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -335,13 +357,24 @@ pub(crate) struct TableState {
 /// The Delta table at `<root>/<dataset>` as its log holds it, and the version holding
 /// `generation` (`None`: no log).
 pub(crate) fn table_state(root: &Path, dataset: &str, generation: Option<u64>) -> Result<Option<TableState>> {
-    use crate::rules::delta::{self as table_rule, Commit};
+    use crate::rules::delta as table_rule;
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    if crate::objects::is_object_url(root) {
+        return object_table::table_state(&root.to_string_lossy(), dataset, generation);
+    }
     let table = root.join(dataset).join(table_rule::TABLE_DIR);
     let Some(read) =
         log::read_table_log(&table, log::Scope::All).map_err(|e| Error::io(format!("reading the Delta log of {}", table.display()), e))?
     else {
         return Ok(None);
     };
+    Ok(Some(state_of(&read, generation)))
+}
+
+/// What a log as read says of the table: its latest version and generation, the version
+/// holding `generation`, other writers' and damaged versions.
+fn state_of(read: &log::LogRead, generation: Option<u64>) -> TableState {
+    use crate::rules::delta::{self as table_rule, Commit};
     let mut state = TableState { latest: read.latest, ..TableState::default() };
     state.latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
         Some(Commit::Ours { generation }) => Some(*generation),
@@ -355,7 +388,7 @@ pub(crate) fn table_state(root: &Path, dataset: &str, generation: Option<u64>) -
             Commit::Ours { .. } => {}
         }
     }
-    Ok(Some(state))
+    state
 }
 
 /// The exact files of one generation: [`crate::Snapshot::view_files`].
@@ -462,6 +495,10 @@ pub(crate) struct Views {
     /// The Delta kernel's engine, made on first use.
     #[cfg(feature = "delta")]
     delta: std::sync::OnceLock<crate::delta::DeltaEngine>,
+    /// A view root on object storage (`s3://bucket/prefix`): its Delta tables and manifests;
+    /// `root` is then the URL as a path and nothing local is used.
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    objects: Option<object_table::ObjectViews>,
 }
 
 impl Drop for Views {
@@ -523,6 +560,16 @@ impl Views {
         if given.as_os_str().is_empty() {
             return Err(refuse("is empty".into()));
         }
+        if given.to_str().is_some_and(|s| s.starts_with("s3://")) {
+            // Else taken for a relative directory named `s3:`.
+            return Err(refuse(if cfg!(all(feature = "s3", feature = "delta")) {
+                "is on object storage, which needs a staging root on object storage in the same bucket (the table's data files \
+                 are server-side copies of the accepted objects); stage on s3:// too, or give a local view root"
+                    .into()
+            } else {
+                "is on object storage, which this build of manifestdb does not support (the crate's `s3` and `delta` features)".into()
+            }));
+        }
         // Refuse a root inside the staging root before creating anything there.
         let absolute = std::path::absolute(given).map_err(|e| Error::io(format!("resolving view root {}", given.display()), e))?;
         if inside(&absolute, staging_root) {
@@ -577,7 +624,45 @@ impl Views {
             reaper: Reaper::default(),
             #[cfg(feature = "delta")]
             delta: std::sync::OnceLock::new(),
+            #[cfg(all(feature = "s3", feature = "delta"))]
+            objects: None,
         })
+    }
+
+    /// Opens a view root on object storage (`options.root` is `s3://bucket/prefix`) for a store
+    /// staging on `staging`: Delta tables of server-side copies and generation manifests, no
+    /// directory trees (see `object_table.rs`). Contacts nothing.
+    ///
+    /// # Errors
+    /// [`Error::ViewRoot`] for a root that cannot serve: directory trees asked for, another
+    /// bucket than the staging root's, nested prefixes.
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    pub(crate) fn open_objects(options: &ViewOptions, staging: &std::sync::Arc<crate::objects::ObjectRoot>) -> Result<Views> {
+        let url = options.root.to_string_lossy().into_owned();
+        if let Some(trees) = &options.trees
+            && *trees != ViewTrees::Off
+        {
+            return Err(Error::ViewRoot { root: options.root.clone(), reason: NO_TREES_ON_OBJECTS.into() });
+        }
+        let objects = object_table::ObjectViews::open(&url, staging)?;
+        Ok(Views {
+            root: PathBuf::from(objects.url()),
+            mode: ViewMode::Copy,
+            trees: ViewTrees::Off,
+            seam: Seam::default(),
+            lock: Mutex::new(()),
+            reaper: Reaper::default(),
+            delta: std::sync::OnceLock::new(),
+            objects: Some(objects),
+        })
+    }
+
+    /// Whether the view root is on object storage.
+    pub(crate) fn on_objects(&self) -> bool {
+        #[cfg(all(feature = "s3", feature = "delta"))]
+        return self.objects.is_some();
+        #[cfg(not(all(feature = "s3", feature = "delta")))]
+        false
     }
 
     /// The canonical view root.
@@ -638,6 +723,10 @@ impl Views {
     /// and swapped in whole. `None` if nothing is published.
     pub(crate) fn sync(&self, source: &dyn Generations, staging_root: &Path, dataset: &str, check: Check) -> Result<Option<ViewStatus>> {
         let _one_build = self.lock.lock();
+        #[cfg(all(feature = "s3", feature = "delta"))]
+        if let Some(objects) = &self.objects {
+            return objects.sync(source, dataset, check);
+        }
         if !self.trees.includes(dataset)
             && let Some(status) = self.sync_what_changed(source, staging_root, dataset, check)?
         {

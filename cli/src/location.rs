@@ -54,7 +54,9 @@ pub struct LocationArgs {
     /// path `manifestdb view DATASET` prints) and read that directory: a glob over `current/**`
     /// lists through a link the next publish moves. Recorded in the store: later invocations
     /// keep the views without repeating the flag. Must be on the staging root's file system
-    /// unless --view-mode copy.
+    /// unless --view-mode copy. With --staging s3://BUCKET/..., an s3://BUCKET/PREFIX in the same
+    /// bucket: the Delta tables there (server-side copies of the accepted objects, put-if-absent
+    /// commits) and each generation's `manifests/v<N>/_manifest.json`, no directory trees.
     #[arg(long, global = true, value_name = "DIR", env = "MANIFESTDB_VIEWS")]
     pub views: Option<PathBuf>,
 

@@ -217,6 +217,8 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
     let recorded = snapshot.views()?;
     let trees = recorded.as_ref().and_then(|r| r.trees.as_ref()).is_none_or(|t| t.includes(dataset));
     let root: PathBuf = match (root, recorded) {
+        // A view root on object storage is a URL, never made a local path.
+        (Some(given), _) if given.to_str().is_some_and(|g| g.starts_with("s3://")) => given.to_path_buf(),
         (Some(given), _) => {
             std::path::absolute(given).map_err(|source| crate::Error::Io { context: format!("resolving {}", given.display()), source })?
         }
@@ -259,7 +261,17 @@ pub fn view(snapshot: &Snapshot, dataset: &str, root: Option<&Path>, generation:
             return Err(DocumentError::NotFound(format!("generation {} of {dataset:?} left the store while it was read", list.generation)));
         };
         let mode = snapshot.views()?.map_or(crate::ViewMode::HardLink, |v| v.mode);
-        (None, None, Some(list.generation), ViewManifest::of(&manifest, mode), false)
+        let manifest = ViewManifest::of(&manifest, mode);
+        // A view root on object storage: each file's URL in the Delta table, as the
+        // generation's `manifests/v<N>/_manifest.json` there says.
+        #[cfg(all(feature = "s3", feature = "delta"))]
+        let manifest = match root.to_str() {
+            Some(url) if url.starts_with("s3://") => {
+                manifest.with_table_urls(&format!("{url}/{dataset}/{}", crate::rules::delta::TABLE_DIR))
+            }
+            _ => manifest,
+        };
+        (None, None, Some(list.generation), manifest, false)
     };
     let manifest = serde_json::to_value(&manifest).map_err(|e| DocumentError::Fault(format!("rendering the view manifest: {e}")))?;
     // The Delta table (a Parquet dataset's), read from its log: the version holding the

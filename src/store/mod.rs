@@ -744,7 +744,12 @@ impl Store {
             tracing::error!(dataset, generation, error = %err, "generation committed, view not updated");
             let current =
                 self.views.as_ref().and_then(|v| std::fs::read_link(v.root().join(dataset).join(crate::rules::views::CURRENT)).ok());
-            let lagging = if current.as_deref() == Some(std::path::Path::new(&crate::rules::views::view_name(generation))) {
+            let on_objects = self.views.as_ref().is_some_and(Views::on_objects);
+            let lagging = if on_objects {
+                "its Delta table on object storage still holds an older generation (or the commit's outcome is unknown: the next \
+             open or `view sync` settles it from the log on the server)"
+                    .to_owned()
+            } else if current.as_deref() == Some(std::path::Path::new(&crate::rules::views::view_name(generation))) {
                 "its view is current (`current` names it) while its Delta table still holds an older generation".to_owned()
             } else {
                 "its view was not updated: `current` still names the previous complete view".to_owned()
@@ -1099,14 +1104,38 @@ fn configure_views(meta: &mut dyn Meta, options: &StoreOptions, staging: &Stagin
         },
         (None, None) => return Ok((None, false)),
     };
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    if let Some(object_root) = staging.object()
+        && crate::objects::is_object_url(&wanted.root)
+    {
+        // A view root on object storage: Delta tables and manifests, never directory trees.
+        let views = Views::open_objects(&wanted, object_root)?;
+        let record = ViewsRecord { root: views.root().to_string_lossy().into_owned(), copy: true };
+        let trees_record = ViewTreesRecord::of(&crate::ViewTrees::Off);
+        let mut wrote = false;
+        if recorded.as_ref() != Some(&record) {
+            meta.put_views_config(&record)?;
+            wrote = true;
+        }
+        if recorded_trees.as_ref() != Some(&trees_record) {
+            meta.put_view_trees(&trees_record)?;
+            wrote = true;
+        }
+        return Ok((Some(views), wrote));
+    }
     let Some(staging_root) = staging.local() else {
-        // A view is a tree of hard links (or copies) of staging files: object storage has no
-        // directories to link into, so a store staging on it publishes no views.
-        return Err(Error::invalid(
-            "view root",
-            &wanted.root.display().to_string(),
-            format!("cannot be used with a staging root on object storage ({}): views need a local staging root", staging.path().display()),
-        ));
+        // A directory view is a tree of hard links (or copies) of staging files: object storage
+        // has no directories to link into. The Delta table can live on object storage beside
+        // the staging root (`s3://bucket/prefix`).
+        return Err(Error::ViewRoot {
+            root: wanted.root.clone(),
+            reason: format!(
+                "is a local directory, and the staging root {} is on object storage: a local view would copy every object down; \
+                 give a view root on object storage in the staging root's bucket (`--views s3://BUCKET/PREFIX`){}",
+                staging.path().display(),
+                if cfg!(all(feature = "s3", feature = "delta")) { "" } else { " with a build that has the `delta` feature" }
+            ),
+        });
     };
     // Asked for, else recorded, else every dataset for a root recorded before the choice
     // existed (its readers of `current` keep working), else none.

@@ -198,6 +198,13 @@ impl Snapshot {
                 reason: "the store publishes no views (open it once with a view root: `--views DIR`)".into(),
             });
         };
+        if views.root.to_str().is_some_and(|r| r.starts_with("s3://")) {
+            return Err(Error::NoView {
+                dataset: dataset.to_owned(),
+                generation,
+                reason: format!("the view root {} {}", views.root.display(), crate::views::NO_TREES_ON_OBJECTS),
+            });
+        }
         if views.trees.as_ref().is_some_and(|t| !t.includes(dataset)) {
             return Err(Error::NoView {
                 dataset: dataset.to_owned(),

@@ -98,6 +98,11 @@ pub struct ViewFileEntry {
     pub size_bytes: u64,
     /// CRC32 (IEEE) of the content.
     pub crc32: u32,
+    /// For a view root on object storage: the URL of the file's copy in the Delta table
+    /// (`s3://bucket/prefix/<dataset>/table/data/<path>`), readable by anyone who can read the
+    /// table. Absent for a local view (its `path` is below `v<N>/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 impl ViewManifest {
@@ -128,6 +133,7 @@ impl ViewManifest {
                         file: f.path.clone(),
                         size_bytes: f.size_bytes,
                         crc32: f.crc32,
+                        url: None,
                     })
                     .collect(),
             })
@@ -154,6 +160,19 @@ impl ViewManifest {
             totals,
             partitions,
         }
+    }
+
+    /// The same manifest with each file's URL in the Delta table at `table` (`s3://...`, no
+    /// trailing `/`): its data files are `<table>/data/<path>`.
+    #[must_use]
+    #[cfg(all(feature = "s3", feature = "delta"))]
+    pub(crate) fn with_table_urls(mut self, table: &str) -> ViewManifest {
+        for partition in &mut self.partitions {
+            for file in &mut partition.files {
+                file.url = Some(format!("{table}/{}", crate::rules::delta::data_rel(&file.path)));
+            }
+        }
+        self
     }
 
     /// Reads and checks a view's `_manifest.json`.

@@ -296,6 +296,12 @@ fn parquet_bytes(rows: &[(i64, i64)]) -> Vec<u8> {
 }
 
 impl S3Prefix {
+    /// The object at `rel` (relative to the root), whole.
+    fn get(&self, rel: &str) -> Vec<u8> {
+        let got = self.runtime.block_on(async { self.store.get(&self.key(rel)).await?.bytes().await });
+        got.unwrap_or_else(|e| panic!("GET {rel}: {e}")).to_vec()
+    }
+
     /// Whether an object is at `rel` (relative to the root).
     fn exists(&self, rel: &str) -> bool {
         match self.runtime.block_on(self.store.head(&self.key(rel))) {
@@ -567,3 +573,5 @@ fn figures_attempt_cycle_and_validation_throughput_on_s3_beside_a_local_root() {
     }
     println!("staging on S3 (s3s-fs on loopback) beside a local root, {cycles} cycles:\n{}", lines.join("\n"));
 }
+
+mod table;

@@ -802,3 +802,5 @@ fn workers_in_a_network_namespace_of_their_own_write_to_s3_and_drive_the_protoco
     drop(served);
     manifestdb(&store, &root, &["verify", "--checksums"]).code(0);
 }
+
+mod table;
