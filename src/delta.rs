@@ -345,12 +345,7 @@ impl DeltaEngine {
     ) -> DResult<u64> {
         let base = prepared.base;
         let (finished, snapshot) = self.finish_kept(prepared, &table_url(table)?, schema, partition_columns, files)?;
-        let mut kept = self.kept.lock();
-        match snapshot {
-            Some(snapshot) => kept.insert(table.to_path_buf(), Kept { snapshot, listing: None }),
-            None => kept.remove(table),
-        };
-        drop(kept);
+        self.keep(table.to_path_buf(), snapshot);
         match finished {
             Finished::Committed(committed) => {
                 if base.is_some_and(|base| committed != base + 1) {
@@ -380,13 +375,19 @@ impl DeltaEngine {
     ) -> DResult<Finished> {
         let (finished, snapshot) = self.finish_kept(prepared, table, schema, partition_columns, files)?;
         // Kept under the URL (never a local path: it starts with a scheme).
-        let key = PathBuf::from(table.as_str());
+        self.keep(PathBuf::from(table.as_str()), snapshot);
+        Ok(finished)
+    }
+
+    /// Keeps the snapshot of the version this engine just committed to the table at `key`
+    /// (not yet vouched for: see [`DeltaEngine::keep_listing`]), or forgets the table's if the
+    /// commit gave none.
+    fn keep(&self, key: PathBuf, snapshot: Option<delta_kernel::snapshot::SnapshotRef>) {
         let mut kept = self.kept.lock();
         match snapshot {
             Some(snapshot) => kept.insert(key, Kept { snapshot, listing: None }),
             None => kept.remove(&key),
         };
-        Ok(finished)
     }
 
     /// [`DeltaEngine::finish_url`], with the kernel's snapshot of the version it committed.

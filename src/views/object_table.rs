@@ -387,22 +387,9 @@ impl ObjectViews {
             }
             gone.partitions.extend(source.partition_at(dataset, partition, generation.parent)?);
         }
-        let Ok(remove_plan) = rule::plan(&gone) else {
+        let Some(removed) = super::table::removed_files(&gone) else {
             return Ok(None);
         };
-        let mut removed = Vec::with_capacity(remove_plan.files.len());
-        for file in &remove_plan.files {
-            let Ok(partition_values) = table_rule::partition_values(&file.partition) else {
-                return Ok(None);
-            };
-            removed.push(DeltaFile {
-                rel: table_rule::data_rel(&file.rel),
-                partition_values,
-                size: file.size_bytes,
-                num_records: 0,
-                modified_ms: 0,
-            });
-        }
         Ok(Some((added, removed)))
     }
 

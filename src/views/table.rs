@@ -282,22 +282,9 @@ impl Views {
             gone.partitions.extend(source.partition_at(dataset, partition, generation.parent)?);
         }
         let add_plan = rule::plan(&added).map_err(|r| self.refused(dataset, r.path, r.reason))?;
-        let Ok(remove_plan) = rule::plan(&gone) else {
+        let Some(removed) = removed_files(&gone) else {
             return Ok(None);
         };
-        let mut removed = Vec::with_capacity(remove_plan.files.len());
-        for file in &remove_plan.files {
-            let Ok(partition_values) = table_rule::partition_values(&file.partition) else {
-                return Ok(None);
-            };
-            removed.push(DeltaFile {
-                rel: table_rule::data_rel(&file.rel),
-                partition_values,
-                size: file.size_bytes,
-                num_records: 0,
-                modified_ms: 0,
-            });
-        }
         let engine = self.delta_engine(dataset)?;
         let table = self.table_path(dataset);
         let Some(latest) = read.latest else {
@@ -863,6 +850,26 @@ impl Views {
             .iter()
             .any(|(name, _)| table_rule::log_entry_version(name) == Some(version) && name.contains(".checkpoint.")))
     }
+}
+
+/// The `remove`s of a change commit: the table's data file of each file `gone` (the replaced
+/// partitions as the parent generation held them) names, with its partition values and size as
+/// the store recorded them. `None` if the partitions cannot be planned or are not hive
+/// `column=value` paths (the full sync then decides, and says why).
+pub(crate) fn removed_files(gone: &Manifest) -> Option<Vec<DeltaFile>> {
+    let plan = rule::plan(gone).ok()?;
+    plan.files
+        .iter()
+        .map(|file| {
+            Some(DeltaFile {
+                rel: table_rule::data_rel(&file.rel),
+                partition_values: table_rule::partition_values(&file.partition).ok()?,
+                size: file.size_bytes,
+                num_records: 0,
+                modified_ms: 0,
+            })
+        })
+        .collect()
 }
 
 /// A Parquet file's Arrow schema and row count, from its footer.
