@@ -36,7 +36,7 @@ use super::manifest::ViewManifest;
 use super::{Check, Generations, TableState, ViewMode, ViewStatus, Views};
 use crate::delta::{DeltaEngine, DeltaFile, Finished};
 use crate::error::{Error, Result, StorageError, StorageErrorKind};
-use crate::model::{GenerationKind, Manifest};
+use crate::model::Manifest;
 use crate::objects::ObjectRoot;
 use crate::rules::delta::{self as table_rule, Commit, LogName};
 use crate::rules::views::{self as rule, ViewFile};
@@ -361,21 +361,9 @@ impl ObjectViews {
     ) -> Result<Option<(BTreeSet<String>, Vec<DeltaFile>)>> {
         let generation = &manifest.generation;
         let number = generation.number;
-        if !matches!(generation.kind, GenerationKind::Publish)
-            || generation.parent == 0
-            || generation.partitions_replaced == 0
-            || last != Some(generation.parent)
-            || !stored.contains(&generation.parent)
-            || source.run_format(dataset, &generation.run)? != Some(crate::grain::DataFormat::Parquet)
-        {
-            return Ok(None);
-        }
-        let Some(partitions) = source.run_partitions(dataset, &generation.run)? else {
+        let Some(partitions) = super::table::change_partitions(source, dataset, generation, last, stored)? else {
             return Ok(None);
         };
-        if u64::try_from(partitions.len()).ok() != Some(generation.partitions_replaced) {
-            return Ok(None);
-        }
         let mut gone = Manifest { generation: generation.clone(), partitions: Vec::new() };
         let mut added = BTreeSet::new();
         for partition in &partitions {

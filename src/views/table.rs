@@ -253,22 +253,9 @@ impl Views {
             self.retain_table(tfd, dataset, source, &stored, version, false)?;
             return Ok(Some(status(version)));
         }
-        if !matches!(generation.kind, crate::model::GenerationKind::Publish)
-            || generation.parent == 0
-            || generation.partitions_replaced == 0
-            || last != Some(generation.parent)
-            || !stored.contains(&generation.parent)
-            || table_rule::generations_to_commit(last, true, &stored, number) != [number]
-            || source.run_format(dataset, &generation.run)? != Some(crate::grain::DataFormat::Parquet)
-        {
-            return Ok(None);
-        }
-        let Some(partitions) = source.run_partitions(dataset, &generation.run)? else {
+        let Some(partitions) = change_partitions(source, dataset, &generation, last, &stored)? else {
             return Ok(None);
         };
-        if u64::try_from(partitions.len()).ok() != Some(generation.partitions_replaced) {
-            return Ok(None);
-        }
         let Ok(columns) = table_rule::partition_columns(partitions.iter().map(String::as_str)) else {
             return Ok(None);
         };
@@ -850,6 +837,33 @@ impl Views {
             .iter()
             .any(|(name, _)| table_rule::log_entry_version(name) == Some(version) && name.contains(".checkpoint.")))
     }
+}
+
+/// The partitions `generation`'s run replaced, when its Delta commit can be its change alone: a
+/// publish of a Parquet run that replaced partitions, whose parent is the table's newest commit
+/// of the store's (`last`) and still stored, with nothing else to commit before it. `None` when
+/// the full, scanning commit must decide.
+pub(crate) fn change_partitions(
+    source: &dyn Generations,
+    dataset: &str,
+    generation: &crate::model::Generation,
+    last: Option<u64>,
+    stored: &BTreeSet<u64>,
+) -> Result<Option<Vec<String>>> {
+    if !matches!(generation.kind, crate::model::GenerationKind::Publish)
+        || generation.parent == 0
+        || generation.partitions_replaced == 0
+        || last != Some(generation.parent)
+        || !stored.contains(&generation.parent)
+        || table_rule::generations_to_commit(last, true, stored, generation.number) != [generation.number]
+        || source.run_format(dataset, &generation.run)? != Some(crate::grain::DataFormat::Parquet)
+    {
+        return Ok(None);
+    }
+    let Some(partitions) = source.run_partitions(dataset, &generation.run)? else {
+        return Ok(None);
+    };
+    Ok((u64::try_from(partitions.len()).ok() == Some(generation.partitions_replaced)).then_some(partitions))
 }
 
 /// The `remove`s of a change commit: the table's data file of each file `gone` (the replaced
