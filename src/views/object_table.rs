@@ -797,36 +797,7 @@ pub(crate) fn check(source: &dyn Generations, root_url: &str) -> Vec<(String, St
                 continue;
             }
         };
-        for (&v, commit) in &read.log {
-            let here = format!("{log_url}/{v:020}.json");
-            match commit {
-                Commit::Damaged { reason } => findings.push((here, format!("version {v} {reason}"))),
-                Commit::Foreign { operation, engine } => findings.push((
-                    here,
-                    format!(
-                        "version {v} was committed by another writer ({}, {}); the store commits its generation's exact files on top",
-                        operation.as_deref().unwrap_or("no operation recorded"),
-                        engine.as_deref().unwrap_or("no engine recorded")
-                    ),
-                )),
-                Commit::Ours { .. } => {}
-            }
-        }
-        let latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
-            Some(Commit::Ours { generation }) => Some(*generation),
-            _ => None,
-        });
-        if latest_generation != Some(number) {
-            findings.push((
-                log_url.clone(),
-                format!(
-                    "the latest version ({}) holds {}, not the store's current generation {number} (the table lags: run `manifestdb \
-                     view sync`)",
-                    read.latest.map_or("none".to_owned(), |v| v.to_string()),
-                    latest_generation.map_or("no generation of the store".to_owned(), |g| format!("generation {g}"))
-                ),
-            ));
-        }
+        findings.extend(super::repair::log_findings(&read, &log_url, |v| format!("{log_url}/{v:020}.json"), number, ""));
         let data = format!("{}/{}", ObjectViews::table_rel(dataset), table_rule::DATA_DIR);
         let found: BTreeMap<String, u64> = match root.list(&data) {
             Ok(objects) => {

@@ -240,7 +240,7 @@ fn check_table(
     findings: &mut Vec<(String, String)>,
     notes: &mut Vec<String>,
 ) {
-    use crate::rules::delta::{self as table_rule, Commit};
+    use crate::rules::delta as table_rule;
     let Ok(Some(manifest)) = source.generation_manifest(dataset, None) else { return };
     match Views::not_a_table(source, dataset, &manifest) {
         Ok(None) => {}
@@ -281,37 +281,13 @@ fn check_table(
         notes
             .push(format!("{}: a writer's temporary file (left by a crash); the next view sync removes it", log_path.join(name).display()));
     }
-    for (&v, commit) in &read.log {
-        let here = log_path.join(format!("{v:020}.json")).display().to_string();
-        match commit {
-            Commit::Damaged { reason } => {
-                findings.push((here, format!("version {v} {reason}; `manifestdb view sync` cuts the log back and commits again")));
-            }
-            Commit::Foreign { operation, engine } => findings.push((
-                here,
-                format!(
-                    "version {v} was committed by another writer ({}, {}); the store commits its generation's exact files on top",
-                    operation.as_deref().unwrap_or("no operation recorded"),
-                    engine.as_deref().unwrap_or("no engine recorded")
-                ),
-            )),
-            Commit::Ours { .. } => {}
-        }
-    }
-    let latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
-        Some(Commit::Ours { generation }) => Some(*generation),
-        _ => None,
-    });
-    if latest_generation != Some(current) {
-        findings.push((
-            log_path.display().to_string(),
-            format!(
-                "the latest version ({}) holds {}, not the store's current generation {current} (the table lags: run `manifestdb view sync`)",
-                read.latest.map_or("none".to_owned(), |v| v.to_string()),
-                latest_generation.map_or("no generation of the store".to_owned(), |g| format!("generation {g}"))
-            ),
-        ));
-    }
+    findings.extend(log_findings(
+        &read,
+        &log_path.display().to_string(),
+        |v| log_path.join(format!("{v:020}.json")).display().to_string(),
+        current,
+        "; `manifestdb view sync` cuts the log back and commits again",
+    ));
     let data = match open_dir_at(ds, table_rule::DATA_DIR) {
         Ok(fd) => fd,
         Err(e) => {
@@ -340,4 +316,48 @@ fn check_table(
             }
         }
     }
+}
+
+/// What a table's log gives `verify`, as (where, what) findings: each damaged commit (its
+/// reason, then `damaged_then`: what repairs it), each other writer's commit, and a latest
+/// version that does not hold the store's `current` generation. `log` names the log, `at(v)`
+/// version `v`'s commit.
+#[cfg(feature = "delta")]
+pub(crate) fn log_findings(
+    read: &super::log::LogRead,
+    log: &str,
+    at: impl Fn(u64) -> String,
+    current: u64,
+    damaged_then: &str,
+) -> Vec<(String, String)> {
+    let mut findings = Vec::new();
+    for (&v, commit) in &read.log {
+        match commit {
+            crate::rules::delta::Commit::Damaged { reason } => findings.push((at(v), format!("version {v} {reason}{damaged_then}"))),
+            crate::rules::delta::Commit::Foreign { operation, engine } => findings.push((
+                at(v),
+                format!(
+                    "version {v} was committed by another writer ({}, {}); the store commits its generation's exact files on top",
+                    operation.as_deref().unwrap_or("no operation recorded"),
+                    engine.as_deref().unwrap_or("no engine recorded")
+                ),
+            )),
+            crate::rules::delta::Commit::Ours { .. } => {}
+        }
+    }
+    let latest_generation = read.latest.and_then(|v| match read.log.get(&v) {
+        Some(crate::rules::delta::Commit::Ours { generation }) => Some(*generation),
+        _ => None,
+    });
+    if latest_generation != Some(current) {
+        findings.push((
+            log.to_owned(),
+            format!(
+                "the latest version ({}) holds {}, not the store's current generation {current} (the table lags: run `manifestdb view sync`)",
+                read.latest.map_or("none".to_owned(), |v| v.to_string()),
+                latest_generation.map_or("no generation of the store".to_owned(), |g| format!("generation {g}"))
+            ),
+        ));
+    }
+    findings
 }
