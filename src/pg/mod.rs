@@ -28,11 +28,13 @@
 //! - runs it again on a new connection after the connection was lost before its COMMIT was
 //!   sent (nothing of it can have committed), for up to [`RECONNECT_TIME_MAX`];
 //! - after the connection was lost *during* COMMIT (the outcome unknown), settles the outcome
-//!   before anything else: the transaction's id was read before the COMMIT was sent, and on a
-//!   new connection `pg_xact_status` says whether it committed (the operation's value is then
-//!   returned, as if the reply had arrived) or aborted (the operation runs again); while it is
-//!   still in progress the old backend is waited for and, past a few seconds, terminated, so
-//!   its transaction ends one way or the other. This holds for every operation (a begin is
+//!   before anything else ([`PgLayer::settle`]): before the COMMIT was sent, the transaction
+//!   inserted its witness row (a random token, `manifestdb.commits`) and read its id; on a new
+//!   connection, while the old backend still runs that transaction it is waited for and, past
+//!   a few seconds, terminated, so the transaction ends one way or the other; then the witness
+//!   is visible (it committed: the operation's value is returned, as if the reply had arrived)
+//!   or not (it aborted: the operation runs again). The id alone cannot say: a server that
+//!   crashed before the commit record was durable gives the id to another transaction. This holds for every operation (a begin is
 //!   never done twice, a publish is answered with its generation). Only if the server cannot
 //!   be reached for [`RECONNECT_TIME_MAX`] does the call fail, with an error that says the
 //!   outcome is unknown; then the same call again settles it (a publish answers
@@ -329,20 +331,23 @@ impl PgLayer {
                 }
             }
             Ok(TxnEnd::Commit(value)) => {
-                let xid = match current_xid(&mut txn.conn) {
-                    Ok(xid) => xid,
+                let lost = match witness(&mut txn.conn, now_ms, backend) {
+                    Ok(lost) => lost,
                     Err(e) => return step_after(context, &e),
                 };
                 txn.open = false;
                 match txn.conn.batch("COMMIT", "COMMIT") {
-                    Ok(()) => Step::Done(Ok(value)),
+                    Ok(()) => {
+                        forget_old_witnesses(&mut txn.conn, lost.token);
+                        Step::Done(Ok(value))
+                    }
                     Err(e) => match error::retry_of(&e) {
                         Retry::Rerun => Step::Rerun(Error::postgres(context, &e)),
                         Retry::No => Step::Done(Err(Error::postgres(context, &e))),
                         Retry::Reconnect => {
                             drop(txn);
-                            tracing::warn!(xid, backend, error = %e, "connection lost during COMMIT: settling its outcome");
-                            match self.settle(xid, backend) {
+                            tracing::warn!(xid = lost.xid, backend, error = %e, "connection lost during COMMIT: settling its outcome");
+                            match self.settle(&lost) {
                                 Ok(Settled::Committed) => Step::Done(Ok(value)),
                                 // Nothing of it committed: the operation runs again.
                                 Ok(Settled::Aborted) => Step::Reconnect(Error::postgres(context, &e)),
@@ -355,60 +360,93 @@ impl PgLayer {
         }
     }
 
-    /// Settles the outcome of transaction `xid`, whose COMMIT was sent on backend `backend`
-    /// and whose reply was lost: on a new connection, asks `pg_xact_status` until it says
-    /// committed or aborted, terminating the old backend if its transaction stays in progress.
-    pub(crate) fn settle(&self, xid: u64, backend: i32) -> Result<Settled> {
+    /// Settles the outcome of the transaction `lost` names, whose COMMIT was sent and whose reply
+    /// was lost, on a new connection, by [`settle_rule`]: while its old backend still runs it
+    /// (past [`IN_PROGRESS_WAIT_MAX`] that backend is ended, so it ends one way or the other),
+    /// it is waited for; once it has ended, it committed exactly if its witness row is visible.
+    pub(crate) fn settle(&self, lost: &LostCommit) -> Result<Settled> {
         let started = Instant::now();
         let mut terminated = false;
+        // The old backend, only while it runs this very transaction, begun before the COMMIT
+        // was sent: a process id or a transaction id the server gave out again after a crash
+        // belongs to a backend started later.
+        let xid32 = i64::try_from(lost.xid % (1 << 32)).unwrap_or(0);
+        let began = lost.began_ms as f64 / 1000.0;
+        let old_backend = "FROM pg_stat_activity WHERE pid = $1 AND backend_xid::text::int8 = $2 \
+                           AND backend_start <= to_timestamp($3::float8 + 0.001)";
         loop {
             let answer = self.connection().and_then(|mut conn| {
-                let rows = conn
-                    .query("SELECT pg_xact_status($1::text::xid8)", &[(&xid.to_string(), Type::TEXT)])
-                    .map_err(|e| Error::postgres("settling a commit", &e))?;
-                let status: Option<String> = rows.first().and_then(|row| row.try_get(0).ok()).flatten();
-                match status.as_deref() {
-                    Some("committed") => Ok(Some(Settled::Committed)),
-                    Some("aborted") => Ok(Some(Settled::Aborted)),
-                    Some(_) => {
-                        // In progress: the old backend has not finished its COMMIT (or has not
-                        // noticed its client is gone). Past a while it is ended, and its
-                        // transaction with it: committed if its commit record was written,
-                        // aborted otherwise. Only the backend still running this very
-                        // transaction is ended (a reused process id is left alone).
-                        if !terminated && started.elapsed() > IN_PROGRESS_WAIT_MAX {
-                            let xid32 = i64::try_from(xid % (1 << 32)).unwrap_or(0);
-                            conn.query(
-                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-                                 WHERE pid = $1 AND backend_xid::text::int8 = $2",
-                                &[(&backend, Type::INT4), (&xid32, Type::INT8)],
-                            )
-                            .map_err(|e| Error::postgres("settling a commit", &e))?;
-                            terminated = true;
-                        }
-                        Ok(None)
+                let query = |conn: &mut Pooled, sql: &str, params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)]| {
+                    conn.query(sql, params).map_err(|e| Error::postgres("settling a commit", &e))
+                };
+                let rows = query(&mut conn, &format!("SELECT EXISTS (SELECT 1 {old_backend})"), &[
+                    (&lost.backend, Type::INT4),
+                    (&xid32, Type::INT8),
+                    (&began, Type::FLOAT8),
+                ])?;
+                let running: bool = rows.first().and_then(|row| row.try_get(0).ok()).unwrap_or(false);
+                // Read after the backend was seen gone (a statement of its own, so a snapshot
+                // of its own): a transaction that left the server's list of running ones is
+                // visible to every later snapshot if it committed.
+                let witnessed = if running {
+                    None
+                } else {
+                    let rows = query(
+                        &mut conn,
+                        "SELECT EXISTS (SELECT 1 FROM manifestdb.commits WHERE token = $1 \
+                         AND at BETWEEN to_timestamp($2::float8) - interval '1 second' AND to_timestamp($2::float8) + interval '1 second'), \
+                         now() < to_timestamp($2::float8) + $3::float8 * interval '1 second'",
+                        &[(&lost.token, Type::INT8), (&began, Type::FLOAT8), (&(WITNESS_TRUSTED.as_secs_f64()), Type::FLOAT8)],
+                    )?;
+                    let row = rows.first();
+                    let seen: bool = row.and_then(|row| row.try_get(0).ok()).unwrap_or(false);
+                    let kept: bool = row.and_then(|row| row.try_get(1).ok()).unwrap_or(false);
+                    if !seen && !kept {
+                        return Err(Error::postgres_layer(
+                            "settling a commit",
+                            StorageErrorKind::OutcomeUnknown,
+                            format!(
+                                "transaction {} began more than {} s ago and its witness may have been deleted: the outcome \
+                                 of the commit is unknown",
+                                lost.xid,
+                                WITNESS_TRUSTED.as_secs()
+                            ),
+                        ));
                     }
-                    None => Err(Error::postgres_layer(
-                        "settling a commit",
-                        StorageErrorKind::OutcomeUnknown,
-                        format!("the server no longer knows transaction {xid}: the outcome of the commit is unknown"),
-                    )),
+                    Some(seen)
+                };
+                let settled = settle_rule(running, witnessed);
+                if settled.is_none() && !terminated && started.elapsed() > IN_PROGRESS_WAIT_MAX {
+                    // Still running: its backend has not finished its COMMIT (or has not
+                    // noticed its client is gone). Ended now, and its transaction with it:
+                    // committed if its commit record was written, aborted otherwise.
+                    query(&mut conn, &format!("SELECT pg_terminate_backend(pid) {old_backend}"), &[
+                        (&lost.backend, Type::INT4),
+                        (&xid32, Type::INT8),
+                        (&began, Type::FLOAT8),
+                    ])?;
+                    terminated = true;
                 }
+                Ok(settled)
             });
             match answer {
                 Ok(Some(settled)) => {
-                    tracing::info!(xid, ?settled, "lost COMMIT settled");
+                    tracing::info!(xid = lost.xid, ?settled, "lost COMMIT settled");
                     return Ok(settled);
                 }
                 Ok(None) => {}
                 // The server answered the question with an error: the outcome stays unknown.
                 Err(err) if !is_lost_connection(&err) => {
+                    if matches!(&err, Error::Storage { source, .. } if source.kind() == StorageErrorKind::OutcomeUnknown) {
+                        return Err(err);
+                    }
                     return Err(Error::postgres_layer(
                         "settling a commit",
                         StorageErrorKind::OutcomeUnknown,
                         format!(
-                            "asking whether transaction {xid}, whose COMMIT reply was lost, committed failed: {err}; the outcome \
-                             is unknown; the same call again settles it"
+                            "asking whether transaction {}, whose COMMIT reply was lost, committed failed: {err}; the outcome \
+                             is unknown; the same call again settles it",
+                            lost.xid
                         ),
                     ));
                 }
@@ -420,9 +458,10 @@ impl PgLayer {
                     StorageErrorKind::OutcomeUnknown,
                     format!(
                         "the connection to {} was lost during COMMIT and the server could not be asked within {} s whether \
-                         transaction {xid} committed: the outcome is unknown; the same call again settles it",
+                         transaction {} committed: the outcome is unknown; the same call again settles it",
                         self.shown,
-                        self.reconnect_time_max.as_secs()
+                        self.reconnect_time_max.as_secs(),
+                        lost.xid
                     ),
                 ));
             }
@@ -596,21 +635,85 @@ fn begin(conn: &mut Conn, begin: &str) -> std::result::Result<(u64, i32), PgErro
     Ok((now_ms, backend))
 }
 
-/// The transaction's id (assigning one: only called for a transaction that wrote).
-fn current_xid(conn: &mut Conn) -> std::result::Result<u64, PgError> {
-    let rows = conn.query("SELECT pg_current_xact_id()::text", &[])?;
+/// What settles a COMMIT whose reply was lost: the transaction's id, the backend it ran on,
+/// when it began (the server's clock, milliseconds since the epoch) and the token of its
+/// witness row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LostCommit {
+    pub(crate) xid: u64,
+    pub(crate) backend: i32,
+    pub(crate) began_ms: u64,
+    pub(crate) token: i64,
+}
+
+/// The rule that settles a lost COMMIT from what the server shows, read in this order: whether
+/// the old backend still runs the transaction, then (only once it does not) whether its
+/// witness row is visible. Running: not settled yet. Ended: committed exactly if the witness
+/// is visible; the transaction's id is not asked about, because a server that crashed before
+/// the commit record was durable gives that id to another transaction after its restart.
+pub(crate) fn settle_rule(running: bool, witnessed: Option<bool>) -> Option<Settled> {
+    match (running, witnessed) {
+        (true, _) | (false, None) => None,
+        (false, Some(true)) => Some(Settled::Committed),
+        (false, Some(false)) => Some(Settled::Aborted),
+    }
+}
+
+/// How long a witness row is kept: rows older are deleted (about every thousandth commit).
+pub(crate) const WITNESS_KEPT: Duration = Duration::from_secs(600);
+
+/// How old a lost transaction may be for its missing witness to mean "aborted": a minute short
+/// of [`WITNESS_KEPT`], so a deletion running meanwhile cannot have taken it. A transaction
+/// older than this (begun 9 minutes before its COMMIT was lost) is an unknown outcome.
+const WITNESS_TRUSTED: Duration = Duration::from_secs(540);
+
+/// Writes the transaction's witness row, just before its COMMIT, and returns what settles that
+/// COMMIT if its reply is lost (assigning the transaction an id: only called for a transaction
+/// that wrote).
+fn witness(conn: &mut Conn, began_ms: u64, backend: i32) -> std::result::Result<LostCommit, PgError> {
+    let token = i64::from_le_bytes(random_u64().to_le_bytes());
+    let rows = conn.query(
+        "INSERT INTO manifestdb.commits (at, token) VALUES (now(), $1) RETURNING pg_current_xact_id()::text",
+        &[(&token, Type::INT8)],
+    )?;
     let text: Option<String> = rows.first().and_then(|row| row.try_get(0).ok());
-    Ok(text.and_then(|t| t.parse::<u64>().ok()).unwrap_or(0))
+    let xid = text.and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+    Ok(LostCommit { xid, backend, began_ms, token })
+}
+
+/// Deletes the witness rows older than [`WITNESS_KEPT`] after about one commit in 1,024 (those
+/// whose random token ends in ten zero bits), outside any transaction. Best effort: a failure
+/// is logged and leaves the rows for a later commit.
+fn forget_old_witnesses(conn: &mut Conn, token: i64) {
+    if token & 0x3ff != 0 {
+        return;
+    }
+    let sql = format!("DELETE FROM manifestdb.commits WHERE at < now() - interval '{} seconds'", WITNESS_KEPT.as_secs());
+    if let Err(e) = conn.batch(&sql, "deleting old commit witnesses") {
+        tracing::debug!(error = %e, "old commit witnesses not deleted this time");
+    }
+}
+
+/// 64 random bits from the kernel; if it cannot give them, the clock's nanoseconds, the
+/// process id and a counter, mixed (unique within this process, unpredictable enough for a
+/// pause's jitter and a witness token).
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    match rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()) {
+        Ok(8) => u64::from_le_bytes(bytes),
+        _ => {
+            static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+            let count = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            (nanos ^ (u64::from(std::process::id()) << 40) ^ count.wrapping_mul(0x9e37_79b9_7f4a_7c15)).rotate_left(17)
+        }
+    }
 }
 
 /// The pause before rerun `n`: growing from about 1 ms to at most 50 ms, jittered, so racing
 /// transactions spread out instead of colliding again.
 fn pause(n: u32) {
     let ceiling_us = (1000u64 << n.min(6)).min(50_000);
-    let mut bytes = [0u8; 8];
-    let random = match rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty()) {
-        Ok(8) => u64::from_le_bytes(bytes),
-        _ => u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-    };
+    let random = random_u64();
     std::thread::sleep(Duration::from_micros(ceiling_us / 2 + random % (ceiling_us / 2 + 1)));
 }

@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::schema::{ALL_TABLES, POINTERS};
 
 /// The schema version this build writes and reads.
-pub(crate) const SCHEMA_VERSION: u32 = 2;
+pub(crate) const SCHEMA_VERSION: u32 = 3;
 
 /// The key of the advisory lock that serialises migrations: "mfstdb01" as a big-endian
 /// number. Transaction-level, so a crashed opener never leaves it held.
@@ -40,7 +40,8 @@ struct Migration {
 }
 
 /// Every migration, in version order. A new version appends one; none is ever changed.
-const MIGRATIONS: &[Migration] = &[Migration { version: 1, sql: version_1 }, Migration { version: 2, sql: version_2 }];
+const MIGRATIONS: &[Migration] =
+    &[Migration { version: 1, sql: version_1 }, Migration { version: 2, sql: version_2 }, Migration { version: 3, sql: version_3 }];
 
 /// Version 1: a table per record table, and the pointer with its generation column.
 fn version_1() -> String {
@@ -66,6 +67,21 @@ fn version_1() -> String {
 /// (stop every process of the older build before the first open of a newer one).
 fn version_2() -> String {
     "COMMENT ON SCHEMA manifestdb IS 'manifestdb store; read-write transactions take the advisory locks of schema version 2';\n".to_owned()
+}
+
+/// Version 3: the commit witnesses (`manifestdb.commits`). Every read-write transaction
+/// inserts one row, a random token under its start time, just before its COMMIT; a COMMIT
+/// whose reply was lost is settled by whether that row is visible (`PgLayer::settle`), which
+/// stays true when the server crashed and gave the transaction's id to another one. A
+/// version-2 build writes no witness, so its lost commits would be settled as aborted by this
+/// build: it refuses the database once it is migrated (stop every process of the older build
+/// before the first open of a newer one). The rows are deleted once older than
+/// `WITNESS_KEPT`.
+fn version_3() -> String {
+    "CREATE TABLE manifestdb.commits (at timestamptz NOT NULL, token bigint NOT NULL, PRIMARY KEY (at, token));\n\
+     COMMENT ON TABLE manifestdb.commits IS 'manifestdb commit witnesses: one row per read-write transaction, \
+     deleted after 10 minutes';\n"
+        .to_owned()
 }
 
 /// What [`migrate`] did.

@@ -11,7 +11,7 @@ use tokio_postgres::types::{FromSql, Type};
 use super::conn::{Conn, PgError};
 use super::error::Retry;
 use super::schema::{self, SCHEMA_VERSION};
-use super::{PgLayer, PgMeta, Settled};
+use super::{LostCommit, PgLayer, PgMeta, Settled};
 use crate::error::{Error, StorageErrorKind};
 use crate::grain::{ReconcileBasis, Reconciliation};
 use crate::meta::{Meta, MetaRead, TxnEnd};
@@ -157,7 +157,7 @@ fn a_writable_open_creates_the_schema_once_and_reopening_migrates_nothing() {
     assert_eq!(schema::migrate(&mut client).expect("first open"), schema::Migrated { from: 0, to: SCHEMA_VERSION });
     assert_eq!(schema::migrate(&mut client).expect("second open"), schema::Migrated { from: SCHEMA_VERSION, to: SCHEMA_VERSION });
     let tables: i64 = one(&mut client, "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'manifestdb'");
-    assert_eq!(tables as usize, crate::schema::ALL_TABLES.len() + 1, "every record table and the migrations table");
+    assert_eq!(tables as usize, crate::schema::ALL_TABLES.len() + 2, "every record table, the commit witnesses and the migrations table");
     schema::check(&mut client).expect("a read-only open accepts the migrated schema");
 }
 
@@ -402,31 +402,108 @@ fn a_generations_partitions_are_each_partitions_newest_version_at_or_below_it() 
     assert_eq!(at(0), Vec::new());
 }
 
+/// Begins a transaction on `client` that writes a row and its commit witness, as the layer's
+/// write runner does, and returns what settles its COMMIT if the reply is lost.
+fn lost_commit(client: &mut Conn, key: u8) -> LostCommit {
+    client.batch(&format!("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x{key:02x}', '\\x00')"), "test").expect("write");
+    let token = i64::from(key) * 1_000_003 + 7;
+    let rows = client
+        .query(
+            "INSERT INTO manifestdb.commits (at, token) VALUES (now(), $1) \
+             RETURNING pg_current_xact_id()::text, pg_backend_pid(), (extract(epoch FROM now()) * 1000)::int8",
+            &[(&token, Type::INT8)],
+        )
+        .expect("witness");
+    let began: i64 = rows[0].get(2);
+    LostCommit { xid: rows[0].get::<_, String>(0).parse().expect("xid"), backend: rows[0].get(1), began_ms: began as u64, token }
+}
+
 #[test]
 fn a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress() {
     let Some(db) = fresh_database("a_lost_commit_is_settled_as_committed_aborted_or_ended_when_it_stays_in_progress") else { return };
     let layer = PgLayer::open(&db.url, true).expect("open");
-    let xid_and_pid = |client: &mut Conn| -> (u64, i32) {
-        let rows = client.query("SELECT pg_current_xact_id()::text, pg_backend_pid()", &[]).expect("xid");
-        (rows[0].get::<_, String>(0).parse().expect("xid"), rows[0].get(1))
-    };
     let mut client = connect(&db.url).expect("connect");
-    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x01', '\\x00')", "test").expect("write");
-    let (committed, pid) = xid_and_pid(&mut client);
+    let committed = lost_commit(&mut client, 1);
     client.batch("COMMIT", "test").expect("commit");
-    assert_eq!(layer.settle(committed, pid).expect("settle"), Settled::Committed);
-    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x02', '\\x00')", "test").expect("write");
-    let (aborted, pid) = xid_and_pid(&mut client);
+    assert_eq!(layer.settle(&committed).expect("settle"), Settled::Committed);
+    let aborted = lost_commit(&mut client, 2);
     client.batch("ROLLBACK", "test").expect("rollback");
-    assert_eq!(layer.settle(aborted, pid).expect("settle"), Settled::Aborted);
+    assert_eq!(layer.settle(&aborted).expect("settle"), Settled::Aborted);
     // A transaction that stays open (a backend that never heard its client go away): the
     // settling ends its backend, and then it is aborted.
-    client.batch("BEGIN; INSERT INTO manifestdb.meta_v1 VALUES ('\\x03', '\\x00')", "test").expect("write");
-    let (open, pid) = xid_and_pid(&mut client);
+    let open = lost_commit(&mut client, 3);
     let started = std::time::Instant::now();
-    assert_eq!(layer.settle(open, pid).expect("settle"), Settled::Aborted);
+    assert_eq!(layer.settle(&open).expect("settle"), Settled::Aborted);
     assert!(started.elapsed() >= Duration::from_secs(5), "an in-progress transaction is waited for first");
     assert!(client.batch("COMMIT", "test").is_err(), "its backend was ended");
+}
+
+/// The CI failure of 2026-12-05: a server restarted with `-m immediate` while a COMMIT was in
+/// flight had never made the transaction's commit record durable, so after its recovery the
+/// transaction's id was "in the future" (and the next transaction begun would have been given
+/// that very id). A lost commit is settled by its witness row, never by its id: an id the
+/// server gave to another transaction, committed, aborted or still running, or one it has not
+/// given out yet, settles as aborted when the witness is not there, and a witness settles as
+/// committed whatever the id says.
+#[test]
+fn a_lost_commit_whose_id_the_server_gave_to_another_transaction_is_settled_by_its_witness() {
+    let Some(db) = fresh_database("a_lost_commit_whose_id_the_server_gave_to_another_transaction_is_settled_by_its_witness") else {
+        return;
+    };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let mut client = connect(&db.url).expect("connect");
+    // Another transaction that committed under the id: no witness of ours, so aborted.
+    let other = lost_commit(&mut client, 4);
+    client.batch("COMMIT", "test").expect("commit");
+    let ours = LostCommit { token: other.token + 1, ..other };
+    assert_eq!(layer.settle(&ours).expect("settle"), Settled::Aborted, "the id committed, but not our transaction");
+    // An id not given out yet (the server recovered to before it).
+    let future = LostCommit { xid: other.xid + 1_000_000, token: other.token + 2, ..other };
+    assert_eq!(layer.settle(&future).expect("settle"), Settled::Aborted, "an id from the future");
+    // Another backend now running a transaction under the id, started after ours began: not
+    // waited for, not ended.
+    let mut second = connect(&db.url).expect("connect");
+    let running = lost_commit(&mut second, 5);
+    let ours = LostCommit { began_ms: running.began_ms - 60_000, token: running.token + 1, ..running };
+    let started = std::time::Instant::now();
+    assert_eq!(layer.settle(&ours).expect("settle"), Settled::Aborted);
+    assert!(started.elapsed() < Duration::from_secs(5), "a backend started after our transaction began is not ours");
+    second.batch("COMMIT", "test").expect("the other backend was left alone");
+    // Our witness visible: committed, whatever the id.
+    let witnessed = LostCommit { xid: other.xid + 1_000_000, ..other };
+    assert_eq!(layer.settle(&witnessed).expect("settle"), Settled::Committed, "the witness settles it");
+    // The pure rule: running is never settled; ended is its witness.
+    assert_eq!(super::settle_rule(true, Some(true)), None);
+    assert_eq!(super::settle_rule(false, None), None);
+    assert_eq!(super::settle_rule(false, Some(true)), Some(Settled::Committed));
+    assert_eq!(super::settle_rule(false, Some(false)), Some(Settled::Aborted));
+}
+
+/// Witness rows older than `WITNESS_KEPT` are deleted by a later commit (about one in 1,024),
+/// and a write's commit leaves its own row.
+#[test]
+fn every_commit_writes_a_witness_and_old_witnesses_are_deleted() {
+    let Some(db) = fresh_database("every_commit_writes_a_witness_and_old_witnesses_are_deleted") else { return };
+    let layer = PgLayer::open(&db.url, true).expect("open");
+    let mut client = connect(&db.url).expect("connect");
+    client
+        .batch(
+            "INSERT INTO manifestdb.commits (at, token) SELECT now() - interval '1 hour', g FROM generate_series(1, 50) g",
+            "old witnesses",
+        )
+        .expect("old rows");
+    let count = |client: &mut Conn, sql: &str| -> i64 { client.query(sql, &[]).expect("count")[0].get(0) };
+    let mut commits = 0;
+    while count(&mut client, "SELECT count(*) FROM manifestdb.commits WHERE at < now() - interval '30 minutes'") > 0 {
+        layer
+            .write("declaring", |meta, now| ops::declare::declare_run(meta, &spec("d", &format!("r{commits}"), &["p=1"]), now))
+            .expect("declare");
+        commits += 1;
+        assert!(commits < 20_000, "old witnesses still there after {commits} commits");
+    }
+    let recent = count(&mut client, "SELECT count(*) FROM manifestdb.commits");
+    assert_eq!(recent, commits, "each commit keeps its own witness");
+    println!("old witnesses deleted after {commits} commits");
 }
 
 #[test]
@@ -716,16 +793,21 @@ fn a_write_that_never_reached_the_server_says_nothing_was_committed() {
 /// own, `outcome_unknown`, exit code 8, so a scheduler retries exactly these.
 #[test]
 fn a_commit_that_cannot_be_settled_is_an_unknown_outcome_of_its_own_kind() {
-    let err = unreachable_layer(Duration::from_millis(500)).settle(1234, 1).expect_err("no server");
+    let lost = LostCommit { xid: 1234, backend: 1, began_ms: 0, token: 1 };
+    let err = unreachable_layer(Duration::from_millis(500)).settle(&lost).expect_err("no server");
     assert_eq!(err.kind(), crate::ErrorKind::OutcomeUnknown, "{err}");
     assert_eq!((err.kind().exit_code(), err.kind().name()), (8, "outcome_unknown"));
     assert_eq!(crate::ErrorKind::from_name("outcome_unknown"), Some(crate::ErrorKind::OutcomeUnknown));
     assert!(err.to_string().contains("the outcome is unknown"), "{err}");
-    // A server that answers the question with an error (a transaction id it never gave out).
+    // A transaction begun so long ago that its witness may have been deleted: no witness
+    // cannot mean "aborted".
     let Some(db) = fresh_database("a_commit_that_cannot_be_settled_is_an_unknown_outcome_of_its_own_kind") else { return };
     let layer = PgLayer::open(&db.url, true).expect("open");
-    let err = layer.settle(u64::from(u32::MAX) << 8, 1).expect_err("a transaction id from the future");
+    let now_ms = u64::try_from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis()).expect("ms");
+    let old = LostCommit { xid: 1234, backend: 1, began_ms: now_ms - 3_600_000, token: 1 };
+    let err = layer.settle(&old).expect_err("a witness that may be gone");
     assert_eq!(err.kind(), crate::ErrorKind::OutcomeUnknown, "{err}");
+    assert!(err.to_string().contains("witness may have been deleted"), "{err}");
 }
 
 /// Ends every backend of the test database but `admin`'s own (as an immediate restart of the
