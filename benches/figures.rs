@@ -128,9 +128,14 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// Every leaf of `figures` as (dotted key, shown value), in key order.
+/// Every leaf of `figures` as (dotted key, shown value), in key order. Sorted here: a
+/// `serde_json::Map` keeps the file's order when another crate of the build turns on
+/// serde_json's `preserve_order` (the workspace's test build does, `cargo run -p` does not), and
+/// the table must not depend on which build made it.
 fn flatten(prefix: &str, figures: &Map<String, Value>, rows: &mut Vec<(String, String)>) {
-    for (key, value) in figures {
+    let mut entries: Vec<(&String, &Value)> = figures.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    for (key, value) in entries {
         let name = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
         match value {
             Value::Object(inner) => flatten(&name, inner, rows),
