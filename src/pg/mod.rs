@@ -34,8 +34,9 @@
 //!   a few seconds, terminated, so the transaction ends one way or the other; then the witness
 //!   is visible (it committed: the operation's value is returned, as if the reply had arrived)
 //!   or not (it aborted: the operation runs again). The id alone cannot say: a server that
-//!   crashed before the commit record was durable gives the id to another transaction. This holds for every operation (a begin is
-//!   never done twice, a publish is answered with its generation). Only if the server cannot
+//!   crashed before the commit record was durable gives the id to another transaction. This
+//!   holds for every operation (a begin is never done twice, a publish is answered with its
+//!   generation). Only if the server cannot
 //!   be reached for [`RECONNECT_TIME_MAX`] does the call fail, with an error that says the
 //!   outcome is unknown; then the same call again settles it (a publish answers
 //!   `AlreadyPublished` with the generation, or publishes once).
@@ -374,16 +375,14 @@ impl PgLayer {
         let began = lost.began_ms as f64 / 1000.0;
         let old_backend = "FROM pg_stat_activity WHERE pid = $1 AND backend_xid::text::int8 = $2 \
                            AND backend_start <= to_timestamp($3::float8 + 0.001)";
+        let old_backend_params: [(&(dyn tokio_postgres::types::ToSql + Sync), Type); 3] =
+            [(&lost.backend, Type::INT4), (&xid32, Type::INT8), (&began, Type::FLOAT8)];
         loop {
             let answer = self.connection().and_then(|mut conn| {
                 let query = |conn: &mut Pooled, sql: &str, params: &[(&(dyn tokio_postgres::types::ToSql + Sync), Type)]| {
                     conn.query(sql, params).map_err(|e| Error::postgres("settling a commit", &e))
                 };
-                let rows = query(&mut conn, &format!("SELECT EXISTS (SELECT 1 {old_backend})"), &[
-                    (&lost.backend, Type::INT4),
-                    (&xid32, Type::INT8),
-                    (&began, Type::FLOAT8),
-                ])?;
+                let rows = query(&mut conn, &format!("SELECT EXISTS (SELECT 1 {old_backend})"), &old_backend_params)?;
                 let running: bool = rows.first().and_then(|row| row.try_get(0).ok()).unwrap_or(false);
                 // Read after the backend was seen gone (a statement of its own, so a snapshot
                 // of its own): a transaction that left the server's list of running ones is
@@ -420,11 +419,7 @@ impl PgLayer {
                     // Still running: its backend has not finished its COMMIT (or has not
                     // noticed its client is gone). Ended now, and its transaction with it:
                     // committed if its commit record was written, aborted otherwise.
-                    query(&mut conn, &format!("SELECT pg_terminate_backend(pid) {old_backend}"), &[
-                        (&lost.backend, Type::INT4),
-                        (&xid32, Type::INT8),
-                        (&began, Type::FLOAT8),
-                    ])?;
+                    query(&mut conn, &format!("SELECT pg_terminate_backend(pid) {old_backend}"), &old_backend_params)?;
                     terminated = true;
                 }
                 Ok(settled)
